@@ -1,0 +1,69 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fencepost/fencepost/ownership"
+)
+
+// outcomeMappers turn a package's typed outcome errors into the CLI's word,
+// fields and exit code. Packages register theirs from their command files.
+var outcomeMappers []func(e *env, err error) (int, bool)
+
+// fail reports a refusal outcome or an error, and returns the exit code.
+func (e *env) fail(err error) int {
+	for _, m := range outcomeMappers {
+		if code, ok := m(e, err); ok {
+			return code
+		}
+	}
+	var (
+		held     *ownership.HeldError
+		free     *ownership.FreeError
+		notOwner *ownership.NotOwnerError
+		fenced   *ownership.FencedError
+		live     *ownership.LiveError
+	)
+	switch {
+	case errors.As(err, &held):
+		e.emit("held-by", f("node", held.Node), f("epoch", held.Epoch), f("expires", held.Expires))
+		return exitHeldBy
+	case errors.As(err, &free):
+		e.emit("free", f("epoch", free.LastEpoch))
+		return exitFree
+	case errors.As(err, &notOwner):
+		e.emit("not-owner", f("node", notOwner.Holder), f("epoch", notOwner.Epoch))
+		return exitNotOwner
+	case errors.As(err, &fenced):
+		e.emit("fenced", f("current", fenced.Current))
+		return exitFenced
+	case errors.As(err, &live):
+		e.emit("live", f("node", live.Node), f("epoch", live.Epoch), f("expires", live.Expires))
+		return exitLive
+	case errors.Is(err, ownership.ErrContended):
+		e.emit("contended")
+		return exitContended
+	case errors.Is(err, ownership.ErrUnknown):
+		e.errorOut("unknown", err)
+		return exitError
+	}
+	e.errorOut("error", err)
+	return exitError
+}
+
+// errorOut prints an error: on stderr as text, on stdout as an object with
+// --json so that scripts read one stream.
+func (e *env) errorOut(word string, err error) {
+	if e.json {
+		e.emit(word, f("error", err.Error()))
+		return
+	}
+	fmt.Fprintf(e.err, "%s: %v\n", word, err)
+}
+
+// usageErr reports wrong arguments.
+func (e *env) usageErr(c string, format string, a ...any) int {
+	fmt.Fprintf(e.err, "fencepost %s: %s\nusage: fencepost %s\n", c, fmt.Sprintf(format, a...), commands[c].usage)
+	return exitUsage
+}

@@ -1,0 +1,135 @@
+package wire
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Limits of the names the layout accepts.
+const (
+	MaxIDBytes    = 256 // an id is 1..256 bytes of UTF-8
+	MaxNodeBytes  = 256 // a node name, likewise
+	MaxWorldBytes = 32  // a world name is 1..32 of [A-Za-z0-9_-]
+)
+
+// Errors returned by the validators. Each is wrapped with the offending
+// value and what to do about it.
+var (
+	ErrInvalidID    = errors.New("invalid id")
+	ErrInvalidNode  = errors.New("invalid node")
+	ErrInvalidWorld = errors.New("invalid world name")
+)
+
+var idCodec = base64.RawURLEncoding
+
+// ValidateID checks that id is a non-empty UTF-8 string of at most
+// MaxIDBytes bytes.
+func ValidateID(id string) error {
+	return validateName(ErrInvalidID, "id", id, MaxIDBytes)
+}
+
+// ValidateNode checks a node name with the same rules as an id.
+func ValidateNode(node string) error {
+	return validateName(ErrInvalidNode, "node", node, MaxNodeBytes)
+}
+
+func validateName(kind error, what, s string, max int) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: the %s is empty; give 1 to %d bytes of UTF-8", kind, what, max)
+	case len(s) > max:
+		return fmt.Errorf("%w: the %s is %d bytes, the limit is %d", kind, what, len(s), max)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: the %s %q is not valid UTF-8", kind, what, s)
+	}
+	return nil
+}
+
+// ValidateWorld checks a world name: 1 to 32 characters of A-Z, a-z, 0-9,
+// '_' and '-', so that it can be part of a stream and bucket name.
+func ValidateWorld(world string) error {
+	if world == "" {
+		return fmt.Errorf("%w: the world name is empty", ErrInvalidWorld)
+	}
+	if len(world) > MaxWorldBytes {
+		return fmt.Errorf("%w: %q is %d bytes, the limit is %d", ErrInvalidWorld, world, len(world), MaxWorldBytes)
+	}
+	for i := 0; i < len(world); i++ {
+		c := world[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: %q has %q at byte %d; use only A-Z, a-z, 0-9, '_' and '-'", ErrInvalidWorld, world, c, i)
+		}
+	}
+	return nil
+}
+
+// EncodeID turns an id into a token that is valid both as a KV key part and
+// as a subject token: unpadded base64url (RFC 4648 section 5). It does not
+// validate; call ValidateID first.
+func EncodeID(id string) string { return idCodec.EncodeToString([]byte(id)) }
+
+// DecodeID reverses EncodeID and validates the result.
+func DecodeID(token string) (string, error) {
+	b, err := idCodec.DecodeString(token)
+	if err != nil {
+		return "", fmt.Errorf("%w: token %q is not unpadded base64url: %v", ErrInvalidID, token, err)
+	}
+	id := string(b)
+	if err := ValidateID(id); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// Bucket is the name of the world's KV bucket. It holds the ownership
+// records, the delivery cursors, the drain locks and the node leases, so that
+// a mailbox commit can be checked against an ownership record in one write
+// (both are subjects of the same stream).
+func Bucket(world string) string { return "fp_" + world }
+
+// BucketStream is the JetStream stream behind Bucket.
+func BucketStream(world string) string { return "KV_" + Bucket(world) }
+
+// Keys of the bucket. Each key is a prefix and an encoded id or node.
+const (
+	RecordPrefix = "o." // ownership record of an id
+	CursorPrefix = "c." // delivery cursor of an id (mailbox issue)
+	LockPrefix   = "l." // drain lock of an id (mailbox issue)
+	NodePrefix   = "n." // node lease (lease issue)
+)
+
+// RecordKey is the bucket key of id's ownership record.
+func RecordKey(id string) string { return RecordPrefix + EncodeID(id) }
+
+// CursorKey is the bucket key of id's delivery cursor.
+func CursorKey(id string) string { return CursorPrefix + EncodeID(id) }
+
+// LockKey is the bucket key of id's drain lock.
+func LockKey(id string) string { return LockPrefix + EncodeID(id) }
+
+// NodeKey is the bucket key of a node lease.
+func NodeKey(node string) string { return NodePrefix + EncodeID(node) }
+
+// KeySubject is the subject a bucket key is stored under.
+func KeySubject(world, key string) string { return "$KV." + Bucket(world) + "." + key }
+
+// RecordSubject is the subject of id's ownership record: the subject a fenced
+// write names in Nats-Expected-Last-Subject-Sequence-Subject.
+func RecordSubject(world, id string) string { return KeySubject(world, RecordKey(id)) }
+
+// MailboxStream is the name of the world's mailbox stream.
+func MailboxStream(world string) string { return "FP_MB_" + world }
+
+// MailboxSubject is the subject of id's mailbox.
+func MailboxSubject(world, id string) string { return "fp." + world + ".mb." + EncodeID(id) }
+
+// MailboxFilter matches every mailbox of a world.
+func MailboxFilter(world string) string { return "fp." + world + ".mb.*" }
+
+// DeadLetterSubject is the subject of id's dead letters.
+func DeadLetterSubject(world, id string) string { return "fp." + world + ".dl." + EncodeID(id) }
+
+// DeadLetterFilter matches every dead-letter store of a world.
+func DeadLetterFilter(world string) string { return "fp." + world + ".dl.*" }

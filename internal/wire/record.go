@@ -1,0 +1,103 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// RecordVersion is the only ownership record version this code reads and
+// writes. A reader that meets another version refuses: it never guesses.
+const RecordVersion = 1
+
+// States of an ownership record.
+const (
+	StateHeld = "held" // a node holds the id until Expires
+	StateFree = "free" // released; the epoch stays for fencing
+)
+
+// Errors of the record decoder.
+var (
+	ErrCorruptRecord  = errors.New("corrupt ownership record")
+	ErrUnknownVersion = errors.New("unknown ownership record version")
+)
+
+// Record is the ownership record of one id, stored as JSON under
+// RecordKey(id). Version 1:
+//
+//	{"v":1,"node":"n1","epoch":7,"state":"held","ttl_ms":10000,
+//	 "acquired":"2026-11-29T21:00:00.123Z","expires":"2026-11-29T21:00:10.123Z"}
+type Record struct {
+	V        int       `json:"v"`
+	Node     string    `json:"node"`
+	Epoch    uint64    `json:"epoch"`
+	State    string    `json:"state"`
+	TTLms    int64     `json:"ttl_ms"`
+	Acquired time.Time `json:"acquired"`
+	Expires  time.Time `json:"expires"`
+}
+
+// Live reports whether the record names a holder whose lease has not lapsed
+// at now. Exact expiry is lapsed: now >= Expires.
+func (r *Record) Live(now time.Time) bool {
+	return r.State == StateHeld && now.Before(r.Expires)
+}
+
+// EncodeRecord validates r and returns its JSON form.
+func EncodeRecord(r Record) ([]byte, error) {
+	r.V = RecordVersion
+	r.Acquired = r.Acquired.UTC()
+	r.Expires = r.Expires.UTC()
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(r)
+}
+
+// DecodeRecord parses a stored record. It refuses unknown versions with
+// ErrUnknownVersion and anything malformed with ErrCorruptRecord.
+func DecodeRecord(data []byte) (Record, error) {
+	var probe struct {
+		V *int `json:"v"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return Record{}, fmt.Errorf("%w: not JSON: %v", ErrCorruptRecord, err)
+	}
+	if probe.V == nil {
+		return Record{}, fmt.Errorf("%w: no version field \"v\"", ErrCorruptRecord)
+	}
+	if *probe.V != RecordVersion {
+		return Record{}, fmt.Errorf("%w: v=%d, this reader knows v=%d; upgrade fencepost", ErrUnknownVersion, *probe.V, RecordVersion)
+	}
+	var r Record
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Record{}, fmt.Errorf("%w: %v", ErrCorruptRecord, err)
+	}
+	if dec.More() {
+		return Record{}, fmt.Errorf("%w: trailing data after the record", ErrCorruptRecord)
+	}
+	if err := r.validate(); err != nil {
+		return Record{}, err
+	}
+	return r, nil
+}
+
+func (r *Record) validate() error {
+	switch {
+	case r.State != StateHeld && r.State != StateFree:
+		return fmt.Errorf("%w: state %q is neither %q nor %q", ErrCorruptRecord, r.State, StateHeld, StateFree)
+	case r.Epoch == 0:
+		return fmt.Errorf("%w: epoch 0 (epochs start at 1)", ErrCorruptRecord)
+	case r.State == StateHeld && ValidateNode(r.Node) != nil:
+		return fmt.Errorf("%w: held record with invalid node: %v", ErrCorruptRecord, ValidateNode(r.Node))
+	case r.TTLms < 0:
+		return fmt.Errorf("%w: negative ttl_ms", ErrCorruptRecord)
+	case r.State == StateHeld && r.Expires.IsZero():
+		return fmt.Errorf("%w: held record without expiry", ErrCorruptRecord)
+	}
+	return nil
+}

@@ -1,0 +1,6 @@
+package ownership
+
+// SetBeforeWrite installs a hook that runs between the read an operation
+// decides on and its conditional write. Tests use it to make a race happen
+// deterministically (a fault injection the real server cannot time for us).
+func SetBeforeWrite(s *Store, fn func(op, id string)) { s.beforeWrite = fn }

@@ -1,0 +1,37 @@
+package ownership
+
+import (
+	"time"
+
+	"github.com/fencepost/fencepost/fencing"
+)
+
+// Lease is a won claim, seize or renewal: the fence to carry into every
+// commit, the expiry published on the record, and the local deadline of the
+// holder's authority.
+type Lease struct {
+	fencing.Fence
+	Expires time.Time     // expiry on the record (the writer's wall clock)
+	TTL     time.Duration // the term asked for
+
+	validUntil time.Time // local, with a monotonic reading
+}
+
+// ValidUntil is the instant (local clock) after which the holder must stop
+// acting: the published expiry less the clock-bound margin, measured from
+// before the write was sent.
+func (l *Lease) ValidUntil() time.Time { return l.validUntil }
+
+// Valid reports whether the holder may still act. It uses the monotonic
+// clock, so wall-clock jumps do not extend it.
+func (l *Lease) Valid() bool { return time.Now().Before(l.validUntil) }
+
+// Status is what the record says about an id.
+type Status struct {
+	ID       string
+	Held     bool      // a live lease exists
+	Node     string    // holder (or last holder when free)
+	Epoch    uint64    // current epoch (last epoch when free; 0 never owned)
+	Expires  time.Time // expiry when held
+	Revision uint64    // record revision (0 when absent)
+}

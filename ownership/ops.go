@@ -1,0 +1,210 @@
+package ownership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencepost/fencepost/internal/wire"
+)
+
+// maxAttempts bounds the read-and-write rounds of claim, release and renew
+// when other writers keep changing the record.
+const maxAttempts = 64
+
+// decision is one operation's rule: from a view of the record and the time,
+// either the record to write over that view, or the outcome that refuses.
+type decision func(v view, now time.Time) (*wire.Record, error)
+
+// run carries out a decision with conditional writes only. With cached, it
+// first tries the last view this store saw; every refusal it returns comes
+// from a fresh read. With single, a lost write is ErrContended instead of a
+// new round.
+func (s *Store) run(ctx context.Context, op, id string, cached, single bool, decide decision) (view, time.Time, error) {
+	var v view
+	if cached {
+		v, cached = s.cache.get(id)
+	}
+	for attempt := 1; ; attempt++ {
+		if !cached {
+			var err error
+			if v, err = s.read(ctx, id); err != nil {
+				return view{}, time.Time{}, err
+			}
+		}
+		start := time.Now()
+		next, refusal := decide(v, start.Round(0))
+		if refusal != nil {
+			if cached {
+				cached = false
+				continue
+			}
+			s.debug(ctx, op, id, "outcome", refusal)
+			return view{}, start, refusal
+		}
+		nv, err := s.write(ctx, op, id, v, *next)
+		if !errors.Is(err, errConflict) {
+			return nv, start, err
+		}
+		if single {
+			return view{}, start, fmt.Errorf("%w: the record of %q changed during the %s; decide again", ErrContended, id, op)
+		}
+		if attempt >= maxAttempts {
+			return view{}, start, fmt.Errorf("%w: the record of %q changed %d times during the %s", ErrContended, id, attempt, op)
+		}
+		cached = false
+	}
+}
+
+func (s *Store) checkIDNode(id, node string) error {
+	if err := wire.ValidateID(id); err != nil {
+		return err
+	}
+	return wire.ValidateNode(node)
+}
+
+func held(node string, epoch uint64, ttl time.Duration, now time.Time) *wire.Record {
+	return &wire.Record{
+		Node: node, Epoch: epoch, State: wire.StateHeld, TTLms: ttl.Milliseconds(),
+		Acquired: now, Expires: now.Add(ttl),
+	}
+}
+
+// Claim takes a free id (never owned, released, or lapsed) for node for ttl
+// (0 means the world's default). It returns the lease, or *HeldError when a
+// live lease exists - also when the caller holds it. Of any number of
+// concurrent claimers exactly one wins.
+func (s *Store) Claim(ctx context.Context, id, node string, ttl time.Duration) (*Lease, error) {
+	ttl, err := s.checkOwnerArgs(id, node, ttl)
+	if err != nil {
+		return nil, err
+	}
+	v, start, err := s.run(ctx, "claim", id, true, false, func(v view, now time.Time) (*wire.Record, error) {
+		if v.live(now) {
+			return nil, &HeldError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.rec.Expires}
+		}
+		return held(node, v.nextEpoch(), ttl, now), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.lease(id, v, start, ttl), nil
+}
+
+// Owner is the routing probe: the live holder of id, or Held=false with the
+// last epoch.
+func (s *Store) Owner(ctx context.Context, id string) (Status, error) {
+	if err := wire.ValidateID(id); err != nil {
+		return Status{}, err
+	}
+	v, err := s.read(ctx, id)
+	if err != nil {
+		return Status{}, err
+	}
+	return s.status(id, v, time.Now()), nil
+}
+
+// Release frees id if node holds a live lease on it; the record keeps its
+// epoch. Otherwise *NotOwnerError (someone else holds it) or *FreeError (no
+// live lease; an expired owner cannot release). A refusal writes nothing.
+func (s *Store) Release(ctx context.Context, id, node string) error {
+	if err := s.checkIDNode(id, node); err != nil {
+		return err
+	}
+	_, _, err := s.run(ctx, "release", id, true, false, func(v view, now time.Time) (*wire.Record, error) {
+		if !v.live(now) {
+			return nil, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
+		}
+		if v.rec.Node != node {
+			return nil, &NotOwnerError{ID: id, Holder: v.rec.Node, Epoch: v.rec.Epoch}
+		}
+		r := v.rec
+		r.State, r.Expires = wire.StateFree, now
+		return &r, nil
+	})
+	return err
+}
+
+// Guard checks that node still holds id at epoch with a live lease. It
+// returns the record's status, or *FencedError (another node or epoch is on
+// the record) or *FreeError (no live lease). It is a read: use a fenced
+// write (fencing.Fence.Expect) where the check must hold at the write.
+func (s *Store) Guard(ctx context.Context, id, node string, epoch uint64) (Status, error) {
+	if err := s.checkIDNode(id, node); err != nil {
+		return Status{}, err
+	}
+	v, err := s.read(ctx, id)
+	if err != nil {
+		return Status{}, err
+	}
+	now := time.Now()
+	switch {
+	case !v.live(now):
+		return Status{}, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
+	case v.rec.Node != node || v.rec.Epoch != epoch:
+		return Status{}, &FencedError{ID: id, Current: v.rec.Epoch, Holder: v.rec.Node}
+	}
+	return s.status(id, v, now), nil
+}
+
+// Renew extends node's live lease on id to now+ttl; a renewal never shortens
+// the term. Otherwise *HeldError (someone else holds it) or *FreeError (no
+// live lease, including the caller's own lapsed one: the way back is Claim,
+// with a new epoch).
+func (s *Store) Renew(ctx context.Context, id, node string, ttl time.Duration) (*Lease, error) {
+	ttl, err := s.checkOwnerArgs(id, node, ttl)
+	if err != nil {
+		return nil, err
+	}
+	v, start, err := s.run(ctx, "renew", id, true, false, func(v view, now time.Time) (*wire.Record, error) {
+		if !v.live(now) {
+			return nil, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
+		}
+		if v.rec.Node != node {
+			return nil, &HeldError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.rec.Expires}
+		}
+		r := v.rec
+		r.TTLms = ttl.Milliseconds()
+		if e := now.Add(ttl); e.After(r.Expires) {
+			r.Expires = e
+		}
+		return &r, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.lease(id, v, start, ttl), nil
+}
+
+// Seize takes over an owned id whose lease lapsed, or a live one with force,
+// with a new epoch. Otherwise *FreeError (nobody owns it: use Claim),
+// *LiveError (live holder, no force) or ErrContended (the record changed
+// between this call's read and its write; decide again). It makes a single
+// attempt.
+func (s *Store) Seize(ctx context.Context, id, node string, ttl time.Duration, force bool) (*Lease, error) {
+	ttl, err := s.checkOwnerArgs(id, node, ttl)
+	if err != nil {
+		return nil, err
+	}
+	v, start, err := s.run(ctx, "seize", id, false, true, func(v view, now time.Time) (*wire.Record, error) {
+		if !v.present() || v.rec.State == wire.StateFree {
+			return nil, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
+		}
+		if v.live(now) && !force {
+			return nil, &LiveError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.rec.Expires}
+		}
+		return held(node, v.rec.Epoch+1, ttl, now), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.lease(id, v, start, ttl), nil
+}
+
+func (s *Store) checkOwnerArgs(id, node string, ttl time.Duration) (time.Duration, error) {
+	if err := s.checkIDNode(id, node); err != nil {
+		return 0, err
+	}
+	return s.cfg.TTL(ttl)
+}

@@ -1,0 +1,246 @@
+package ownership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/world"
+)
+
+// Store runs the ownership operations of one world. It is safe for
+// concurrent use.
+type Store struct {
+	world  string
+	cfg    world.Config
+	kv     jetstream.KeyValue
+	bucket jetstream.Stream
+	skew   time.Duration
+	drift  float64
+	log    *slog.Logger
+
+	// beforeWrite, when set (tests only), runs between the read a decision
+	// is made on and the conditional write that carries it out.
+	beforeWrite func(op, id string)
+
+	cache viewCache
+}
+
+// New returns the ownership store of an open world.
+func New(w *world.World, opts ...Option) (*Store, error) {
+	s := &Store{
+		world:  w.Name,
+		cfg:    w.Config,
+		kv:     w.KV,
+		bucket: w.Bucket,
+		skew:   DefaultMaxSkew,
+		drift:  DefaultMaxDrift,
+		log:    slog.Default(),
+	}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	s.cache.m = make(map[string]view)
+	return s, nil
+}
+
+// World is the name of the store's world.
+func (s *Store) World() string { return s.world }
+
+// Config is the world's settings.
+func (s *Store) Config() world.Config { return s.cfg }
+
+// view is what one read (or our own last write) showed of an id's record.
+type view struct {
+	rev       uint64      // last revision of the record subject, 0 if never written
+	tombstone bool        // the last entry is a delete/purge marker
+	rec       wire.Record // valid when rev > 0 && !tombstone
+}
+
+func (v view) present() bool { return v.rev > 0 && !v.tombstone }
+
+func (v view) live(now time.Time) bool { return v.present() && v.rec.Live(now) }
+
+func (v view) lastEpoch() uint64 {
+	if v.present() {
+		return v.rec.Epoch
+	}
+	return 0
+}
+
+// nextEpoch is the epoch a claim or seize written over v carries. Over a
+// record it is the record's epoch plus one. Over a delete marker the old
+// epoch is gone, so it is the marker's revision: every epoch ever written
+// was at most the revision of the write that set it (epoch 1 at a revision
+// >= 1, epoch e+1 at a later revision than epoch e), and the marker came
+// after all of them. See docs/design.md, invariant 2.
+func (v view) nextEpoch() uint64 {
+	switch {
+	case v.present():
+		return v.rec.Epoch + 1
+	case v.tombstone:
+		return v.rev
+	default:
+		return 1
+	}
+}
+
+// read fetches the record of id. A record that does not decode is an error
+// naming the id, and no operation writes over it.
+func (s *Store) read(ctx context.Context, id string) (view, error) {
+	subj := wire.RecordSubject(s.world, id)
+	m, err := s.bucket.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		s.debug(ctx, "read", id, "outcome", "absent")
+		return view{}, nil
+	}
+	if err != nil {
+		s.debug(ctx, "read", id, "error", err)
+		return view{}, fmt.Errorf("ownership: read record of %q: %w", id, err)
+	}
+	v := view{rev: m.Sequence}
+	if isMarker(m.Header) {
+		v.tombstone = true
+		s.debug(ctx, "read", id, "outcome", "deleted", "rev", v.rev)
+		return v, nil
+	}
+	v.rec, err = wire.DecodeRecord(m.Data)
+	if err != nil {
+		s.cache.drop(id)
+		s.debug(ctx, "read", id, "error", err, "rev", v.rev)
+		return view{}, fmt.Errorf("ownership: record of %q at revision %d (key %s): %w; it is left as it is: inspect it, then delete the key or reset the world", id, v.rev, wire.RecordKey(id), err)
+	}
+	s.cache.put(id, v)
+	s.debug(ctx, "read", id, "rev", v.rev, "node", v.rec.Node, "epoch", v.rec.Epoch, "state", v.rec.State, "expires", v.rec.Expires)
+	return v, nil
+}
+
+func isMarker(h nats.Header) bool {
+	if len(h) == 0 {
+		return false
+	}
+	switch h.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	return h.Get(jetstream.MarkerReasonHeader) != ""
+}
+
+// errConflict means the conditional write lost: the record moved on since
+// the view it was based on. Nothing was written.
+var errConflict = errors.New("ownership: record changed")
+
+// write stores rec over the view's revision: a create when the subject was
+// never written (expected revision 0), a compare-and-swap otherwise.
+func (s *Store) write(ctx context.Context, op, id string, over view, rec wire.Record) (view, error) {
+	data, err := wire.EncodeRecord(rec)
+	if err != nil {
+		return view{}, err
+	}
+	if s.beforeWrite != nil {
+		s.beforeWrite(op, id)
+	}
+	rev, err := s.kv.Update(ctx, wire.RecordKey(id), data, over.rev)
+	if err == nil {
+		v := view{rev: rev, rec: rec}
+		s.cache.put(id, v)
+		s.debug(ctx, op, id, "outcome", "written", "rev", rev, "over", over.rev, "node", rec.Node, "epoch", rec.Epoch, "state", rec.State)
+		return v, nil
+	}
+	s.cache.drop(id)
+	s.debug(ctx, op, id, "over", over.rev, "error", err)
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		return view{}, errConflict
+	case errors.As(err, &apiErr), errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+		// The server answered (or nobody received it): nothing was stored.
+		return view{}, fmt.Errorf("ownership: %s of %q refused by the server: %w", op, id, err)
+	default:
+		return view{}, &UnknownError{Op: op, ID: id, Err: err}
+	}
+}
+
+func (s *Store) debug(ctx context.Context, op, id string, args ...any) {
+	if !s.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	s.log.LogAttrs(ctx, slog.LevelDebug, "lease "+op, append([]slog.Attr{slog.String("world", s.world), slog.String("id", id)}, attrs(args)...)...)
+}
+
+func attrs(args []any) []slog.Attr {
+	out := make([]slog.Attr, 0, len(args)/2)
+	for i := 0; i+1 < len(args); i += 2 {
+		out = append(out, slog.Any(args[i].(string), args[i+1]))
+	}
+	return out
+}
+
+// lease builds the holder's view of a record it just wrote. start is taken
+// before the write was sent, so the authority is measured from no later
+// than the moment the broker stored it.
+func (s *Store) lease(id string, v view, start time.Time, ttl time.Duration) *Lease {
+	span := v.rec.Expires.Sub(start.Round(0))
+	margin := s.skew + time.Duration(2*s.drift*float64(span))
+	return &Lease{
+		Fence:      fencing.Fence{World: s.world, ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Revision: v.rev},
+		Expires:    v.rec.Expires,
+		TTL:        ttl,
+		validUntil: start.Add(span - margin),
+	}
+}
+
+func (s *Store) status(id string, v view, now time.Time) Status {
+	st := Status{ID: id, Revision: v.rev, Epoch: v.lastEpoch()}
+	if v.present() {
+		st.Node = v.rec.Node
+		if v.rec.Live(now) {
+			st.Held = true
+			st.Expires = v.rec.Expires
+		}
+	}
+	return st
+}
+
+// viewCache remembers the last view of each id this store read or wrote, so
+// that a holder's renew or release can go straight to the conditional write.
+// It only ever chooses which revision a write expects; a stale entry costs
+// one failed write and a fresh read, never a wrong outcome.
+type viewCache struct {
+	mu sync.Mutex
+	m  map[string]view
+}
+
+const viewCacheCap = 1 << 16
+
+func (c *viewCache) get(id string) (view, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[id]
+	return v, ok
+}
+
+func (c *viewCache) put(id string, v view) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= viewCacheCap {
+		clear(c.m)
+	}
+	c.m[id] = v
+}
+
+func (c *viewCache) drop(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, id)
+}

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+)
+
+// Config says how to run the embedded server. The zero value runs on random
+// ports with a store in StoreDir (which must be set).
+type Config struct {
+	Name         string        // server name; required in a cluster
+	Host         string        // client listen host; default 127.0.0.1
+	Port         int           // client port; 0 or -1 picks a free one
+	HTTPPort     int           // monitoring port; 0 disables, -1 picks one
+	StoreDir     string        // JetStream store directory (required)
+	SyncAlways   bool          // fsync every write (see docs/operations.md)
+	SyncInterval time.Duration // fsync interval when not SyncAlways; 0 = server default (2 min)
+	ConfigFile   string        // an optional nats-server config file; fields above override it
+
+	// Cluster: a name, a listen port (-1 for a free one) and the routes to
+	// the other members.
+	ClusterName string
+	ClusterPort int
+	Routes      []string
+
+	Log   bool // log the server's own lines to stderr
+	Debug bool
+	// Opts, when set, replaces everything above: full control for callers
+	// that build nats-server options themselves.
+	Opts *natsserver.Options
+}
+
+// Server is a running embedded nats-server.
+type Server struct {
+	*natsserver.Server
+}
+
+// ErrConfig wraps a bad server configuration.
+var ErrConfig = errors.New("server: invalid config")
+
+// Options turns the config into nats-server options.
+func (c Config) Options() (*natsserver.Options, error) {
+	if c.Opts != nil {
+		return c.Opts, nil
+	}
+	opts := &natsserver.Options{}
+	if c.ConfigFile != "" {
+		o, err := natsserver.ProcessConfigFile(c.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: nats config %s: %v", ErrConfig, c.ConfigFile, err)
+		}
+		opts = o
+	}
+	if c.StoreDir == "" && opts.StoreDir == "" {
+		return nil, fmt.Errorf("%w: store dir: empty; give a directory for JetStream's files", ErrConfig)
+	}
+	opts.JetStream = true
+	opts.ServerName = firstNonEmpty(c.Name, opts.ServerName)
+	opts.Host = firstNonEmpty(c.Host, opts.Host, "127.0.0.1")
+	switch {
+	case c.Port != 0:
+		opts.Port = c.Port
+	case opts.Port == 0:
+		opts.Port = -1
+	}
+	if c.HTTPPort != 0 {
+		opts.HTTPHost = opts.Host
+		opts.HTTPPort = c.HTTPPort
+	}
+	opts.StoreDir = firstNonEmpty(c.StoreDir, opts.StoreDir)
+	if c.SyncAlways {
+		opts.SyncAlways = true
+	}
+	if c.SyncInterval > 0 {
+		opts.SyncInterval = c.SyncInterval
+	}
+	if c.ClusterName != "" {
+		opts.Cluster.Name = c.ClusterName
+		opts.Cluster.Host = opts.Host
+		opts.Cluster.Port = c.ClusterPort
+		var routes []*url.URL
+		for _, r := range c.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("%w: route %q: %v", ErrConfig, r, err)
+			}
+			routes = append(routes, u)
+		}
+		opts.Routes = routes
+	}
+	opts.NoLog = !c.Log
+	opts.Debug = c.Debug
+	opts.NoSigs = true
+	return opts, nil
+}
+
+// Start runs an embedded server and waits until it accepts clients.
+func Start(c Config) (*Server, error) {
+	opts, err := c.Options()
+	if err != nil {
+		return nil, err
+	}
+	ns, err := natsserver.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if c.Log || c.Debug {
+		ns.ConfigureLogger()
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("server: not ready for connections after 30s")
+	}
+	return &Server{Server: ns}, nil
+}
+
+// Stop shuts the server down and waits for it to finish.
+func (s *Server) Stop() {
+	s.Shutdown()
+	s.WaitForShutdown()
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

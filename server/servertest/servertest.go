@@ -1,0 +1,171 @@
+// Package servertest starts embedded nats-servers for tests: a single node
+// on random ports with a temporary store, and a 3-node JetStream cluster.
+// Everything started is stopped by t.Cleanup.
+package servertest
+
+import (
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/server"
+)
+
+// Node is one embedded server of a test.
+type Node struct {
+	*server.Server
+	cfg server.Config
+}
+
+// New starts a single JetStream server on a random port with a store in
+// t.TempDir().
+func New(t testing.TB) *Node {
+	t.Helper()
+	return start(t, server.Config{StoreDir: t.TempDir(), Port: -1})
+}
+
+func start(t testing.TB, cfg server.Config) *Node {
+	t.Helper()
+	s, err := server.Start(cfg)
+	if err != nil {
+		t.Fatalf("servertest: start: %v", err)
+	}
+	n := &Node{Server: s, cfg: cfg}
+	// Pin the ports so that Restart comes back where clients expect it.
+	n.cfg.Port = s.Addr().(*net.TCPAddr).Port
+	if cfg.ClusterName != "" {
+		n.cfg.ClusterPort = s.ClusterAddr().Port
+	}
+	t.Cleanup(func() { n.Server.Stop() })
+	return n
+}
+
+// Restart stops the server and starts it again on the same store and the
+// same client port, as a restart of the process would.
+func (n *Node) Restart(t testing.TB) {
+	t.Helper()
+	n.Server.Stop()
+	cfg := n.cfg
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var s *server.Server
+		if s, err = server.Start(cfg); err == nil {
+			n.Server = s
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("servertest: restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Connect opens a client connection to url that retries while a server is
+// restarting; it is closed by t.Cleanup.
+func Connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatalf("servertest: connect %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("servertest: jetstream: %v", err)
+	}
+	return nc, js
+}
+
+// Cluster is an in-process JetStream cluster.
+type Cluster struct {
+	Nodes []*Node
+}
+
+// NewCluster starts n servers that route to each other, and waits until the
+// JetStream meta group has a leader.
+func NewCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	ports := freePorts(t, n)
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	c := &Cluster{}
+	for i := 0; i < n; i++ {
+		c.Nodes = append(c.Nodes, start(t, server.Config{
+			Name:        fmt.Sprintf("fp-%d", i+1),
+			StoreDir:    t.TempDir(),
+			Port:        -1,
+			ClusterName: "fencepost-test",
+			ClusterPort: ports[i],
+			Routes:      routes,
+		}))
+	}
+	CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		leaders := 0
+		for _, node := range c.Nodes {
+			if !node.JetStreamIsCurrent() {
+				return fmt.Errorf("%s: JetStream not current yet", node.Name())
+			}
+			if node.JetStreamIsLeader() {
+				leaders++
+			}
+		}
+		if leaders != 1 {
+			return fmt.Errorf("%d JetStream meta leaders", leaders)
+		}
+		return nil
+	})
+	return c
+}
+
+// URL is a client URL naming every node, for clients that fail over.
+func (c *Cluster) URL() string {
+	u := ""
+	for i, n := range c.Nodes {
+		if i > 0 {
+			u += ","
+		}
+		u += n.ClientURL()
+	}
+	return u
+}
+
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	var ls []net.Listener
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("servertest: free port: %v", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+// CheckFor polls fn every `every` until it returns nil, and fails the test
+// with fn's last error after total.
+func CheckFor(t testing.TB, total, every time.Duration, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(total)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("servertest: condition not met after %v: %v", total, err)
+		}
+		time.Sleep(every)
+	}
+}

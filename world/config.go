@@ -1,0 +1,171 @@
+package world
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Storage says where a world's streams keep their data.
+type Storage string
+
+// Storage kinds.
+const (
+	FileStorage   Storage = "file"
+	MemoryStorage Storage = "memory"
+)
+
+// Config holds a world's settings. The zero value of a field means its
+// default (see Defaults).
+type Config struct {
+	MinTTL             time.Duration `json:"min_ttl"`
+	MaxTTL             time.Duration `json:"max_ttl"`
+	DefaultTTL         time.Duration `json:"default_ttl"`
+	MaxMsgSize         int32         `json:"max_msg_size"`
+	MaxMsgsPerMailbox  int64         `json:"max_msgs_per_mailbox"`
+	MaxBytesPerMailbox int64         `json:"max_bytes_per_mailbox"`
+	MaxDeliveries      int           `json:"max_deliveries"`
+	DedupeWindow       time.Duration `json:"dedupe_window"`
+	Replicas           int           `json:"replicas"`
+	Storage            Storage       `json:"storage"`
+}
+
+// Defaults are the settings of a world created without any.
+var Defaults = Config{
+	MinTTL:             time.Second,
+	MaxTTL:             time.Hour,
+	DefaultTTL:         10 * time.Second,
+	MaxMsgSize:         1 << 20,
+	MaxMsgsPerMailbox:  1_000_000,
+	MaxBytesPerMailbox: 1 << 30,
+	MaxDeliveries:      5,
+	DedupeWindow:       2 * time.Minute,
+	Replicas:           1,
+	Storage:            FileStorage,
+}
+
+// Hard limits on settings, whatever a world asks for.
+const (
+	floorTTL      = time.Millisecond // tests use short ttls; production worlds keep the 1 s default
+	ceilingTTL    = 24 * time.Hour
+	maxMsgSizeCap = 8 << 20 // nats-server's max_payload ceiling
+)
+
+// ErrInvalidConfig wraps every problem with a world's settings.
+var ErrInvalidConfig = errors.New("world: invalid config")
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	d := Defaults
+	if c.MinTTL == 0 {
+		c.MinTTL = d.MinTTL
+	}
+	if c.MaxTTL == 0 {
+		c.MaxTTL = d.MaxTTL
+	}
+	if c.DefaultTTL == 0 {
+		c.DefaultTTL = max(min(d.DefaultTTL, c.MaxTTL), c.MinTTL)
+	}
+	if c.MaxMsgSize == 0 {
+		c.MaxMsgSize = d.MaxMsgSize
+	}
+	if c.MaxMsgsPerMailbox == 0 {
+		c.MaxMsgsPerMailbox = d.MaxMsgsPerMailbox
+	}
+	if c.MaxBytesPerMailbox == 0 {
+		c.MaxBytesPerMailbox = d.MaxBytesPerMailbox
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = d.MaxDeliveries
+	}
+	if c.DedupeWindow == 0 {
+		c.DedupeWindow = d.DedupeWindow
+	}
+	if c.Replicas == 0 {
+		c.Replicas = d.Replicas
+	}
+	if c.Storage == "" {
+		c.Storage = d.Storage
+	}
+	return c
+}
+
+// Validate names the first field that is out of bounds.
+func (c Config) Validate() error {
+	bad := func(field, format string, a ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case c.MinTTL < floorTTL || c.MinTTL > ceilingTTL:
+		return bad("min_ttl", "%v is outside %v..%v", c.MinTTL, floorTTL, ceilingTTL)
+	case c.MaxTTL < c.MinTTL || c.MaxTTL > ceilingTTL:
+		return bad("max_ttl", "%v is outside min_ttl (%v)..%v", c.MaxTTL, c.MinTTL, ceilingTTL)
+	case c.DefaultTTL < c.MinTTL || c.DefaultTTL > c.MaxTTL:
+		return bad("default_ttl", "%v is outside %v..%v", c.DefaultTTL, c.MinTTL, c.MaxTTL)
+	case c.MaxMsgSize < 1 || c.MaxMsgSize > maxMsgSizeCap:
+		return bad("max_msg_size", "%d is outside 1..%d bytes", c.MaxMsgSize, maxMsgSizeCap)
+	case c.MaxMsgsPerMailbox < 1:
+		return bad("max_msgs_per_mailbox", "%d must be at least 1", c.MaxMsgsPerMailbox)
+	case c.MaxBytesPerMailbox < int64(c.MaxMsgSize):
+		return bad("max_bytes_per_mailbox", "%d is less than max_msg_size %d", c.MaxBytesPerMailbox, c.MaxMsgSize)
+	case c.MaxDeliveries < 1 || c.MaxDeliveries > 1000:
+		return bad("max_deliveries", "%d is outside 1..1000", c.MaxDeliveries)
+	case c.DedupeWindow < time.Millisecond || c.DedupeWindow > 24*time.Hour:
+		return bad("dedupe_window", "%v is outside 1ms..24h", c.DedupeWindow)
+	case c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5:
+		return bad("replicas", "%d is not 1, 3 or 5", c.Replicas)
+	case c.Storage != FileStorage && c.Storage != MemoryStorage:
+		return bad("storage", "%q is neither %q nor %q", c.Storage, FileStorage, MemoryStorage)
+	}
+	return nil
+}
+
+// TTL resolves a requested ttl: zero means the world's default; anything
+// outside MinTTL..MaxTTL is refused with a message naming the bounds.
+func (c Config) TTL(ttl time.Duration) (time.Duration, error) {
+	if ttl == 0 {
+		return c.DefaultTTL, nil
+	}
+	if ttl < c.MinTTL || ttl > c.MaxTTL {
+		return 0, fmt.Errorf("%w: ttl %v is outside this world's bounds %v..%v", ErrInvalidTTL, ttl, c.MinTTL, c.MaxTTL)
+	}
+	return ttl, nil
+}
+
+// ErrInvalidTTL is returned for a ttl outside the world's bounds.
+var ErrInvalidTTL = errors.New("invalid ttl")
+
+// config metadata keys on the bucket stream.
+const (
+	metaVersion = "fencepost.world.v"
+	metaConfig  = "fencepost.world.config"
+	configV     = "1"
+)
+
+func encodeMeta(c Config) (map[string]string, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{metaVersion: configV, metaConfig: string(b)}, nil
+}
+
+func decodeMeta(world string, meta map[string]string) (Config, error) {
+	v, ok := meta[metaVersion]
+	if !ok {
+		return Config{}, fmt.Errorf("%w: world %q: its bucket has no fencepost metadata; is it a fencepost world?", ErrInvalidConfig, world)
+	}
+	if v != configV {
+		return Config{}, fmt.Errorf("%w: world %q: config version %q, this reader knows %q; upgrade fencepost", ErrInvalidConfig, world, v, configV)
+	}
+	var c Config
+	if err := json.Unmarshal([]byte(meta[metaConfig]), &c); err != nil {
+		return Config{}, fmt.Errorf("%w: world %q: config metadata is not valid JSON: %v", ErrInvalidConfig, world, err)
+	}
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("world %q: %w", world, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,169 @@
+package world
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/wire"
+)
+
+// ErrUnknownWorld is returned when a world does not exist.
+var ErrUnknownWorld = errors.New("world: unknown world")
+
+// ErrWorldExists is returned by Create when the world is already there with
+// other settings.
+var ErrWorldExists = errors.New("world: exists with other settings")
+
+// World is an open world: its settings and the JetStream handles behind it.
+type World struct {
+	Name    string
+	Config  Config
+	KV      jetstream.KeyValue // ownership records, cursors, locks, node leases
+	Bucket  jetstream.Stream   // the stream behind KV
+	Mailbox jetstream.Stream   // mailboxes and dead letters
+}
+
+// Create makes a world with cfg (zero fields take defaults). Creating a world
+// that exists with the same settings is not an error; with other settings it
+// is ErrWorldExists.
+func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config) (*World, error) {
+	if err := wire.ValidateWorld(name); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if w, err := Open(ctx, js, name); err == nil {
+		if w.Config != cfg {
+			return nil, fmt.Errorf("%w: world %q", ErrWorldExists, name)
+		}
+		return w, nil
+	} else if !errors.Is(err, ErrUnknownWorld) {
+		return nil, err
+	}
+	meta, err := encodeMeta(cfg)
+	if err != nil {
+		return nil, err
+	}
+	storage := jetstream.FileStorage
+	if cfg.Storage == MemoryStorage {
+		storage = jetstream.MemoryStorage
+	}
+	// The mailbox stream first: a world is only visible (Open finds its
+	// bucket) once both exist.
+	if _, err := js.CreateOrUpdateStream(ctx, mailboxConfig(name, cfg, storage)); err != nil {
+		return nil, fmt.Errorf("world %q: create mailbox stream: %w", name, err)
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      wire.Bucket(name),
+		Description: "fencepost world " + name + ": ownership records, cursors, locks, node leases",
+		History:     1,
+		Replicas:    cfg.Replicas,
+		Storage:     storage,
+		Metadata:    meta,
+	}); err != nil {
+		return nil, fmt.Errorf("world %q: create bucket: %w", name, err)
+	}
+	return Open(ctx, js, name)
+}
+
+func mailboxConfig(name string, cfg Config, storage jetstream.StorageType) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:                 wire.MailboxStream(name),
+		Description:          "fencepost world " + name + ": mailboxes and dead letters",
+		Subjects:             []string{wire.MailboxFilter(name), wire.DeadLetterFilter(name)},
+		Retention:            jetstream.LimitsPolicy,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		MaxMsgsPerSubject:    cfg.MaxMsgsPerMailbox,
+		MaxMsgSize:           cfg.MaxMsgSize,
+		Duplicates:           cfg.DedupeWindow,
+		Replicas:             cfg.Replicas,
+		Storage:              storage,
+		AllowDirect:          true,
+		AllowAtomicPublish:   true,
+	}
+}
+
+// Open binds an existing world.
+func Open(ctx context.Context, js jetstream.JetStream, name string) (*World, error) {
+	if err := wire.ValidateWorld(name); err != nil {
+		return nil, err
+	}
+	bucket, err := js.Stream(ctx, wire.BucketStream(name))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w %q: create it with `fencepost world add %s`", ErrUnknownWorld, name, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("world %q: %w", name, err)
+	}
+	cfg, err := decodeMeta(name, bucket.CachedInfo().Config.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	mailbox, err := js.Stream(ctx, wire.MailboxStream(name))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w %q: its mailbox stream %s is missing; recreate it with `fencepost world add %s`", ErrUnknownWorld, name, wire.MailboxStream(name), name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("world %q: %w", name, err)
+	}
+	kv, err := js.KeyValue(ctx, wire.Bucket(name))
+	if err != nil {
+		return nil, fmt.Errorf("world %q: bind bucket: %w", name, err)
+	}
+	return &World{Name: name, Config: cfg, KV: kv, Bucket: bucket, Mailbox: mailbox}, nil
+}
+
+// Reset drops every record, epoch, cursor, lock, node lease, mailbox and dead
+// letter of the world, keeping its settings. Epochs start again at 1.
+func Reset(ctx context.Context, js jetstream.JetStream, name string) error {
+	w, err := Open(ctx, js, name)
+	if err != nil {
+		return err
+	}
+	if err := w.Mailbox.Purge(ctx); err != nil {
+		return fmt.Errorf("world %q: purge mailboxes: %w", name, err)
+	}
+	if err := w.Bucket.Purge(ctx); err != nil {
+		return fmt.Errorf("world %q: purge bucket: %w", name, err)
+	}
+	return nil
+}
+
+// Remove deletes the world and all it holds.
+func Remove(ctx context.Context, js jetstream.JetStream, name string) error {
+	if _, err := Open(ctx, js, name); err != nil {
+		return err
+	}
+	if err := js.DeleteStream(ctx, wire.MailboxStream(name)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("world %q: delete mailbox stream: %w", name, err)
+	}
+	if err := js.DeleteKeyValue(ctx, wire.Bucket(name)); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("world %q: delete bucket: %w", name, err)
+	}
+	return nil
+}
+
+// List returns the names of all worlds, sorted.
+func List(ctx context.Context, js jetstream.JetStream) ([]string, error) {
+	prefix := wire.BucketStream("")
+	names := js.StreamNames(ctx)
+	var out []string
+	for n := range names.Name() {
+		if w, ok := strings.CutPrefix(n, prefix); ok && wire.ValidateWorld(w) == nil {
+			out = append(out, w)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return nil, err
+	}
+	sort.Strings(out)
+	return out, nil
+}
