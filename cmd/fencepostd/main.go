@@ -94,7 +94,7 @@ func realMain(argv []string) int {
 		return errors.New("nats-server stopped")
 	}, func(error) { srv.Shutdown() })
 	err = g.Run()
-	var sig run.SignalError
+	var sig *run.SignalError
 	if errors.As(err, &sig) {
 		log.Info("shutting down", "signal", sig.Signal.String())
 		return exitOK
