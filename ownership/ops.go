@@ -17,14 +17,31 @@ const maxAttempts = 64
 // either the record to write over that view, or the outcome that refuses.
 type decision func(v view, now time.Time) (*wire.Record, error)
 
-// run carries out a decision with conditional writes only. With cached, it
-// first tries the last view this store saw; every refusal it returns comes
-// from a fresh read. With single, a lost write is ErrContended instead of a
-// new round.
-func (s *Store) run(ctx context.Context, op, id string, cached, single bool, decide decision) (view, time.Time, error) {
+// How run picks the view of its first round.
+type firstView int
+
+const (
+	freshRead  firstView = iota // read the record
+	cachedView                  // the last view this store saw, else read
+	// cachedOrAbsent: the last view this store saw, else assume the id
+	// was never written (a create: one round trip for a new id).
+	cachedOrAbsent
+)
+
+// run carries out a decision with conditional writes only. The first round
+// may decide on an assumed view (see firstView); a write over a wrong
+// assumption fails and costs a fresh read, and every refusal run returns
+// comes from a fresh read. With single, a lost write is ErrContended
+// instead of a new round.
+func (s *Store) run(ctx context.Context, op, id string, first firstView, single bool, decide decision) (view, time.Time, error) {
 	var v view
-	if cached {
+	cached := false
+	switch first {
+	case cachedView:
 		v, cached = s.cache.get(id)
+	case cachedOrAbsent:
+		v, _ = s.cache.get(id)
+		cached = true // a miss leaves v as the zero view: never written
 	}
 	for attempt := 1; ; attempt++ {
 		if !cached {
@@ -80,7 +97,7 @@ func (s *Store) Claim(ctx context.Context, id, node string, ttl time.Duration) (
 	if err != nil {
 		return nil, err
 	}
-	v, start, err := s.run(ctx, "claim", id, true, false, func(v view, now time.Time) (*wire.Record, error) {
+	v, start, err := s.run(ctx, "claim", id, cachedOrAbsent, false, func(v view, now time.Time) (*wire.Record, error) {
 		if v.live(now) {
 			return nil, &HeldError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.rec.Expires}
 		}
@@ -112,7 +129,7 @@ func (s *Store) Release(ctx context.Context, id, node string) error {
 	if err := s.checkIDNode(id, node); err != nil {
 		return err
 	}
-	_, _, err := s.run(ctx, "release", id, true, false, func(v view, now time.Time) (*wire.Record, error) {
+	_, _, err := s.run(ctx, "release", id, cachedView, false, func(v view, now time.Time) (*wire.Record, error) {
 		if !v.live(now) {
 			return nil, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
 		}
@@ -157,7 +174,7 @@ func (s *Store) Renew(ctx context.Context, id, node string, ttl time.Duration) (
 	if err != nil {
 		return nil, err
 	}
-	v, start, err := s.run(ctx, "renew", id, true, false, func(v view, now time.Time) (*wire.Record, error) {
+	v, start, err := s.run(ctx, "renew", id, cachedView, false, func(v view, now time.Time) (*wire.Record, error) {
 		if !v.live(now) {
 			return nil, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
 		}
@@ -187,7 +204,7 @@ func (s *Store) Seize(ctx context.Context, id, node string, ttl time.Duration, f
 	if err != nil {
 		return nil, err
 	}
-	v, start, err := s.run(ctx, "seize", id, false, true, func(v view, now time.Time) (*wire.Record, error) {
+	v, start, err := s.run(ctx, "seize", id, freshRead, true, func(v view, now time.Time) (*wire.Record, error) {
 		if !v.present() || v.rec.State == wire.StateFree {
 			return nil, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
 		}

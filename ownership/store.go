@@ -22,7 +22,7 @@ type Store struct {
 	world  string
 	cfg    world.Config
 	kv     jetstream.KeyValue
-	bucket jetstream.Stream
+	js     jetstream.JetStream
 	skew   time.Duration
 	drift  float64
 	log    *slog.Logger
@@ -40,7 +40,7 @@ func New(w *world.World, opts ...Option) (*Store, error) {
 		world:  w.Name,
 		cfg:    w.Config,
 		kv:     w.KV,
-		bucket: w.Bucket,
+		js:     w.JS,
 		skew:   DefaultMaxSkew,
 		drift:  DefaultMaxDrift,
 		log:    slog.Default(),
@@ -98,9 +98,8 @@ func (v view) nextEpoch() uint64 {
 // read fetches the record of id. A record that does not decode is an error
 // naming the id, and no operation writes over it.
 func (s *Store) read(ctx context.Context, id string) (view, error) {
-	subj := wire.RecordSubject(s.world, id)
-	m, err := s.bucket.GetLastMsgForSubject(ctx, subj)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	m, err := getLast(ctx, s.js, wire.BucketStream(s.world), wire.RecordSubject(s.world, id))
+	if errors.Is(err, errNoMsg) {
 		s.debug(ctx, "read", id, "outcome", "absent")
 		return view{}, nil
 	}
@@ -108,7 +107,7 @@ func (s *Store) read(ctx context.Context, id string) (view, error) {
 		s.debug(ctx, "read", id, "error", err)
 		return view{}, fmt.Errorf("ownership: read record of %q: %w", id, err)
 	}
-	v := view{rev: m.Sequence}
+	v := view{rev: m.Seq}
 	if isMarker(m.Header) {
 		v.tombstone = true
 		s.debug(ctx, "read", id, "outcome", "deleted", "rev", v.rev)

@@ -23,9 +23,10 @@ var ErrWorldExists = errors.New("world: exists with other settings")
 type World struct {
 	Name    string
 	Config  Config
-	KV      jetstream.KeyValue // ownership records, cursors, locks, node leases
-	Bucket  jetstream.Stream   // the stream behind KV
-	Mailbox jetstream.Stream   // mailboxes and dead letters
+	KV      jetstream.KeyValue  // ownership records, cursors, locks, node leases
+	Bucket  jetstream.Stream    // the stream behind KV
+	Mailbox jetstream.Stream    // mailboxes and dead letters
+	JS      jetstream.JetStream // the context the world was opened with
 }
 
 // Create makes a world with cfg (zero fields take defaults). Creating a world
@@ -73,7 +74,14 @@ func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config
 	return Open(ctx, js, name)
 }
 
+// mailboxConfig is the mailbox stream of a world: one subject per id for
+// its mailbox and one for its dead letters. JetStream limits messages per
+// subject but not bytes, so the byte limit becomes a message count: no
+// mailbox holds more than max_bytes_per_mailbox / max_msg_size messages,
+// and since no message is larger than max_msg_size, none holds more bytes
+// than its limit (docs/design.md section 3).
 func mailboxConfig(name string, cfg Config, storage jetstream.StorageType) jetstream.StreamConfig {
+	perSubject := min(cfg.MaxMsgsPerMailbox, cfg.MaxBytesPerMailbox/int64(cfg.MaxMsgSize))
 	return jetstream.StreamConfig{
 		Name:                 wire.MailboxStream(name),
 		Description:          "fencepost world " + name + ": mailboxes and dead letters",
@@ -81,7 +89,7 @@ func mailboxConfig(name string, cfg Config, storage jetstream.StorageType) jetst
 		Retention:            jetstream.LimitsPolicy,
 		Discard:              jetstream.DiscardNew,
 		DiscardNewPerSubject: true,
-		MaxMsgsPerSubject:    cfg.MaxMsgsPerMailbox,
+		MaxMsgsPerSubject:    perSubject,
 		MaxMsgSize:           cfg.MaxMsgSize,
 		Duplicates:           cfg.DedupeWindow,
 		Replicas:             cfg.Replicas,
@@ -118,7 +126,7 @@ func Open(ctx context.Context, js jetstream.JetStream, name string) (*World, err
 	if err != nil {
 		return nil, fmt.Errorf("world %q: bind bucket: %w", name, err)
 	}
-	return &World{Name: name, Config: cfg, KV: kv, Bucket: bucket, Mailbox: mailbox}, nil
+	return &World{Name: name, Config: cfg, KV: kv, Bucket: bucket, Mailbox: mailbox, JS: js}, nil
 }
 
 // Reset drops every record, epoch, cursor, lock, node lease, mailbox and dead

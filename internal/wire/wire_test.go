@@ -1,0 +1,128 @@
+package wire_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/internal/wire"
+)
+
+func TestIDCodec_RoundTrip(t *testing.T) {
+	for _, id := range []string{"a", "a.b", "*", ">", "a b", "a/b", "日本", strings.Repeat("é", 128), "\x00"} {
+		require.NoError(t, wire.ValidateID(id))
+		tok := wire.EncodeID(id)
+		require.NotContains(t, tok, ".")
+		got, err := wire.DecodeID(tok)
+		require.NoError(t, err)
+		require.Equal(t, id, got)
+	}
+}
+
+func TestValidateID(t *testing.T) {
+	require.ErrorIs(t, wire.ValidateID(""), wire.ErrInvalidID)
+	require.ErrorIs(t, wire.ValidateID(strings.Repeat("x", 257)), wire.ErrInvalidID)
+	require.NoError(t, wire.ValidateID(strings.Repeat("x", 256)))
+	require.ErrorIs(t, wire.ValidateID("\xff"), wire.ErrInvalidID)
+}
+
+func TestValidateWorld(t *testing.T) {
+	for _, ok := range []string{"default", "a", "A_b-9", strings.Repeat("w", 32)} {
+		require.NoError(t, wire.ValidateWorld(ok), ok)
+	}
+	for _, bad := range []string{"", "a.b", "a b", "*", ">", "ü", strings.Repeat("w", 33), "a/b"} {
+		require.ErrorIs(t, wire.ValidateWorld(bad), wire.ErrInvalidWorld, bad)
+	}
+}
+
+func TestRecord_RoundTripAndStrictness(t *testing.T) {
+	now := time.Date(2026, 11, 29, 21, 0, 0, 123, time.UTC)
+	r := wire.Record{Node: "n", Epoch: 7, State: wire.StateHeld, TTLms: 10000, Acquired: now, Expires: now.Add(10 * time.Second)}
+	b, err := wire.EncodeRecord(r)
+	require.NoError(t, err)
+	got, err := wire.DecodeRecord(b)
+	require.NoError(t, err)
+	r.V = wire.RecordVersion
+	require.Equal(t, r, got)
+
+	_, err = wire.DecodeRecord([]byte(`{"v":2}`))
+	require.ErrorIs(t, err, wire.ErrUnknownVersion)
+	_, err = wire.DecodeRecord([]byte(`{"v":1,"node":"n","epoch":1,"state":"held","ttl_ms":1,"acquired":"2026-01-01T00:00:00Z","expires":"2026-01-01T00:00:01Z","extra":1}`))
+	require.ErrorIs(t, err, wire.ErrCorruptRecord, "unknown fields are refused, not ignored")
+	_, err = wire.DecodeRecord([]byte(`{"v":1,"node":"n","epoch":0,"state":"held"}`))
+	require.ErrorIs(t, err, wire.ErrCorruptRecord)
+	_, err = wire.EncodeRecord(wire.Record{Node: "", Epoch: 1, State: wire.StateHeld, Expires: now})
+	require.ErrorIs(t, err, wire.ErrCorruptRecord, "the encoder refuses what the decoder would")
+}
+
+func FuzzIDCodec(f *testing.F) {
+	for _, s := range []string{"a", "a.b", "*", ">", " ", "日本", "\xff", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		err := wire.ValidateID(id)
+		valid := id != "" && len(id) <= wire.MaxIDBytes && utf8.ValidString(id)
+		if valid != (err == nil) {
+			t.Fatalf("ValidateID(%q) = %v, want valid=%v", id, err, valid)
+		}
+		if !valid {
+			return
+		}
+		tok := wire.EncodeID(id)
+		if strings.ContainsAny(tok, ".*> \t\r\n") {
+			t.Fatalf("token %q of %q is not a single subject token", tok, id)
+		}
+		got, err := wire.DecodeID(tok)
+		if err != nil || got != id {
+			t.Fatalf("DecodeID(EncodeID(%q)) = %q, %v", id, got, err)
+		}
+	})
+}
+
+func FuzzDecodeID(f *testing.F) {
+	for _, s := range []string{"YQ", "YS5i", "", "!!", "YQ==", "_-_-"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, tok string) {
+		id, err := wire.DecodeID(tok)
+		if err != nil {
+			return
+		}
+		if wire.ValidateID(id) != nil {
+			t.Fatalf("DecodeID(%q) returned invalid id %q", tok, id)
+		}
+	})
+}
+
+func FuzzDecodeRecord(f *testing.F) {
+	f.Add([]byte(`{"v":1,"node":"n","epoch":7,"state":"held","ttl_ms":10000,"acquired":"2026-11-29T21:00:00Z","expires":"2026-11-29T21:00:10Z"}`))
+	f.Add([]byte(`{"v":1,"node":"n","epoch":7,"state":"free","ttl_ms":0,"acquired":"0001-01-01T00:00:00Z","expires":"0001-01-01T00:00:00Z"}`))
+	f.Add([]byte(`{"v":2}`))
+	f.Add([]byte(`garbage`))
+	f.Add([]byte(`{"v":1}{"v":1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := wire.DecodeRecord(data)
+		if err != nil {
+			if !errors.Is(err, wire.ErrCorruptRecord) && !errors.Is(err, wire.ErrUnknownVersion) {
+				t.Fatalf("error %v is neither corrupt nor unknown version", err)
+			}
+			return
+		}
+		// Whatever decodes re-encodes and decodes to the same record.
+		b, err := wire.EncodeRecord(r)
+		if err != nil {
+			t.Fatalf("decoded record %+v does not encode: %v", r, err)
+		}
+		r2, err := wire.DecodeRecord(b)
+		if err != nil {
+			t.Fatalf("re-decode: %v", err)
+		}
+		if !r.Acquired.Equal(r2.Acquired) || !r.Expires.Equal(r2.Expires) || r.Node != r2.Node || r.Epoch != r2.Epoch || r.State != r2.State {
+			t.Fatalf("round trip changed %+v to %+v", r, r2)
+		}
+	})
+}
