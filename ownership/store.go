@@ -19,13 +19,13 @@ import (
 // Store runs the ownership operations of one world. It is safe for
 // concurrent use.
 type Store struct {
-	world  string
-	cfg    world.Config
-	kv     jetstream.KeyValue
-	js     jetstream.JetStream
-	skew   time.Duration
-	drift  float64
-	log    *slog.Logger
+	world string
+	cfg   world.Config
+	kv    jetstream.KeyValue
+	js    jetstream.JetStream
+	skew  time.Duration
+	drift float64
+	log   *slog.Logger
 
 	// beforeWrite, when set (tests only), runs between the read a decision
 	// is made on and the conditional write that carries it out.
@@ -37,13 +37,13 @@ type Store struct {
 // New returns the ownership store of an open world.
 func New(w *world.World, opts ...Option) (*Store, error) {
 	s := &Store{
-		world:  w.Name,
-		cfg:    w.Config,
-		kv:     w.KV,
-		js:     w.JS,
-		skew:   DefaultMaxSkew,
-		drift:  DefaultMaxDrift,
-		log:    slog.Default(),
+		world: w.Name,
+		cfg:   w.Config,
+		kv:    w.KV,
+		js:    w.JS,
+		skew:  DefaultMaxSkew,
+		drift: DefaultMaxDrift,
+		log:   slog.Default(),
 	}
 	for _, o := range opts {
 		if err := o(s); err != nil {
