@@ -1,0 +1,98 @@
+package main_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/internal/testutil"
+	"github.com/fencepost/fencepost/server/servertest"
+)
+
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fencepostd-test")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "fencepostd")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		panic(string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestDaemon_StartsWithDefaultWorldAndStopsOnSignal runs the real binary,
+// uses the default world it made, and stops it with SIGTERM and SIGINT.
+func TestDaemon_StartsWithDefaultWorldAndStopsOnSignal(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			port := freePort(t)
+			data := t.TempDir()
+			cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--http-port", "0", "--data", data)
+			var logs bytes.Buffer
+			cmd.Stderr = &logs
+			require.NoError(t, cmd.Start())
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+			url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+			var c *client.Client
+			servertest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+				var err error
+				c, err = client.Connect(url)
+				if err != nil {
+					return err
+				}
+				if _, err = c.World(testutil.Ctx(t, time.Second), "default"); err != nil {
+					c.Close()
+				}
+				return err
+			})
+			defer c.Close()
+			w, err := c.World(testutil.Ctx(t, 5*time.Second), "default")
+			require.NoError(t, err)
+			l, err := w.Ownership.Claim(testutil.Ctx(t, 5*time.Second), "id", "n", 0)
+			require.NoError(t, err)
+			require.Equal(t, uint64(1), l.Epoch)
+			require.Equal(t, 10*time.Second, l.TTL, "the default world's default ttl")
+
+			require.NoError(t, cmd.Process.Signal(sig))
+			select {
+			case err := <-exited:
+				var ee *exec.ExitError
+				if errors.As(err, &ee) {
+					t.Fatalf("exit code %d after %v; logs:\n%s", ee.ExitCode(), sig, logs.String())
+				}
+				require.NoError(t, err)
+			case <-time.After(20 * time.Second):
+				t.Fatalf("still running 20s after %v; logs:\n%s", sig, logs.String())
+			}
+			require.True(t, strings.Contains(logs.String(), "shutting down"), logs.String())
+			_, err = os.Stat(filepath.Join(data, "jetstream"))
+			require.NoError(t, err, "file storage under the data dir")
+		})
+	}
+}
