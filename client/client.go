@@ -8,7 +8,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -83,6 +85,8 @@ func (c *Client) Close() {
 type World struct {
 	*world.World
 	Ownership *ownership.Store
+	Queue     *queue.Queue   // send into mailboxes (World.Mailbox is the stream)
+	Drainer   *drain.Drainer // drain, dead letters, stat
 }
 
 // World opens an existing world (world.ErrUnknownWorld if there is none).
@@ -109,7 +113,11 @@ func (c *Client) bind(w *world.World) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &World{World: w, Ownership: own}, nil
+	dr, err := drain.New(w, own, drain.WithLogger(c.opts.log))
+	if err != nil {
+		return nil, err
+	}
+	return &World{World: w, Ownership: own, Queue: queue.New(w), Drainer: dr}, nil
 }
 
 // ResetWorld drops every record, epoch and mailbox of a world.

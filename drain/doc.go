@@ -1,0 +1,17 @@
+// Package drain delivers an id's mailbox to its current owner, in posting
+// order, at least once, and removes a message only through a fenced commit.
+//
+// A drain by (node, epoch) first checks the ownership record (the caller
+// must be the live holder, or it gets the ownership package's HeldError,
+// FreeError or FencedError and nothing is consumed), then takes the id's
+// drain lock (ErrContended when another drain runs), reads the id's
+// delivery cursor, and reads the mailbox after it in batches. After each
+// batch it writes the cursor with the lease's fence: JetStream stores the
+// write only if the ownership record is still at the fence's revision.
+// Only then are the committed messages purged from the mailbox. A handler
+// error leaves the message for redelivery with backoff; after the world's
+// MaxDeliveries the message moves to the id's dead letters.
+//
+// docs/design.md section 3 gives the safety argument, docs/wire.md
+// "Mailboxes" the layout.
+package drain

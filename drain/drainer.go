@@ -1,0 +1,151 @@
+package drain
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/world"
+)
+
+// Message is one delivery of a mailbox message to a handler.
+type Message struct {
+	ID       string      // the id whose mailbox it is
+	Seq      uint64      // its sequence in the world's mailbox stream
+	From     string      // the sender (header Fencepost-From), may be empty
+	Body     []byte      // the payload
+	Headers  nats.Header // the sender's own headers (no Nats-/Fencepost- ones)
+	Posted   time.Time   // when the stream stored it (the stream leader's clock)
+	Delivery int         // 1 for the first delivery, counted across drains and owners
+	Fence    fencing.Fence
+}
+
+// Handler processes one message. Returning nil acknowledges it; an error
+// leaves it for redelivery (with backoff), and after the world's
+// MaxDeliveries moves it to the dead letters. The context ends when the
+// drain must stop (its lock was lost, or the caller cancelled).
+type Handler func(ctx context.Context, m Message) error
+
+// Result is the outcome of a drain that ran: done(count).
+type Result struct {
+	Count        int    // messages that left the mailbox: Acked + DeadLettered
+	Acked        int    // acknowledged by the handler
+	DeadLettered int    // moved to dead letters
+	Deliveries   int    // handler calls, failed ones included
+	Cursor       uint64 // the committed cursor at the end
+}
+
+// Drainer drains the mailboxes of one world. It is safe for concurrent use:
+// drains of different ids run in parallel, a second drain of one id gets
+// ErrContended.
+type Drainer struct {
+	world string
+	cfg   world.Config
+	js    jetstream.JetStream
+	nc    *nats.Conn
+	w     *world.World
+	own   *ownership.Store
+
+	batch      int
+	lockTTL    time.Duration
+	backoffMin time.Duration
+	backoffMax time.Duration
+	skew       time.Duration
+	log        *slog.Logger
+
+	// beforeCommit, when set (tests only), runs after a batch was handled
+	// and before its fenced cursor write.
+	beforeCommit func(id string, c Cursor)
+	// noRenew (tests only) stops the lock keeper: the drain behaves like a
+	// paused process whose lock lapses.
+	noRenew bool
+}
+
+// New returns the drainer of an open world, using its ownership store.
+func New(w *world.World, own *ownership.Store, opts ...Option) (*Drainer, error) {
+	d := &Drainer{
+		world: w.Name, cfg: w.Config, js: w.JS, nc: w.JS.Conn(), w: w, own: own,
+		batch: DefaultBatch, lockTTL: DefaultLockTTL,
+		backoffMin: DefaultBackoffMin, backoffMax: DefaultBackoffMax,
+		skew: ownership.DefaultMaxSkew, log: slog.Default(),
+	}
+	for _, o := range opts {
+		if err := o(d); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// Drain delivers id's mailbox to h as node at epoch and returns done(count)
+// once the mailbox is empty (or WithMax was reached). When (node, epoch) is
+// not the live holder of id it returns *ownership.HeldError (another node
+// holds it), *ownership.FreeError (no live lease) or *ownership.FencedError
+// (the node's epoch is not the current one) and consumes nothing; the same
+// errors end a drain whose holding is lost midway, after the last commit
+// the broker accepted. *ContendedError (ErrContended) when another drain of
+// id runs; *UnknownError (ErrUnknown) when a commit's outcome is unknown.
+func (d *Drainer) Drain(ctx context.Context, id, node string, epoch uint64, h Handler, opts ...RunOption) (Result, error) {
+	if err := wire.ValidateID(id); err != nil {
+		return Result{}, err
+	}
+	if err := wire.ValidateNode(node); err != nil {
+		return Result{}, err
+	}
+	a := &authority{id: id, node: node, epoch: epoch, ttl: d.cfg.DefaultTTL}
+	return d.drain(ctx, a, h, opts)
+}
+
+// DrainLease is Drain with the lease of a claim, seize or renewal: the
+// lease's local validity (ValidUntil) bounds how long the drain may act
+// without reading the record again.
+func (d *Drainer) DrainLease(ctx context.Context, l *ownership.Lease, h Handler, opts ...RunOption) (Result, error) {
+	a := &authority{id: l.ID, node: l.Node, epoch: l.Epoch, ttl: l.TTL, until: l.ValidUntil()}
+	return d.drain(ctx, a, h, opts)
+}
+
+// authority is what a drain knows of its holding: the fence it writes with
+// and the local instant after which it must read the record again before
+// acting.
+type authority struct {
+	id    string
+	node  string
+	epoch uint64
+	ttl   time.Duration
+	fence fencing.Fence
+	until time.Time // local, monotonic
+}
+
+func (a *authority) valid() bool { return time.Now().Before(a.until) }
+
+// authorize reads the record and checks that it names a.node at a.epoch with
+// a live lease; it refreshes the fence's revision and the local deadline.
+func (d *Drainer) authorize(ctx context.Context, a *authority) error {
+	start := time.Now()
+	st, err := d.own.Owner(ctx, a.id)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !st.Held:
+		return &ownership.FreeError{ID: a.id, LastEpoch: st.Epoch}
+	case st.Node != a.node:
+		return &ownership.HeldError{ID: a.id, Node: st.Node, Epoch: st.Epoch, Expires: st.Expires}
+	case st.Epoch != a.epoch:
+		return &ownership.FencedError{ID: a.id, Current: st.Epoch, Holder: st.Node}
+	}
+	a.fence = fencing.Fence{World: d.world, ID: a.id, Node: a.node, Epoch: a.epoch, Revision: st.Revision}
+	// The record's expiry is the writer's wall clock: compare it with ours
+	// less the skew bound. This decides liveness only; the fence decides
+	// every commit.
+	if until := start.Add(st.Expires.Sub(start.Round(0)) - d.skew); until.After(a.until) {
+		a.until = until
+	}
+	return nil
+}

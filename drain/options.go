@@ -1,0 +1,91 @@
+package drain
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults of a Drainer.
+const (
+	DefaultBatch      = 1000
+	DefaultLockTTL    = 30 * time.Second
+	DefaultBackoffMin = 100 * time.Millisecond
+	DefaultBackoffMax = 5 * time.Second
+	maxBatch          = 10000
+)
+
+// Option configures a Drainer.
+type Option func(*Drainer) error
+
+// WithBatch sets how many messages one read fetches and one commit covers
+// (1..10000, default 1000).
+func WithBatch(n int) Option {
+	return func(d *Drainer) error {
+		if n < 1 || n > maxBatch {
+			return fmt.Errorf("%w: batch %d is outside 1..%d", ErrInvalidOption, n, maxBatch)
+		}
+		d.batch = n
+		return nil
+	}
+}
+
+// WithLockTTL sets the drain lock's term (default 30s): a drain that stops
+// renewing its lock (the process died) loses it after this long plus the
+// clock skew bound. At least 10ms.
+func WithLockTTL(ttl time.Duration) Option {
+	return func(d *Drainer) error {
+		if ttl < 10*time.Millisecond {
+			return fmt.Errorf("%w: lock ttl %v is below 10ms", ErrInvalidOption, ttl)
+		}
+		d.lockTTL = ttl
+		return nil
+	}
+}
+
+// WithBackoff sets the wait before a failed message is delivered again:
+// min after the first failure, doubling up to max.
+func WithBackoff(min, max time.Duration) Option {
+	return func(d *Drainer) error {
+		if min < 0 || max < min {
+			return fmt.Errorf("%w: backoff %v..%v (need 0 <= min <= max)", ErrInvalidOption, min, max)
+		}
+		d.backoffMin, d.backoffMax = min, max
+		return nil
+	}
+}
+
+// WithClockSkew sets the bound on the difference between two nodes' wall
+// clocks (default ownership.DefaultMaxSkew). It only decides when a lease
+// or a lock counts as lapsed (liveness), never whether a commit is stored.
+func WithClockSkew(skew time.Duration) Option {
+	return func(d *Drainer) error {
+		if skew < 0 {
+			return fmt.Errorf("%w: negative clock skew %v", ErrInvalidOption, skew)
+		}
+		d.skew = skew
+		return nil
+	}
+}
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option {
+	return func(d *Drainer) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+		}
+		d.log = l
+		return nil
+	}
+}
+
+// RunOption sets a property of one drain.
+type RunOption func(*runOptions)
+
+type runOptions struct {
+	max int // messages to take out of the mailbox; 0 = all
+}
+
+// WithMax stops the drain once n messages left the mailbox (acknowledged or
+// dead-lettered). n <= 0 means no limit.
+func WithMax(n int) RunOption { return func(o *runOptions) { o.max = max(n, 0) } }

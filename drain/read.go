@@ -1,0 +1,147 @@
+package drain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// JetStream API subjects this package reads with (default API prefix).
+const (
+	apiDirectGet = "$JS.API.DIRECT.GET."
+	apiMsgGet    = "$JS.API.STREAM.MSG.GET."
+)
+
+// errNotFound: the stream has no such message.
+var errNotFound = errors.New("drain: no message")
+
+// getRequest is JetStream's message get request.
+type getRequest struct {
+	Seq     uint64 `json:"seq,omitempty"`
+	LastFor string `json:"last_by_subj,omitempty"`
+	NextFor string `json:"next_by_subj,omitempty"`
+	Batch   int    `json:"batch,omitempty"`
+}
+
+// batchResult is one batch read: the messages in stream order, and how
+// many more match after the last one (as the answering replica saw it).
+type batchResult struct {
+	msgs    []*jetstream.RawStreamMsg
+	pending uint64
+}
+
+// readBatch reads up to n messages of subj from sequence from on with one
+// batched direct get. Any replica may answer, so on a replicated stream the
+// answer can lag the leader: it is always a prefix of the subject's
+// messages from `from`, never a message out of order.
+func readBatch(ctx context.Context, nc *nats.Conn, stream, subj string, from uint64, n int) (batchResult, error) {
+	req, err := json.Marshal(getRequest{Seq: from, NextFor: subj, Batch: n})
+	if err != nil {
+		return batchResult{}, err
+	}
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return batchResult{}, fmt.Errorf("drain: read %s: %w", subj, err)
+	}
+	defer sub.Unsubscribe()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return batchResult{}, err
+	}
+	if err := nc.PublishRequest(apiDirectGet+stream, inbox, req); err != nil {
+		return batchResult{}, fmt.Errorf("drain: read %s: %w", subj, err)
+	}
+	var out batchResult
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return batchResult{}, fmt.Errorf("drain: read %s from %d: %w", subj, from, err)
+		}
+		if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+			switch m.Header.Get("Status") {
+			case "204": // end of batch
+				out.pending, _ = strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				return out, nil
+			case "404":
+				return out, nil
+			case "503":
+				return batchResult{}, fmt.Errorf("drain: read %s: no replica of stream %s answers: %w", subj, stream, nats.ErrNoResponders)
+			default:
+				return batchResult{}, fmt.Errorf("drain: read %s: %s %s", subj, m.Header.Get("Status"), m.Header.Get("Description"))
+			}
+		}
+		sm, err := rawFromDirect(m)
+		if err != nil {
+			return batchResult{}, fmt.Errorf("drain: read %s: %w", subj, err)
+		}
+		out.msgs = append(out.msgs, sm)
+	}
+}
+
+func rawFromDirect(m *nats.Msg) (*jetstream.RawStreamMsg, error) {
+	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("bad sequence header %q", m.Header.Get(jetstream.SequenceHeader))
+	}
+	ts, err := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+	if err != nil {
+		return nil, fmt.Errorf("bad timestamp header %q", m.Header.Get(jetstream.TimeStampHeaer))
+	}
+	return &jetstream.RawStreamMsg{Subject: m.Header.Get(jetstream.SubjectHeader), Sequence: seq, Header: m.Header, Data: m.Data, Time: ts}, nil
+}
+
+// getResponse is JetStream's answer to a (non-direct) message get.
+type getResponse struct {
+	Error *struct {
+		Code        int    `json:"code"`
+		ErrCode     uint16 `json:"err_code"`
+		Description string `json:"description"`
+	} `json:"error"`
+	Message *struct {
+		Subject string    `json:"subject"`
+		Seq     uint64    `json:"seq"`
+		Header  []byte    `json:"hdrs"`
+		Data    []byte    `json:"data"`
+		Time    time.Time `json:"time"`
+	} `json:"message"`
+}
+
+// leaderGet reads one message through the stream leader (not a direct get
+// that any replica may answer): the reads a decision rests on use it. It
+// returns errNotFound when no message matches.
+func leaderGet(ctx context.Context, nc *nats.Conn, stream string, req getRequest) (*jetstream.RawStreamMsg, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := nc.RequestWithContext(ctx, apiMsgGet+stream, body)
+	if err != nil {
+		return nil, fmt.Errorf("drain: read stream %s: %w", stream, err)
+	}
+	var r getResponse
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return nil, fmt.Errorf("drain: read stream %s: bad response: %w", stream, err)
+	}
+	if r.Error != nil {
+		if r.Error.ErrCode == uint16(jetstream.JSErrCodeMessageNotFound) {
+			return nil, errNotFound
+		}
+		return nil, fmt.Errorf("drain: read stream %s: %s (%d)", stream, r.Error.Description, r.Error.ErrCode)
+	}
+	if r.Message == nil {
+		return nil, errNotFound
+	}
+	sm := &jetstream.RawStreamMsg{Subject: r.Message.Subject, Sequence: r.Message.Seq, Data: r.Message.Data, Time: r.Message.Time}
+	if len(r.Message.Header) > 0 {
+		if sm.Header, err = nats.DecodeHeadersMsg(r.Message.Header); err != nil {
+			return nil, fmt.Errorf("drain: read stream %s: bad headers: %w", stream, err)
+		}
+	}
+	return sm, nil
+}

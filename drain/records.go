@@ -1,0 +1,159 @@
+package drain
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencepost/fencepost/internal/wire"
+)
+
+// RecordVersion is the only cursor and lock record version this code reads
+// and writes. A reader that meets another version refuses.
+const RecordVersion = 1
+
+// ErrCorruptRecord: a cursor or lock record does not decode. Nothing is
+// written over it.
+var ErrCorruptRecord = errors.New("drain: corrupt record")
+
+// maxErrorBytes bounds the last error kept in a cursor or dead letter.
+const maxErrorBytes = 1024
+
+// Cursor is the delivery cursor of one id, stored as JSON under
+// wire.CursorKey(id) and written only with the owner's fence:
+//
+//	{"v":1,"seq":1041}
+//	{"v":1,"seq":1041,"head":1042,"failures":2,"error":"timeout"}
+//
+// Seq is the last mailbox stream sequence whose message left the mailbox
+// (acknowledged or dead-lettered): delivery resumes after it. Head, when
+// set, is the next message, which failed Failures deliveries, the last
+// with Error; the count survives a takeover and a restart.
+type Cursor struct {
+	V        int    `json:"v"`
+	Seq      uint64 `json:"seq"`
+	Head     uint64 `json:"head,omitempty"`
+	Failures int    `json:"failures,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// EncodeCursor validates c and returns its JSON form.
+func EncodeCursor(c Cursor) ([]byte, error) {
+	c.V = RecordVersion
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(c)
+}
+
+// DecodeCursor parses a stored cursor, refusing unknown versions and
+// anything malformed with ErrCorruptRecord.
+func DecodeCursor(data []byte) (Cursor, error) {
+	var c Cursor
+	if err := decodeStrict(data, "cursor", &c); err != nil {
+		return Cursor{}, err
+	}
+	if err := c.validate(); err != nil {
+		return Cursor{}, err
+	}
+	return c, nil
+}
+
+func (c Cursor) validate() error {
+	switch {
+	case c.Failures < 0:
+		return fmt.Errorf("%w: cursor with negative failures", ErrCorruptRecord)
+	case (c.Head == 0) != (c.Failures == 0):
+		return fmt.Errorf("%w: cursor head %d with %d failures (both or neither)", ErrCorruptRecord, c.Head, c.Failures)
+	case c.Head != 0 && c.Head <= c.Seq:
+		return fmt.Errorf("%w: cursor head %d is not after seq %d", ErrCorruptRecord, c.Head, c.Seq)
+	case c.Failures == 0 && c.Error != "":
+		return fmt.Errorf("%w: cursor error without failures", ErrCorruptRecord)
+	case len(c.Error) > maxErrorBytes:
+		return fmt.Errorf("%w: cursor error is %d bytes, the limit is %d", ErrCorruptRecord, len(c.Error), maxErrorBytes)
+	}
+	return nil
+}
+
+// failuresOf is how many deliveries of the message at seq failed before.
+func (c Cursor) failuresOf(seq uint64) int {
+	if c.Head == seq {
+		return c.Failures
+	}
+	return 0
+}
+
+// Lock is the drain lock of one id, stored as JSON under wire.LockKey(id):
+//
+//	{"v":1,"token":"Xb9...","node":"n1","epoch":7,"expires":"2026-11-29T21:00:30Z"}
+//
+// Token is unique per drain. Expires is the holder's wall clock plus the
+// lock term; the holder renews it at a third of the term.
+type Lock struct {
+	V       int       `json:"v"`
+	Token   string    `json:"token"`
+	Node    string    `json:"node"`
+	Epoch   uint64    `json:"epoch"`
+	Expires time.Time `json:"expires"`
+}
+
+// EncodeLock validates l and returns its JSON form.
+func EncodeLock(l Lock) ([]byte, error) {
+	l.V = RecordVersion
+	l.Expires = l.Expires.UTC()
+	if err := l.validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(l)
+}
+
+// DecodeLock parses a stored lock.
+func DecodeLock(data []byte) (Lock, error) {
+	var l Lock
+	if err := decodeStrict(data, "lock", &l); err != nil {
+		return Lock{}, err
+	}
+	if err := l.validate(); err != nil {
+		return Lock{}, err
+	}
+	return l, nil
+}
+
+func (l Lock) validate() error {
+	switch {
+	case l.Token == "" || len(l.Token) > 64:
+		return fmt.Errorf("%w: lock token must be 1 to 64 bytes", ErrCorruptRecord)
+	case wire.ValidateNode(l.Node) != nil:
+		return fmt.Errorf("%w: lock node: %v", ErrCorruptRecord, wire.ValidateNode(l.Node))
+	case l.Epoch == 0:
+		return fmt.Errorf("%w: lock epoch 0", ErrCorruptRecord)
+	case l.Expires.IsZero():
+		return fmt.Errorf("%w: lock without expiry", ErrCorruptRecord)
+	}
+	return nil
+}
+
+// decodeStrict decodes one JSON object with a known version and no unknown
+// fields or trailing data.
+func decodeStrict(data []byte, what string, into any) error {
+	var probe struct {
+		V *int `json:"v"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return fmt.Errorf("%w: %s is not JSON: %v", ErrCorruptRecord, what, err)
+	}
+	if probe.V == nil || *probe.V != RecordVersion {
+		return fmt.Errorf("%w: %s version is not %d; upgrade fencepost", ErrCorruptRecord, what, RecordVersion)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrCorruptRecord, what, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: %s: trailing data", ErrCorruptRecord, what)
+	}
+	return nil
+}

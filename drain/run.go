@@ -1,0 +1,393 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/queue"
+)
+
+// maxCommitAttempts bounds the retries of one cursor write while renewals
+// keep moving the ownership record under it.
+const maxCommitAttempts = 32
+
+// run is one drain of one id.
+type run struct {
+	d  *Drainer
+	a  *authority
+	lk *heldLock
+	h  Handler
+	o  runOptions
+
+	subj       string // the mailbox subject
+	cursorSubj string // the cursor's subject in the bucket stream
+	cur        Cursor // the last committed cursor
+	purged     uint64 // messages below this sequence were purged
+	res        Result
+	uncertain  bool // a commit's outcome is unknown
+}
+
+func (d *Drainer) drain(ctx context.Context, a *authority, h Handler, opts []RunOption) (Result, error) {
+	var o runOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	// The holder check comes first: a caller that does not hold the id
+	// writes nothing at all, not even the lock.
+	if err := d.authorize(ctx, a); err != nil {
+		return Result{}, err
+	}
+	lk, takeover, err := d.acquire(ctx, a)
+	if err != nil {
+		return Result{}, err
+	}
+	r := &run{d: d, a: a, lk: lk, h: h, o: o,
+		subj:       wire.MailboxSubject(d.world, a.id),
+		cursorSubj: wire.KeySubject(d.world, wire.CursorKey(a.id)),
+	}
+	rctx, stop := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); lk.keep(rctx, stop) }()
+	defer func() {
+		stop(nil)
+		wg.Wait()
+		// After an unknown commit the lock is left to lapse: the next drain
+		// then takes it over, which fences a commit still in flight.
+		if !r.uncertain {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			lk.release(cctx)
+			cancel()
+		}
+	}()
+	if takeover {
+		if err := r.fenceTakeover(rctx); err != nil {
+			return r.res, err
+		}
+	}
+	if err := r.loadCursor(rctx); err != nil {
+		return r.res, err
+	}
+	err = r.loop(rctx)
+	if cause := context.Cause(rctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) && ctx.Err() == nil {
+		err = cause // the lock was lost
+	}
+	return r.res, err
+}
+
+// fenceTakeover runs after this drain took over a lapsed lock: it writes
+// the ownership record (a renewal by the holding node, which keeps node and
+// epoch) so that the record's revision moves past any fence the previous
+// drain still holds. Every commit that drain sends from now on is refused,
+// and its retry finds out it lost the lock (design.md section 3).
+func (r *run) fenceTakeover(ctx context.Context) error {
+	l, err := r.d.own.Renew(ctx, r.a.id, r.a.node, r.a.ttl)
+	if err != nil {
+		return err
+	}
+	if l.Epoch != r.a.epoch {
+		return &ownership.FencedError{ID: r.a.id, Current: l.Epoch, Holder: l.Node}
+	}
+	r.a.fence.Revision = l.Revision
+	if l.ValidUntil().After(r.a.until) {
+		r.a.until = l.ValidUntil()
+	}
+	return nil
+}
+
+// loadCursor reads the id's cursor through the bucket stream's leader.
+func (r *run) loadCursor(ctx context.Context) error {
+	c, err := r.d.readCursor(ctx, r.a.id)
+	if err != nil {
+		return err
+	}
+	r.cur, r.res.Cursor = c, c.Seq
+	return nil
+}
+
+// readCursor reads id's cursor through the bucket stream's leader; an
+// absent (or deleted) cursor is zero.
+func (d *Drainer) readCursor(ctx context.Context, id string) (Cursor, error) {
+	m, err := leaderGet(ctx, d.nc, wire.BucketStream(d.world), getRequest{LastFor: wire.KeySubject(d.world, wire.CursorKey(id))})
+	if errors.Is(err, errNotFound) {
+		return Cursor{}, nil
+	}
+	if err != nil {
+		return Cursor{}, err
+	}
+	if isMarker(m.Header) {
+		return Cursor{}, nil
+	}
+	c, err := DecodeCursor(m.Data)
+	if err != nil {
+		return Cursor{}, fmt.Errorf("drain: cursor of %q (key %s): %w; it is left as it is", id, wire.CursorKey(id), err)
+	}
+	return c, nil
+}
+
+func isMarker(h nats.Header) bool {
+	switch h.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	return h.Get(jetstream.MarkerReasonHeader) != ""
+}
+
+// loop reads and handles batches until the mailbox is empty or the limit
+// is reached.
+func (r *run) loop(ctx context.Context) error {
+	for {
+		n := r.d.batch
+		if r.o.max > 0 {
+			if r.res.Count >= r.o.max {
+				return nil
+			}
+			n = min(n, r.o.max-r.res.Count)
+		}
+		b, err := readBatch(ctx, r.d.nc, wire.MailboxStream(r.d.world), r.subj, r.cur.Seq+1, n)
+		if err != nil {
+			return err
+		}
+		if len(b.msgs) == 0 {
+			if more, err := r.leaderHasMore(ctx); err != nil || !more {
+				return err
+			}
+			// The replica that answered lags the leader: read again.
+			if err := sleep(ctx, 2*time.Millisecond); err != nil {
+				return err
+			}
+			continue
+		}
+		again, err := r.handle(ctx, b.msgs)
+		if err != nil {
+			return err
+		}
+		if !again && len(b.msgs) < n && b.pending == 0 && r.d.cfg.Replicas == 1 {
+			return nil // the only replica said this was all
+		}
+	}
+}
+
+// leaderHasMore asks the stream leader whether a message after the cursor
+// exists. On a single replica the direct read already came from it.
+func (r *run) leaderHasMore(ctx context.Context) (bool, error) {
+	if r.d.cfg.Replicas == 1 {
+		return false, nil
+	}
+	_, err := leaderGet(ctx, r.d.nc, wire.MailboxStream(r.d.world), getRequest{Seq: r.cur.Seq + 1, NextFor: r.subj})
+	if errors.Is(err, errNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// handle delivers one batch in order and commits it with one cursor write.
+// A failed delivery commits the messages before it together with the
+// failure count, waits, and returns again=true so that the loop reads from
+// it again.
+func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again bool, err error) {
+	next := r.cur
+	var acked, dead int
+	for _, m := range msgs {
+		if m.Sequence <= next.Seq {
+			continue // committed; its purge has not reached this replica
+		}
+		delivery := r.cur.failuresOf(m.Sequence) + 1
+		r.res.Deliveries++
+		herr := r.h(ctx, r.message(m, delivery))
+		if herr == nil {
+			next, acked = Cursor{Seq: m.Sequence}, acked+1
+			continue
+		}
+		if ctx.Err() != nil {
+			// Stopped while the handler ran: not the message's fault. Keep
+			// what was acknowledged, if the holding still allows.
+			if next.Seq > r.cur.Seq {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				if cerr := r.commit(cctx, next, acked, dead); cerr != nil {
+					return false, cerr
+				}
+			}
+			return false, context.Cause(ctx)
+		}
+		if delivery >= r.d.cfg.MaxDeliveries {
+			if err := r.deadLetter(ctx, m, delivery, herr); err != nil {
+				if next.Seq > r.cur.Seq {
+					if cerr := r.commit(ctx, next, acked, dead); cerr != nil {
+						return false, cerr
+					}
+				}
+				return false, err
+			}
+			next, dead = Cursor{Seq: m.Sequence}, dead+1
+			continue
+		}
+		fail := Cursor{Seq: next.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
+		if err := r.commit(ctx, fail, acked, dead); err != nil {
+			return false, err
+		}
+		return true, sleep(ctx, r.d.backoff(delivery))
+	}
+	if next.Seq == r.cur.Seq {
+		return false, nil
+	}
+	return false, r.commit(ctx, next, acked, dead)
+}
+
+func (r *run) message(m *jetstream.RawStreamMsg, delivery int) Message {
+	return Message{
+		ID: r.a.id, Seq: m.Sequence, From: m.Header.Get(queue.HeaderFrom),
+		Body: m.Data, Headers: queue.UserHeaders(m.Header), Posted: m.Time,
+		Delivery: delivery, Fence: r.a.fence,
+	}
+}
+
+// commit writes the cursor with the fence and then purges what it covers.
+// The broker stores the write only if the ownership record is still at the
+// fence's revision. A refusal after a renewal (same node and epoch on the
+// record) is retried with the new revision, once the drain has re-proved
+// that it still holds its lock; any other refusal ends the drain with the
+// ownership outcome, and nothing was removed.
+func (r *run) commit(ctx context.Context, next Cursor, acked, dead int) error {
+	if r.d.beforeCommit != nil {
+		r.d.beforeCommit(r.a.id, next)
+	}
+	if err := r.lk.check(ctx); err != nil {
+		return err
+	}
+	if !r.a.valid() {
+		if err := r.reauthorize(ctx); err != nil {
+			return err
+		}
+		if !r.a.valid() {
+			return &ownership.FreeError{ID: r.a.id, LastEpoch: r.a.epoch}
+		}
+	}
+	data, err := EncodeCursor(next)
+	if err != nil {
+		return err
+	}
+	for attempt := 1; ; attempt++ {
+		_, err := r.d.js.Publish(ctx, r.cursorSubj, data, r.a.fence.Expect())
+		if err == nil {
+			break
+		}
+		if !wrongLastSequence(err) {
+			return r.commitError(next, err)
+		}
+		if attempt >= maxCommitAttempts {
+			return fmt.Errorf("%w: the ownership record of %q changed under %d commits in a row", ErrContended, r.a.id, attempt)
+		}
+		if err := r.reauthorize(ctx); err != nil {
+			return err
+		}
+		if attempt > 1 {
+			if err := sleep(ctx, time.Duration(attempt)*time.Millisecond); err != nil {
+				return err
+			}
+		}
+	}
+	r.cur = next
+	r.res.Cursor = next.Seq
+	r.res.Acked += acked
+	r.res.DeadLettered += dead
+	r.res.Count += acked + dead
+	r.purge(ctx)
+	return nil
+}
+
+// reauthorize re-reads the record after a refused commit or a lapsed local
+// deadline. It then renews the drain lock with a compare-and-swap: that
+// write succeeds only if no drain took the lock over, and a takeover always
+// precedes the record write that fences its victim, so a revision read here
+// is never one that a takeover already fenced this drain out of.
+func (r *run) reauthorize(ctx context.Context) error {
+	if err := r.d.authorize(ctx, r.a); err != nil {
+		return err
+	}
+	return r.lk.renew(ctx)
+}
+
+func (r *run) commitError(next Cursor, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("drain: commit of %q refused by the server (nothing removed): %w", r.a.id, err)
+	}
+	r.uncertain = true
+	return &UnknownError{ID: r.a.id, Cursor: next.Seq, Err: err}
+}
+
+// purge removes the committed messages from the mailbox. It is cleanup
+// only: delivery resumes after the cursor, so a purge that fails (or never
+// runs) costs space, never a redelivery. The next commit's purge covers it.
+func (r *run) purge(ctx context.Context) {
+	below := r.cur.Seq + 1
+	if below <= r.purged {
+		return
+	}
+	if err := r.d.w.Mailbox.Purge(ctx, jetstream.WithPurgeSubject(r.subj), jetstream.WithPurgeSequence(below)); err != nil {
+		r.d.log.Warn("drain: purge of committed messages failed; the next commit retries", "world", r.d.world, "id", r.a.id, "below", below, "error", err)
+		return
+	}
+	r.purged = below
+}
+
+// wrongLastSequence: the fence's expectation failed (10071; 10164 on a
+// replicated stream while another write to the record is in flight).
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+func (d *Drainer) backoff(delivery int) time.Duration {
+	b := d.backoffMin
+	for i := 1; i < delivery && b < d.backoffMax; i++ {
+		b *= 2
+	}
+	return min(b, d.backoffMax)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// clip makes an error text fit a header and a cursor: one line, control
+// characters replaced, at most maxErrorBytes on a rune boundary.
+func clip(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+	if len(s) <= maxErrorBytes {
+		return s
+	}
+	cut := maxErrorBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}

@@ -1,0 +1,113 @@
+package queue
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Headers of a mailbox message (docs/wire.md "Mailboxes"). Only
+// HeaderFrom is fencepost's own; the message id is JetStream's dedupe
+// header.
+const (
+	HeaderFrom  = "Fencepost-From" // the sender, optional
+	HeaderMsgID = "Nats-Msg-Id"    // dedupe key, optional
+)
+
+// Reserved header prefixes: a caller's own headers may not use them.
+const (
+	reservedFencepost = "Fencepost-"
+	reservedNats      = "Nats-"
+)
+
+// Limits of the header values Send accepts.
+const (
+	MaxFromBytes   = 256
+	MaxMsgIDBytes  = 256
+	maxHeaderBytes = 4096 // one caller header, key and value
+)
+
+// ValidateFrom checks a sender name: at most MaxFromBytes of UTF-8 without
+// control characters (it travels in a header). Empty means anonymous.
+func ValidateFrom(from string) error {
+	return validateValue("sender", from, MaxFromBytes)
+}
+
+// ValidateMsgID checks a message id: 1 to MaxMsgIDBytes of UTF-8 without
+// control characters or spaces.
+func ValidateMsgID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: the message id is empty", ErrInvalidMessage)
+	}
+	if strings.ContainsFunc(id, unicode.IsSpace) {
+		return fmt.Errorf("%w: the message id %q contains white space", ErrInvalidMessage, id)
+	}
+	return validateValue("message id", id, MaxMsgIDBytes)
+}
+
+func validateValue(what, v string, max int) error {
+	switch {
+	case len(v) > max:
+		return fmt.Errorf("%w: the %s is %d bytes, the limit is %d", ErrInvalidMessage, what, len(v), max)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("%w: the %s %q is not valid UTF-8", ErrInvalidMessage, what, v)
+	case strings.ContainsFunc(v, unicode.IsControl):
+		return fmt.Errorf("%w: the %s %q contains a control character", ErrInvalidMessage, what, v)
+	}
+	return nil
+}
+
+// ValidateHeader checks one caller header: a key of printable ASCII
+// without ':' or spaces that does not start with "Nats-" or "Fencepost-"
+// (those are reserved), and a value without control characters.
+func ValidateHeader(key, value string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty header name", ErrInvalidMessage)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c >= 0x7f || c == ':' {
+			return fmt.Errorf("%w: header name %q has %q at byte %d; use printable ASCII without ':' or spaces", ErrInvalidMessage, key, c, i)
+		}
+	}
+	canon := strings.ToLower(key)
+	if strings.HasPrefix(canon, strings.ToLower(reservedFencepost)) || strings.HasPrefix(canon, strings.ToLower(reservedNats)) {
+		return fmt.Errorf("%w: header name %q uses a reserved prefix (%q, %q)", ErrInvalidMessage, key, reservedNats, reservedFencepost)
+	}
+	if len(key)+len(value) > maxHeaderBytes {
+		return fmt.Errorf("%w: header %q is %d bytes, the limit is %d", ErrInvalidMessage, key, len(key)+len(value), maxHeaderBytes)
+	}
+	return validateValue("value of header "+key, value, maxHeaderBytes)
+}
+
+// UserHeaders returns the caller's own headers of a stored message: every
+// header except the reserved ones and the status line. It never returns
+// nil.
+func UserHeaders(h nats.Header) nats.Header {
+	out := nats.Header{}
+	for k, v := range h {
+		canon := strings.ToLower(k)
+		if strings.HasPrefix(canon, strings.ToLower(reservedFencepost)) || strings.HasPrefix(canon, strings.ToLower(reservedNats)) || k == "Status" || k == "Description" {
+			continue
+		}
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+// headerSize is the size of h on the wire, as the server counts it against
+// a stream's max message size.
+func headerSize(h nats.Header) int {
+	if len(h) == 0 {
+		return 0
+	}
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
+}
