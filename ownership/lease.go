@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/wire"
 )
 
 // Lease is a won claim, seize or renewal: the fence to carry into every
@@ -14,17 +15,25 @@ type Lease struct {
 	Expires time.Time     // expiry on the record (the writer's wall clock)
 	TTL     time.Duration // the term asked for
 
-	validUntil time.Time // local, with a monotonic reading
+	validUntil time.Time   // local, with a monotonic reading
+	rec        wire.Record // the record as written (for the keeper)
+	backing    *Keeper     // the node lease keeper of a node-backed lease
 }
 
 // ValidUntil is the instant (local clock) after which the holder must stop
 // acting: the published expiry less the clock-bound margin, measured from
-// before the write was sent.
-func (l *Lease) ValidUntil() time.Time { return l.validUntil }
+// before the write was sent. For a lease backed by a node lease (see
+// Session) it is the node lease's, and moves on with each of its renewals.
+func (l *Lease) ValidUntil() time.Time {
+	if l.backing != nil {
+		return l.backing.ValidUntil()
+	}
+	return l.validUntil
+}
 
 // Valid reports whether the holder may still act. It uses the monotonic
 // clock, so wall-clock jumps do not extend it.
-func (l *Lease) Valid() bool { return time.Now().Before(l.validUntil) }
+func (l *Lease) Valid() bool { return time.Now().Before(l.ValidUntil()) }
 
 // Status is what the record says about an id.
 type Status struct {

@@ -60,7 +60,7 @@ func (s *Store) run(ctx context.Context, op, id string, first firstView, single 
 			s.debug(ctx, op, id, "outcome", refusal)
 			return view{}, start, refusal
 		}
-		nv, err := s.write(ctx, op, id, v, *next)
+		nv, err := s.retireThenWrite(ctx, op, id, v, start.Round(0), *next)
 		if !errors.Is(err, errConflict) {
 			return nv, start, err
 		}
@@ -99,7 +99,7 @@ func (s *Store) Claim(ctx context.Context, id, node string, ttl time.Duration) (
 	}
 	v, start, err := s.run(ctx, "claim", id, cachedOrAbsent, false, func(v view, now time.Time) (*wire.Record, error) {
 		if v.live(now) {
-			return nil, &HeldError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.rec.Expires}
+			return nil, &HeldError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.expires()}
 		}
 		return held(node, v.nextEpoch(), ttl, now), nil
 	})
@@ -137,7 +137,7 @@ func (s *Store) Release(ctx context.Context, id, node string) error {
 			return nil, &NotOwnerError{ID: id, Holder: v.rec.Node, Epoch: v.rec.Epoch}
 		}
 		r := v.rec
-		r.State, r.Expires = wire.StateFree, now
+		r.State, r.Expires, r.NodeLease = wire.StateFree, now, 0
 		return &r, nil
 	})
 	return err
@@ -179,7 +179,10 @@ func (s *Store) Renew(ctx context.Context, id, node string, ttl time.Duration) (
 			return nil, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
 		}
 		if v.rec.Node != node {
-			return nil, &HeldError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.rec.Expires}
+			return nil, &HeldError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.expires()}
+		}
+		if v.rec.Backed() {
+			return nil, &BackedError{ID: id, Node: v.rec.Node, NodeLease: v.rec.NodeLease}
 		}
 		r := v.rec
 		r.TTLms = ttl.Milliseconds()
@@ -209,7 +212,7 @@ func (s *Store) Seize(ctx context.Context, id, node string, ttl time.Duration, f
 			return nil, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
 		}
 		if v.live(now) && !force {
-			return nil, &LiveError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.rec.Expires}
+			return nil, &LiveError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.expires()}
 		}
 		return held(node, v.rec.Epoch+1, ttl, now), nil
 	})

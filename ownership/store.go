@@ -65,11 +65,17 @@ type view struct {
 	rev       uint64      // last revision of the record subject, 0 if never written
 	tombstone bool        // the last entry is a delete/purge marker
 	rec       wire.Record // valid when rev > 0 && !tombstone
+
+	// For a record backed by a node lease (rec.NodeLease != 0): that node's
+	// lease record as read right after rec (nil when absent or deleted) and
+	// its revision. Backed views are never cached (see backing.go).
+	nl    *wire.Record
+	nlRev uint64
 }
 
 func (v view) present() bool { return v.rev > 0 && !v.tombstone }
 
-func (v view) live(now time.Time) bool { return v.present() && v.rec.Live(now) }
+func (v view) live(now time.Time) bool { return v.present() && v.rec.LiveBacked(v.nl, now) }
 
 func (v view) lastEpoch() uint64 {
 	if v.present() {
@@ -119,8 +125,12 @@ func (s *Store) read(ctx context.Context, id string) (view, error) {
 		s.debug(ctx, "read", id, "error", err, "rev", v.rev)
 		return view{}, fmt.Errorf("ownership: record of %q at revision %d (key %s): %w; it is left as it is: inspect it, then delete the key or reset the world", id, v.rev, wire.RecordKey(id), err)
 	}
+	s.debug(ctx, "read", id, "rev", v.rev, "node", v.rec.Node, "epoch", v.rec.Epoch, "state", v.rec.State, "expires", v.rec.Expires, "node_lease", v.rec.NodeLease)
+	if v.rec.Backed() {
+		s.cache.drop(id)
+		return s.readBacking(ctx, v)
+	}
 	s.cache.put(id, v)
-	s.debug(ctx, "read", id, "rev", v.rev, "node", v.rec.Node, "epoch", v.rec.Epoch, "state", v.rec.State, "expires", v.rec.Expires)
 	return v, nil
 }
 
@@ -152,8 +162,12 @@ func (s *Store) write(ctx context.Context, op, id string, over view, rec wire.Re
 	rev, err := s.kv.Update(ctx, wire.RecordKey(id), data, over.rev)
 	if err == nil {
 		v := view{rev: rev, rec: rec}
-		s.cache.put(id, v)
-		s.debug(ctx, op, id, "outcome", "written", "rev", rev, "over", over.rev, "node", rec.Node, "epoch", rec.Epoch, "state", rec.State)
+		if rec.Backed() {
+			s.cache.drop(id)
+		} else {
+			s.cache.put(id, v)
+		}
+		s.debug(ctx, op, id, "outcome", "written", "rev", rev, "over", over.rev, "node", rec.Node, "epoch", rec.Epoch, "state", rec.State, "node_lease", rec.NodeLease)
 		return v, nil
 	}
 	s.cache.drop(id)
@@ -189,23 +203,31 @@ func attrs(args []any) []slog.Attr {
 // before the write was sent, so the authority is measured from no later
 // than the moment the broker stored it.
 func (s *Store) lease(id string, v view, start time.Time, ttl time.Duration) *Lease {
-	span := v.rec.Expires.Sub(start.Round(0))
-	margin := s.skew + time.Duration(2*s.drift*float64(span))
 	return &Lease{
 		Fence:      fencing.Fence{World: s.world, ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Revision: v.rev},
 		Expires:    v.rec.Expires,
 		TTL:        ttl,
-		validUntil: start.Add(span - margin),
+		validUntil: s.authority(v.rec.Expires, start),
+		rec:        v.rec,
 	}
+}
+
+// authority is the local instant until which the writer of a record with
+// expiry expires may act, the write having been sent after start: the
+// published span less the clock-bound margin delta + 2*rho*span.
+func (s *Store) authority(expires, start time.Time) time.Time {
+	span := expires.Sub(start.Round(0))
+	margin := s.skew + time.Duration(2*s.drift*float64(span))
+	return start.Add(span - margin)
 }
 
 func (s *Store) status(id string, v view, now time.Time) Status {
 	st := Status{ID: id, Revision: v.rev, Epoch: v.lastEpoch()}
 	if v.present() {
 		st.Node = v.rec.Node
-		if v.rec.Live(now) {
+		if v.live(now) {
 			st.Held = true
-			st.Expires = v.rec.Expires
+			st.Expires = v.expires()
 		}
 	}
 	return st

@@ -29,20 +29,50 @@ var (
 //
 //	{"v":1,"node":"n1","epoch":7,"state":"held","ttl_ms":10000,
 //	 "acquired":"2026-11-29T21:00:00.123Z","expires":"2026-11-29T21:00:10.123Z"}
+//
+// A held record may name the node lease that backs it ("node_lease": the
+// epoch of the node lease record under NodeKey(node) it was claimed with).
+// Such a record is live iff that node lease record is live and still at that
+// epoch (LiveBacked); its own "expires" is then only the node lease's expiry
+// when the id was written. A node lease record has the same format, at
+// NodeKey(node), and never names a node lease itself.
 type Record struct {
-	V        int       `json:"v"`
-	Node     string    `json:"node"`
-	Epoch    uint64    `json:"epoch"`
-	State    string    `json:"state"`
-	TTLms    int64     `json:"ttl_ms"`
-	Acquired time.Time `json:"acquired"`
-	Expires  time.Time `json:"expires"`
+	V         int       `json:"v"`
+	Node      string    `json:"node"`
+	Epoch     uint64    `json:"epoch"`
+	State     string    `json:"state"`
+	TTLms     int64     `json:"ttl_ms"`
+	Acquired  time.Time `json:"acquired"`
+	Expires   time.Time `json:"expires"`
+	NodeLease uint64    `json:"node_lease,omitempty"`
 }
 
 // Live reports whether the record names a holder whose lease has not lapsed
-// at now. Exact expiry is lapsed: now >= Expires.
+// at now. Exact expiry is lapsed: now >= Expires. For a record backed by a
+// node lease it is not the whole rule: use LiveBacked.
 func (r *Record) Live(now time.Time) bool {
 	return r.State == StateHeld && now.Before(r.Expires)
+}
+
+// Backed reports whether a held record is backed by a node lease.
+func (r *Record) Backed() bool { return r.State == StateHeld && r.NodeLease != 0 }
+
+// BackedBy reports whether node lease record nl (nil: absent or deleted) is
+// the session that backs r: held, by r's node, at epoch r.NodeLease. Once
+// false for a record it stays false: node lease epochs never repeat.
+func (r *Record) BackedBy(nl *Record) bool {
+	return r.Backed() && nl != nil && nl.State == StateHeld && nl.Node == r.Node && nl.Epoch == r.NodeLease
+}
+
+// LiveBacked is the liveness rule of every record: a record without a node
+// lease is live per Live; a record backed by a node lease is live iff the
+// node lease record nl (nil: absent or deleted) is held by the same node at
+// the epoch the record names, and is itself live at now.
+func (r *Record) LiveBacked(nl *Record, now time.Time) bool {
+	if !r.Backed() {
+		return r.Live(now)
+	}
+	return r.BackedBy(nl) && nl.Live(now)
 }
 
 // EncodeRecord validates r and returns its JSON form.
@@ -98,6 +128,8 @@ func (r *Record) validate() error {
 		return fmt.Errorf("%w: negative ttl_ms", ErrCorruptRecord)
 	case r.State == StateHeld && r.Expires.IsZero():
 		return fmt.Errorf("%w: held record without expiry", ErrCorruptRecord)
+	case r.State == StateFree && r.NodeLease != 0:
+		return fmt.Errorf("%w: a free record names node lease %d", ErrCorruptRecord, r.NodeLease)
 	}
 	return nil
 }

@@ -1,0 +1,157 @@
+package ownership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/wire"
+)
+
+// Records backed by a node lease (seed 001, SPEC section 5).
+//
+// An id claimed through a Session names the session's node lease epoch in
+// its record (wire.Record.NodeLease). It is live iff the node lease record
+// of its node is held at that epoch and live (wire.Record.LiveBacked), so
+// one renewal of the node lease extends every id the node holds, and the
+// lapse or release of the node lease frees them all at once.
+//
+// A takeover is still one conditional write on the id record. One more rule
+// keeps a lapsed holder from coming back: before the first takeover of an
+// id whose node lease has lapsed but whose node lease record still says
+// held, the taker retires that session with a compare-and-swap of the node
+// lease record to free (retire). A renewal of the old session that was in
+// flight then fails, so the old holder learns it lost everything instead of
+// believing a late renewal. A session is retired once; later takeovers of
+// its other ids find it free and write only the id record.
+
+// readBacking completes the view of a backed record with its node lease.
+func (s *Store) readBacking(ctx context.Context, v view) (view, error) {
+	nv, err := s.readNode(ctx, "read", v.rec.Node)
+	if err != nil {
+		return view{}, err
+	}
+	if nv.present() {
+		v.nl, v.nlRev = &nv.rec, nv.rev
+	}
+	return v, nil
+}
+
+// expires is when the lease on v lapses: the record's own expiry, or for a
+// backed record its node lease's.
+func (v view) expires() time.Time {
+	if v.rec.BackedBy(v.nl) {
+		return v.nl.Expires
+	}
+	return v.rec.Expires
+}
+
+// staleSession reports whether v is backed by a node lease that has lapsed
+// at now while its record still says held: a takeover retires it first.
+func (v view) staleSession(now time.Time) bool {
+	return v.present() && v.rec.BackedBy(v.nl) && !v.nl.Live(now)
+}
+
+// retireThenWrite writes rec over v, first retiring v's lapsed node lease
+// session if it has one. A lost retire is errConflict, like a lost write.
+func (s *Store) retireThenWrite(ctx context.Context, op, id string, v view, now time.Time, rec wire.Record) (view, error) {
+	if v.staleSession(now) {
+		if s.beforeWrite != nil {
+			s.beforeWrite("retire", id)
+		}
+		r := *v.nl
+		r.State, r.Expires = wire.StateFree, now
+		if _, err := s.writeNode(ctx, "retire", r.Node, view{rev: v.nlRev, rec: *v.nl}, r); err != nil {
+			return view{}, err
+		}
+	}
+	return s.write(ctx, op, id, v, rec)
+}
+
+// readNode fetches node's lease record.
+func (s *Store) readNode(ctx context.Context, op, node string) (view, error) {
+	key := wire.NodeKey(node)
+	m, err := getLast(ctx, s.js, wire.BucketStream(s.world), wire.KeySubject(s.world, key))
+	if errors.Is(err, errNoMsg) {
+		s.debugNode(ctx, op, node, "outcome", "absent")
+		return view{}, nil
+	}
+	if err != nil {
+		s.debugNode(ctx, op, node, "error", err)
+		return view{}, fmt.Errorf("ownership: read node lease of %q: %w", node, err)
+	}
+	v := view{rev: m.Seq}
+	if isMarker(m.Header) {
+		v.tombstone = true
+		s.debugNode(ctx, op, node, "outcome", "deleted", "rev", v.rev)
+		return v, nil
+	}
+	if v.rec, err = wire.DecodeRecord(m.Data); err == nil && (v.rec.NodeLease != 0 || v.rec.Node != node && v.rec.State == wire.StateHeld) {
+		err = fmt.Errorf("%w: a node lease names node %q and node lease %d", wire.ErrCorruptRecord, v.rec.Node, v.rec.NodeLease)
+	}
+	if err != nil {
+		s.debugNode(ctx, op, node, "error", err, "rev", v.rev)
+		return view{}, fmt.Errorf("ownership: node lease of %q at revision %d (key %s): %w; it is left as it is: inspect it, then delete the key or reset the world", node, v.rev, key, err)
+	}
+	s.debugNode(ctx, op, node, "rev", v.rev, "epoch", v.rec.Epoch, "state", v.rec.State, "expires", v.rec.Expires)
+	return v, nil
+}
+
+// writeNode stores a node lease record over the view's revision.
+func (s *Store) writeNode(ctx context.Context, op, node string, over view, rec wire.Record) (view, error) {
+	data, err := wire.EncodeRecord(rec)
+	if err != nil {
+		return view{}, err
+	}
+	rev, err := s.kv.Update(ctx, wire.NodeKey(node), data, over.rev)
+	if err == nil {
+		s.debugNode(ctx, op, node, "outcome", "written", "rev", rev, "over", over.rev, "epoch", rec.Epoch, "state", rec.State, "expires", rec.Expires)
+		return view{rev: rev, rec: rec}, nil
+	}
+	s.debugNode(ctx, op, node, "over", over.rev, "error", err)
+	return view{}, s.writeErr(op, "node lease of "+node, err)
+}
+
+func (s *Store) debugNode(ctx context.Context, op, node string, args ...any) {
+	if !s.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	s.log.LogAttrs(ctx, slog.LevelDebug, "lease "+op, append([]slog.Attr{slog.String("world", s.world), slog.String("node_lease", node)}, attrs(args)...)...)
+}
+
+// writeErr classifies a failed conditional write of a node lease like
+// write does for an id record: errConflict, a refusal, or unknown.
+func (s *Store) writeErr(op, what string, err error) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		return errConflict
+	case errors.As(err, &apiErr), errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+		return fmt.Errorf("ownership: %s of %s refused by the server: %w", op, what, err)
+	default:
+		return &UnknownError{Op: op, ID: what, Err: err}
+	}
+}
+
+// ErrBacked: the id's lease is backed by a node lease, so it is renewed by
+// renewing the node lease (its Session), not by itself.
+var ErrBacked = errors.New("ownership: backed by a node lease")
+
+// BackedError is Renew's refusal for an id held through a node lease.
+type BackedError struct {
+	ID        string
+	Node      string
+	NodeLease uint64
+}
+
+func (e *BackedError) Error() string {
+	return fmt.Sprintf("ownership: %q is held by node %q through its node lease (epoch %d); it lives as long as that node lease, which the node's session renews", e.ID, e.Node, e.NodeLease)
+}
+
+// Is matches ErrBacked.
+func (e *BackedError) Is(target error) bool { return target == ErrBacked }

@@ -1,0 +1,252 @@
+package ownership_test
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/testutil"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/world"
+)
+
+func TestSession_BacksIDs(t *testing.T) {
+	suite(t, func(t *testing.T, env *testutil.Env, w *client.World) {
+		ctx := testutil.Ctx(t, time.Minute)
+		const ttl = 300 * time.Millisecond
+		s := w.Ownership
+		ss, err := s.OpenSession(ctx, "n1", ttl)
+		require.NoError(t, err)
+		defer ss.Close()
+		ids := []string{"a", "b.c", "日本"}
+		leases := map[string]*ownership.Lease{}
+		for _, id := range ids {
+			l, err := ss.Claim(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, "n1", l.Node)
+			leases[id] = l
+		}
+		_, err = s.Claim(ctx, "a", "other", time.Minute)
+		require.ErrorIs(t, err, ownership.ErrHeld)
+		_, err = s.Renew(ctx, "a", "n1", time.Minute)
+		require.ErrorIs(t, err, ownership.ErrBacked, "a backed id renews with its node lease")
+
+		// Three node lease renewals later the ids are held, valid, and
+		// their records were not written again.
+		checkFor(t, 5*time.Second, "3 renewals", func() bool { return ss.Renewals() >= 3 })
+		for _, id := range ids {
+			st, err := s.Guard(ctx, id, "n1", leases[id].Epoch)
+			require.NoError(t, err, id)
+			require.Equal(t, leases[id].Revision, st.Revision, "%s: the id record was rewritten", id)
+			require.True(t, st.Expires.After(leases[id].Expires), "%s: expiry follows the node lease", id)
+			require.True(t, leases[id].Valid())
+		}
+
+		// The node dies (no more renewals): every id lapses with the node
+		// lease, at the same instant.
+		require.NoError(t, ss.Close())
+		checkFor(t, 2*time.Second, "the ids lapse", func() bool {
+			st, err := s.Owner(ctx, "a")
+			require.NoError(t, err)
+			return !st.Held
+		})
+		for _, id := range ids {
+			st, err := s.Owner(ctx, id)
+			require.NoError(t, err)
+			require.False(t, st.Held, "%s is still held after its node lease lapsed", id)
+			require.False(t, leases[id].Valid())
+		}
+		// A takeover retires the lapsed session first, then takes the id
+		// with one conditional write; the other ids follow without
+		// another node lease write.
+		l2, err := s.Claim(ctx, "a", "n2", time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, leases["a"].Epoch+1, l2.Epoch)
+		nl, err := w.KV.Get(ctx, wire.NodeKey("n1"))
+		require.NoError(t, err)
+		rec, err := wire.DecodeRecord(nl.Value())
+		require.NoError(t, err)
+		require.Equal(t, wire.StateFree, rec.State, "the lapsed session was retired")
+		nlRev := nl.Revision()
+		l3, err := s.Seize(ctx, "b.c", "n2", time.Minute, false)
+		require.NoError(t, err)
+		require.Equal(t, leases["b.c"].Epoch+1, l3.Epoch)
+		nl, err = w.KV.Get(ctx, wire.NodeKey("n1"))
+		require.NoError(t, err)
+		require.Equal(t, nlRev, nl.Revision(), "a retired session is retired once")
+
+		// A new session of the same node gets a new epoch and does not
+		// revive the ids of the old one.
+		ss2, err := s.OpenSession(ctx, "n1", ttl)
+		require.NoError(t, err)
+		defer ss2.Close()
+		require.Greater(t, ss2.Epoch(), ss.Epoch())
+		st, err := s.Owner(ctx, "日本")
+		require.NoError(t, err)
+		require.False(t, st.Held, "a new session revived an id of the old one")
+	})
+}
+
+func TestSession_EndFreesAllAtOnce(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{})
+	ctx := testutil.Ctx(t, time.Minute)
+	s := w.Ownership
+	ss, err := s.OpenSession(ctx, "n", time.Minute)
+	require.NoError(t, err)
+	for i := range 20 {
+		_, err := ss.Claim(ctx, fmt.Sprint("id-", i))
+		require.NoError(t, err)
+	}
+	seq := lastSeq(t, w)
+	require.NoError(t, ss.End(ctx))
+	require.Equal(t, seq+1, lastSeq(t, w), "ending a session is one write")
+	waitDone(t, ss.Done(), time.Second)
+	require.ErrorIs(t, ss.Err(), ownership.ErrClosed)
+	for i := range 20 {
+		st, err := s.Owner(ctx, fmt.Sprint("id-", i))
+		require.NoError(t, err)
+		require.False(t, st.Held)
+	}
+	_, err = ss.Claim(ctx, "late")
+	require.ErrorIs(t, err, ownership.ErrClosed, "an ended session claims nothing")
+}
+
+func TestSession_HeldAndAcquire(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{})
+	ctx := testutil.Ctx(t, time.Minute)
+	s := w.Ownership
+	const ttl = 200 * time.Millisecond
+	old, err := s.OpenSession(ctx, "n", ttl)
+	require.NoError(t, err)
+	_, err = s.OpenSession(ctx, "n", ttl)
+	require.ErrorIs(t, err, ownership.ErrHeld, "two live sessions of one node")
+	require.NoError(t, old.Close()) // the old process dies
+	start := time.Now()
+	ss, err := s.AcquireSession(ctx, "n", ttl)
+	require.NoError(t, err, "a node retries until it gets its lease")
+	defer ss.Close()
+	require.Less(t, time.Since(start), ttl+500*time.Millisecond)
+	require.Greater(t, ss.Epoch(), old.Epoch())
+}
+
+func TestSession_SelfFence(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		cause fencing.Cause
+		do    func(t *testing.T, w *client.World, ss *ownership.Session)
+	}{
+		{"node lease deleted", fencing.CauseRecordMissing, func(t *testing.T, w *client.World, ss *ownership.Session) {
+			require.NoError(t, w.KV.Delete(testutil.Ctx(t, time.Minute), wire.NodeKey(ss.Node())))
+		}},
+		{"node lease replaced", fencing.CauseRecordMismatch, func(t *testing.T, w *client.World, ss *ownership.Session) {
+			_, err := w.KV.Put(testutil.Ctx(t, time.Minute), wire.NodeKey(ss.Node()), []byte(`{"v":1,"node":"x","epoch":99,"state":"free","ttl_ms":0,"acquired":"0001-01-01T00:00:00Z","expires":"0001-01-01T00:00:00Z"}`))
+			require.NoError(t, err)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := testutil.Start(t, testutil.Targets()[0])
+			w := env.World(t, world.Config{})
+			ctx := testutil.Ctx(t, time.Minute)
+			ss, err := w.Ownership.OpenSession(ctx, "n", ttl)
+			require.NoError(t, err)
+			defer ss.Close()
+			l, err := ss.Claim(ctx, "id")
+			require.NoError(t, err)
+			tc.do(t, w, ss)
+			waitDone(t, ss.Done(), ttl)
+			require.Equal(t, tc.cause, ss.Cause())
+			require.False(t, l.Valid(), "an id lease outlived its fenced session")
+			st, err := w.Ownership.Owner(ctx, "id")
+			require.NoError(t, err)
+			require.False(t, st.Held)
+		})
+	}
+}
+
+// TestSession_ManyIDs holds 100,000 ids through one node lease and counts
+// the bucket writes per renewal period: O(1), not O(ids). Then the node
+// dies and all ids are free at once. FENCEPOST_MANY_IDS overrides the
+// count.
+//
+//	go test -race -run TestSession_ManyIDs -v ./ownership/
+func TestSession_ManyIDs(t *testing.T) {
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("FENCEPOST_MANY_IDS")); err == nil {
+		n = v
+	}
+	if testing.Short() {
+		n = 2_000
+	}
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Storage: world.MemoryStorage})
+	ctx := testutil.Ctx(t, 10*time.Minute)
+	s := w.Ownership
+	const ttl = 600 * time.Millisecond
+	ss, err := s.OpenSession(ctx, "big", ttl)
+	require.NoError(t, err)
+	defer ss.Close()
+
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	const workers = 32
+	for wk := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := wk; i < n; i += workers {
+				if _, err := ss.Claim(ctx, fmt.Sprint("id-", i)); err != nil {
+					select {
+					case errs <- fmt.Errorf("claim %d: %w", i, err):
+					default:
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	require.NoError(t, <-errs)
+	t.Logf("claimed %d ids through one node lease in %v", n, time.Since(t0).Round(time.Millisecond))
+	require.NoError(t, ss.Err(), "the session survived the claims")
+
+	// Count every write to the bucket over a few renewal periods.
+	const periods = 3
+	r0, seq0 := ss.Renewals(), lastSeq(t, w)
+	time.Sleep(periods * ttl) // measuring a rate over a fixed span, not synchronising
+	r1, seq1 := ss.Renewals(), lastSeq(t, w)
+	writes := seq1 - seq0
+	t.Logf("%d ids held: %d bucket writes in %d renewal periods of %v (%d node lease renewals)", n, writes, periods, ttl, r1-r0)
+	require.Equal(t, r1-r0, writes, "every write was a node lease renewal")
+	require.LessOrEqual(t, writes, uint64(periods*3+2), "O(1) writes per period")
+	require.GreaterOrEqual(t, writes, uint64(periods*3-2))
+
+	// Spot-check liveness, then the node dies: all ids lapse together.
+	for _, i := range []int{0, n / 2, n - 1} {
+		st, err := s.Owner(ctx, fmt.Sprint("id-", i))
+		require.NoError(t, err)
+		require.True(t, st.Held)
+	}
+	require.NoError(t, ss.Close())
+	vu := ss.ValidUntil()
+	time.Sleep(time.Until(vu.Add(ttl - ttl/3 + 150*time.Millisecond))) // past the published expiry
+	seq := lastSeq(t, w)
+	for _, i := range []int{0, 1, n / 3, n / 2, n - 1} {
+		st, err := s.Owner(ctx, fmt.Sprint("id-", i))
+		require.NoError(t, err)
+		require.False(t, st.Held, "id-%d still held after the node lease lapsed", i)
+	}
+	require.Equal(t, seq, lastSeq(t, w), "the lapse of %d ids wrote nothing", n)
+}
