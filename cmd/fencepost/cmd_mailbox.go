@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/queue"
+)
+
+// Flag values of the mailbox commands (one command runs per process).
+var (
+	mbFrom  string
+	mbMsgID string
+	mbNode  string
+	mbEpoch uint64
+	mbMax   int
+	mbLimit int
+)
+
+func init() {
+	outcomeMappers = append(outcomeMappers, mailboxOutcome)
+	register("send", &command{
+		usage: "send ID [--from F] [--msg-id K] BODY",
+		short: `post into a mailbox (BODY "-" reads stdin): posted seq=N [duplicate] | full`,
+		flags: func(fs *flagSet) {
+			fs.StringVar(&mbFrom, "from", "", "the sender, shown to the handler")
+			fs.StringVar(&mbMsgID, "msg-id", "", "dedupe key: a retry inside the world's window is stored once")
+		},
+		run: runSend,
+	})
+	register("drain", &command{
+		usage: "drain ID --node N --epoch E [--max N]",
+		short: "print the mailbox in order, then done count=K | held-by | free | fenced | contended",
+		flags: func(fs *flagSet) {
+			fs.StringVar(&mbNode, "node", "", "the holding node (required)")
+			fs.Uint64Var(&mbEpoch, "epoch", 0, "the holding's epoch (required)")
+			fs.IntVar(&mbMax, "max", 0, "stop after N messages (default: until the mailbox is empty)")
+		},
+		run: runDrain,
+	})
+	register("stat", &command{
+		usage: "stat [ID]",
+		short: "mailbox depth, oldest message, cursor, dead letters, owner; without ID the world's totals",
+		run:   runStat,
+	})
+	register("dlq", &command{
+		usage: "dlq ls|repost|purge ID [--limit N]",
+		short: "dead letters: list them, post them back into the mailbox, or drop them",
+		flags: func(fs *flagSet) {
+			fs.IntVar(&mbLimit, "limit", 0, "ls: list at most N (default all)")
+		},
+		run: runDLQ,
+	})
+}
+
+// mailboxOutcome maps the mailbox packages' outcomes to words and codes.
+func mailboxOutcome(e *env, err error) (int, bool) {
+	var (
+		full      *queue.FullError
+		contended *drain.ContendedError
+	)
+	switch {
+	case errors.As(err, &full):
+		e.emit("full", f("limit", full.Limit))
+		return exitFull, true
+	case errors.As(err, &contended):
+		if contended.Node != "" {
+			e.emit("contended", f("node", contended.Node), f("epoch", contended.Epoch), f("expires", contended.Expires))
+		} else {
+			e.emit("contended")
+		}
+		return exitContended, true
+	case errors.Is(err, drain.ErrContended):
+		e.emit("contended")
+		return exitContended, true
+	case errors.Is(err, queue.ErrUnknown), errors.Is(err, drain.ErrUnknown):
+		e.errorOut("unknown", err)
+		return exitError, true
+	}
+	return 0, false
+}
+
+// worldOp opens the world and runs fn with it, under the --timeout limit.
+func (e *env) worldOp(fn func(ctx context.Context, w *client.World) int) int {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	w, err := e.openWorld(ctx)
+	if err != nil {
+		return e.fail(err)
+	}
+	return fn(ctx, w)
+}
+
+func runSend(e *env, args []string) int {
+	if len(args) != 2 {
+		return e.usageErr("send", "want ID and BODY, got %d arguments", len(args))
+	}
+	id, body := args[0], []byte(args[1])
+	if args[1] == "-" {
+		b, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<20))
+		if err != nil {
+			return e.fail(fmt.Errorf("send: read stdin: %w", err))
+		}
+		body = b
+	}
+	var opts []queue.SendOption
+	if mbFrom != "" {
+		opts = append(opts, queue.WithFrom(mbFrom))
+	}
+	if mbMsgID != "" {
+		opts = append(opts, queue.WithMsgID(mbMsgID))
+	}
+	return e.worldOp(func(ctx context.Context, w *client.World) int {
+		p, err := w.Queue.Send(ctx, id, body, opts...)
+		if err != nil {
+			return e.fail(err)
+		}
+		e.emit("posted", f("seq", p.Seq), f("duplicate", p.Duplicate))
+		return exitOK
+	})
+}
+
+// runDrain drains until the mailbox is empty (or --max), or until
+// interrupted; --timeout bounds each request, not the drain.
+func runDrain(e *env, args []string) int {
+	if len(args) != 1 {
+		return e.usageErr("drain", "want exactly one ID, got %d arguments", len(args))
+	}
+	if mbNode == "" || mbEpoch == 0 {
+		return e.usageErr("drain", "--node and --epoch are required")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	octx, cancel := e.ctx()
+	w, err := e.openWorld(octx)
+	cancel()
+	if err != nil {
+		return e.fail(err)
+	}
+	res, err := w.Drainer.Drain(ctx, args[0], mbNode, mbEpoch, func(_ context.Context, m drain.Message) error {
+		e.emit("message", f("seq", m.Seq), f("from", m.From), f("delivery", m.Delivery), f("epoch", m.Fence.Epoch), f("body", string(m.Body)))
+		return nil
+	}, drain.WithMax(mbMax))
+	if err != nil {
+		if res.Count > 0 {
+			fmt.Fprintf(e.err, "drain: %d messages were committed before this\n", res.Count)
+		}
+		return e.fail(err)
+	}
+	e.emit("done", f("count", res.Count), f("dead", res.DeadLettered))
+	return exitOK
+}
+
+func runStat(e *env, args []string) int {
+	if len(args) > 1 {
+		return e.usageErr("stat", "want at most one ID, got %d arguments", len(args))
+	}
+	return e.worldOp(func(ctx context.Context, w *client.World) int {
+		if len(args) == 0 {
+			ws, err := w.Drainer.WorldStat(ctx)
+			if err != nil {
+				return e.fail(err)
+			}
+			e.emit("stat", f("world", w.Name), f("ids", ws.IDs), f("depth", ws.Depth), f("owned", ws.Owned), f("dead", ws.DeadLetters))
+			return exitOK
+		}
+		st, err := w.Drainer.Stat(ctx, args[0])
+		if err != nil {
+			return e.fail(err)
+		}
+		fields := []field{f("depth", st.Depth)}
+		if !st.Oldest.IsZero() {
+			fields = append(fields, f("oldest", st.Oldest))
+		}
+		fields = append(fields, f("cursor", st.Cursor), f("failures", st.Failures), f("dead", st.DeadLetters), f("limit", w.Queue.Limit()))
+		if st.Owner.Held {
+			fields = append(fields, f("node", st.Owner.Node), f("epoch", st.Owner.Epoch), f("expires", st.Owner.Expires))
+		} else {
+			fields = append(fields, f("free", true), f("epoch", st.Owner.Epoch))
+		}
+		e.emit("stat", fields...)
+		return exitOK
+	})
+}
+
+func runDLQ(e *env, args []string) int {
+	if len(args) != 2 {
+		return e.usageErr("dlq", "want ls, repost or purge and an ID, got %d arguments", len(args))
+	}
+	op, id := args[0], args[1]
+	return e.worldOp(func(ctx context.Context, w *client.World) int {
+		switch op {
+		case "ls":
+			dls, err := w.Drainer.DeadLetters(ctx, id, mbLimit)
+			if err != nil {
+				return e.fail(err)
+			}
+			for _, dl := range dls {
+				e.emit("dead-letter", f("seq", dl.Seq), f("mailbox_seq", dl.MailboxSeq), f("from", dl.From),
+					f("deliveries", dl.Deliveries), f("error", dl.Error), f("posted", dl.Posted), f("body", string(dl.Body)))
+			}
+			e.emit("listed", f("count", len(dls)))
+		case "repost":
+			n, err := w.Drainer.Repost(ctx, w.Queue, id)
+			if err != nil {
+				if n > 0 {
+					fmt.Fprintf(e.err, "dlq: %d dead letters were reposted before this\n", n)
+				}
+				return e.fail(err)
+			}
+			e.emit("reposted", f("count", n))
+		case "purge":
+			n, err := w.Drainer.PurgeDeadLetters(ctx, id)
+			if err != nil {
+				return e.fail(err)
+			}
+			e.emit("purged", f("count", n))
+		default:
+			return e.usageErr("dlq", "unknown operation %q: use ls, repost or purge", op)
+		}
+		return exitOK
+	})
+}
