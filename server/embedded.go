@@ -24,6 +24,7 @@ type Config struct {
 	// Cluster: a name, a listen port (-1 for a free one) and the routes to
 	// the other members.
 	ClusterName string
+	ClusterHost string // cluster listen host; default: Host
 	ClusterPort int
 	Routes      []string
 
@@ -80,7 +81,7 @@ func (c Config) Options() (*natsserver.Options, error) {
 	}
 	if c.ClusterName != "" {
 		opts.Cluster.Name = c.ClusterName
-		opts.Cluster.Host = opts.Host
+		opts.Cluster.Host = firstNonEmpty(c.ClusterHost, opts.Host)
 		opts.Cluster.Port = c.ClusterPort
 		var routes []*url.URL
 		for _, r := range c.Routes {

@@ -1,0 +1,114 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/fencepost/fencepost/metrics"
+	"github.com/fencepost/fencepost/world"
+)
+
+// ensureWorld makes the configured world ready: it opens it, or creates it
+// with the configured replicas, retrying with backoff while JetStream is not
+// there yet (a cluster member waiting for the others). Then it waits for
+// the stop.
+func (d *Daemon) ensureWorld(ctx context.Context) error {
+	name, replicas := d.cfg.World, d.cfg.replicas()
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		err := d.openOrCreate(ctx, name, replicas)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		d.log.Warn("world not ready yet; retrying", "world", name, "replicas", replicas, "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+	d.worldReady.Store(true)
+	d.log.Info("fencepostd ready", "world", name, "url", d.ClientURL(), "http", d.HTTPAddr())
+	<-ctx.Done()
+	return nil
+}
+
+func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	w, err := world.Open(ctx, d.js, name)
+	if err == nil {
+		if w.Config.Replicas != replicas && d.cfg.Replicas != 0 {
+			d.log.Warn("world exists with other replicas; keeping them", "world", name, "replicas", w.Config.Replicas, "configured", replicas)
+		}
+		return nil
+	}
+	if !errors.Is(err, world.ErrUnknownWorld) {
+		return err
+	}
+	_, err = world.Create(ctx, d.js, name, world.Config{Replicas: replicas})
+	if errors.Is(err, world.ErrWorldExists) {
+		return nil // another member created it first
+	}
+	if err == nil {
+		d.log.Info("world created", "world", name, "replicas", replicas)
+	}
+	return err
+}
+
+// scrapeLoop reads every world's state on the scrape interval and
+// publishes it as metrics.
+func (d *Daemon) scrapeLoop(ctx context.Context) error {
+	t := time.NewTicker(time.Duration(d.cfg.ScrapeInterval))
+	defer t.Stop()
+	for {
+		d.scrape(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (d *Daemon) scrape(ctx context.Context) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, max(time.Duration(d.cfg.ScrapeInterval), 5*time.Second))
+	defer cancel()
+	names, err := world.List(ctx, d.js)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Debug("scrape: list worlds", "err", err)
+			d.metrics.SetWorlds(d.metrics.Worlds(), time.Since(start), 1)
+		}
+		return
+	}
+	stats := map[string]metrics.WorldStats{}
+	failed := 0
+	for _, name := range names {
+		info, err := world.Inspect(ctx, d.js, name, world.InspectOptions{SkipRecords: !d.cfg.scrapeRecords()})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			d.log.Debug("scrape: inspect world", "world", name, "err", err)
+			failed++
+			continue
+		}
+		stats[name] = metrics.WorldStats{
+			Depth:        info.Depth,
+			Mailboxes:    info.Mailboxes,
+			OldestAge:    info.OldestAge,
+			DeadLetters:  info.DeadLetters,
+			Records:      info.Records,
+			Owned:        info.Owned,
+			Acquisitions: info.Acquisitions,
+			Posts:        info.Mailbox.LastSeq,
+			BucketWrites: info.Bucket.LastSeq,
+		}
+	}
+	d.metrics.SetWorlds(stats, time.Since(start), failed)
+}

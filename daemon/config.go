@@ -1,0 +1,397 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencepost/fencepost/internal/wire"
+)
+
+// Sync policies (docs/operations.md "Sync policy").
+const (
+	SyncInterval = "interval" // fsync every sync_interval (default 1s): the default
+	SyncAlways   = "always"   // fsync every write before the ack
+)
+
+// Config is fencepostd's configuration: from a JSON file (LoadFile), flags
+// (Parse) or code. The zero value of a field means its default; Defaults
+// lists them. Field names in errors are the JSON keys, which are also the
+// flag names with '_' for '-'.
+type Config struct {
+	// NATS, when set, is the URL of an existing NATS deployment to use
+	// instead of embedding a server (comma-separated for a cluster). The
+	// embedded server's fields below then do not apply.
+	NATS string `json:"nats,omitempty"`
+
+	Host    string `json:"host,omitempty"`     // client listen host: 127.0.0.1
+	Port    int    `json:"port,omitempty"`     // client port: 4222 (-1: a free one)
+	HTTP    string `json:"http,omitempty"`     // monitoring, /metrics, /healthz: 127.0.0.1:8222; "off" disables
+	DataDir string `json:"data_dir,omitempty"` // JetStream store: ./data
+
+	Sync         string   `json:"sync,omitempty"`          // interval (default) or always
+	SyncInterval Duration `json:"sync_interval,omitempty"` // with sync=interval: 1s (nats-server's own default is 2 min)
+
+	// NATSConfig is a nats-server config file for what has no field here:
+	// TLS, authorization and accounts, leaf nodes, limits. Fields set here
+	// or by flags override it.
+	NATSConfig string `json:"nats_config,omitempty"`
+
+	ServerName  string   `json:"server_name,omitempty"`  // required in a cluster
+	ClusterName string   `json:"cluster_name,omitempty"` // default "fencepost" when Cluster is set
+	Cluster     string   `json:"cluster,omitempty"`      // cluster listen host:port; empty: no cluster
+	Routes      []string `json:"routes,omitempty"`       // nats-route://host:port of the other members
+
+	// The world made ready at start, and its replicas (0: 3 in a cluster,
+	// otherwise 1). An existing world is opened as it is.
+	World    string `json:"world,omitempty"`
+	Replicas int    `json:"replicas,omitempty"`
+
+	// How fencepostd's own client connects (to --nats, or to the embedded
+	// server when its config requires authentication).
+	Creds    string `json:"creds,omitempty"`
+	User     string `json:"user,omitempty"`
+	Password string `json:"password,omitempty"`
+	TLSCert  string `json:"tlscert,omitempty"`
+	TLSKey   string `json:"tlskey,omitempty"`
+	TLSCA    string `json:"tlsca,omitempty"`
+
+	// ScrapeInterval is how often the worlds' state is read for /metrics
+	// (default 10s); ScrapeRecords also reads every ownership record for
+	// the ids-owned figures (default true; off for worlds with millions of
+	// ids).
+	ScrapeInterval Duration `json:"scrape_interval,omitempty"`
+	ScrapeRecords  *bool    `json:"scrape_records,omitempty"`
+
+	LogLevel  string `json:"log_level,omitempty"`  // debug, info (default), warn, error
+	LogFormat string `json:"log_format,omitempty"` // text (default) or json
+	NATSLog   bool   `json:"nats_log,omitempty"`   // the embedded server's own log lines
+
+	// ShutdownTimeout bounds the clean shutdown (default 30s).
+	ShutdownTimeout Duration `json:"shutdown_timeout,omitempty"`
+}
+
+// Defaults are the values of fencepostd with no flags (SPEC section 6).
+var Defaults = Config{
+	Host:            "127.0.0.1",
+	Port:            4222,
+	HTTP:            "127.0.0.1:8222",
+	DataDir:         "./data",
+	Sync:            SyncInterval,
+	SyncInterval:    Duration(time.Second),
+	World:           "default",
+	ScrapeInterval:  Duration(10 * time.Second),
+	LogLevel:        "info",
+	LogFormat:       "text",
+	ShutdownTimeout: Duration(30 * time.Second),
+}
+
+// ErrConfig wraps every configuration problem; main maps it to exit code 2.
+var ErrConfig = errors.New("fencepostd: invalid config")
+
+func bad(field, format string, a ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, a...))
+}
+
+// WithDefaults returns c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	d := Defaults
+	set := func(v *string, def string) {
+		if *v == "" {
+			*v = def
+		}
+	}
+	set(&c.Host, d.Host)
+	set(&c.HTTP, d.HTTP)
+	set(&c.DataDir, d.DataDir)
+	set(&c.Sync, d.Sync)
+	set(&c.World, d.World)
+	set(&c.LogLevel, d.LogLevel)
+	set(&c.LogFormat, d.LogFormat)
+	if c.Sync == SyncInterval && c.SyncInterval == 0 {
+		c.SyncInterval = d.SyncInterval
+	}
+	if c.Port == 0 {
+		c.Port = d.Port
+	}
+	if c.ScrapeInterval == 0 {
+		c.ScrapeInterval = d.ScrapeInterval
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = d.ShutdownTimeout
+	}
+	if c.Cluster != "" && c.ClusterName == "" {
+		c.ClusterName = "fencepost"
+	}
+	return c
+}
+
+// Validate names the first field that is wrong and says why.
+func (c Config) Validate() error {
+	checks := []func() error{c.validateEmbedded, c.validateHTTP, c.validateCluster, c.validateWorld, c.validateLogs}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c Config) validateEmbedded() error {
+	if c.NATS != "" {
+		for _, u := range strings.Split(c.NATS, ",") {
+			if _, err := url.Parse(strings.TrimSpace(u)); err != nil || strings.TrimSpace(u) == "" {
+				return bad("nats", "%q is not a URL list like nats://host:4222,nats://host2:4222", c.NATS)
+			}
+		}
+		switch {
+		case c.Cluster != "" || len(c.Routes) > 0:
+			return bad("cluster", "cluster and routes configure the embedded server; with nats set, fencepostd embeds none")
+		case c.NATSConfig != "":
+			return bad("nats_config", "configures the embedded server; with nats set, fencepostd embeds none")
+		case c.Sync == SyncAlways:
+			return bad("sync", "set the sync policy on the NATS deployment (sync_interval: always); with nats set, fencepostd embeds no server")
+		}
+	}
+	if c.Port < -1 || c.Port > 65535 {
+		return bad("port", "%d is outside 1..65535 (-1 picks a free port)", c.Port)
+	}
+	if net.ParseIP(c.Host) == nil && c.Host != "localhost" {
+		return bad("host", "%q is not an IP address to listen on (e.g. 127.0.0.1 or 0.0.0.0)", c.Host)
+	}
+	if c.DataDir == "" {
+		return bad("data_dir", "empty; give a directory for JetStream's files")
+	}
+	switch c.Sync {
+	case SyncInterval, SyncAlways:
+	default:
+		return bad("sync", "%q is neither %q nor %q", c.Sync, SyncInterval, SyncAlways)
+	}
+	if c.SyncInterval < 0 || (c.Sync == SyncInterval && c.SyncInterval == 0) || (c.Sync == SyncAlways && c.SyncInterval != 0) {
+		return bad("sync_interval", "%v: give a positive interval, and only with sync=interval", time.Duration(c.SyncInterval))
+	}
+	if c.NATSConfig != "" {
+		if _, err := os.Stat(c.NATSConfig); err != nil {
+			return bad("nats_config", "%v", err)
+		}
+	}
+	return nil
+}
+
+func (c Config) validateHTTP() error {
+	if c.HTTP == "off" {
+		return nil
+	}
+	if err := checkHostPort(c.HTTP); err != nil {
+		return bad("http", "%q: %v (or \"off\")", c.HTTP, err)
+	}
+	return nil
+}
+
+func checkHostPort(hp string) error {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return fmt.Errorf("want host:port")
+	}
+	if host != "" && host != "localhost" && net.ParseIP(host) == nil {
+		return fmt.Errorf("host %q is not an IP address", host)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("port %q is outside 0..65535", port)
+	}
+	return nil
+}
+
+func (c Config) validateCluster() error {
+	if c.Cluster == "" {
+		if len(c.Routes) > 0 {
+			return bad("routes", "given without cluster (the cluster listen host:port)")
+		}
+		return nil
+	}
+	if err := checkHostPort(c.Cluster); err != nil {
+		return bad("cluster", "%q: %v", c.Cluster, err)
+	}
+	if c.ServerName == "" {
+		return bad("server_name", "required in a cluster: each member needs its own (e.g. fp-1)")
+	}
+	for _, r := range c.Routes {
+		u, err := url.Parse(r)
+		if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "nats-route" && u.Scheme != "tls") {
+			return bad("routes", "%q is not a route URL like nats-route://127.0.0.1:6222", r)
+		}
+	}
+	return nil
+}
+
+func (c Config) validateWorld() error {
+	if err := wire.ValidateWorld(c.World); err != nil {
+		return bad("world", "%v", err)
+	}
+	if c.Replicas != 0 && c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
+		return bad("replicas", "%d is not 1, 3 or 5", c.Replicas)
+	}
+	if c.ScrapeInterval < Duration(100*time.Millisecond) {
+		return bad("scrape_interval", "%v is below 100ms", time.Duration(c.ScrapeInterval))
+	}
+	if c.ShutdownTimeout <= 0 {
+		return bad("shutdown_timeout", "%v must be positive", time.Duration(c.ShutdownTimeout))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return bad("tlscert", "tlscert and tlskey go together")
+	}
+	return nil
+}
+
+func (c Config) validateLogs() error {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return bad("log_level", "%q: use debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return bad("log_format", "%q is neither text nor json", c.LogFormat)
+	}
+	return nil
+}
+
+// replicas is the default world's replica count.
+func (c Config) replicas() int {
+	switch {
+	case c.Replicas != 0:
+		return c.Replicas
+	case c.NATS == "" && c.Cluster != "":
+		return 3
+	}
+	return 1
+}
+
+// scrapeRecords says whether the scrape reads every record.
+func (c Config) scrapeRecords() bool { return c.ScrapeRecords == nil || *c.ScrapeRecords }
+
+// LoadFile reads a JSON config file. Unknown keys and values of the wrong
+// type are errors that name the key.
+func LoadFile(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: config file: %v", ErrConfig, err)
+	}
+	return decode(path, b)
+}
+
+func decode(path string, b []byte) (Config, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			line := 1 + bytes.Count(b[:min(int(se.Offset), len(b))], []byte("\n"))
+			return Config{}, fmt.Errorf("%w: config file %s: line %d: %v", ErrConfig, path, line, se)
+		}
+		return Config{}, fmt.Errorf("%w: config file %s: want one JSON object of settings: %v", ErrConfig, path, err)
+	}
+	keys := slices.Sorted(maps.Keys(raw))
+	known := configKeys()
+	var c Config
+	for _, k := range keys {
+		if !known[k] {
+			return Config{}, fmt.Errorf("%w: config file %s: %s: unknown field; the fields are %s", ErrConfig, path, k, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
+		}
+		one, _ := json.Marshal(map[string]json.RawMessage{k: raw[k]})
+		if err := json.Unmarshal(one, &c); err != nil {
+			return Config{}, fmt.Errorf("%w: config file %s: %s: %s", ErrConfig, path, k, jsonProblem(err))
+		}
+	}
+	return c, nil
+}
+
+// configKeys are the JSON keys of Config.
+func configKeys() map[string]bool {
+	keys := map[string]bool{}
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		keys[name] = true
+	}
+	return keys
+}
+
+// jsonProblem says what is wrong with one value.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	var de *durationError
+	switch {
+	case errors.As(err, &de):
+		return de.Error()
+	case errors.As(err, &te):
+		return fmt.Sprintf("want %s, got a JSON %s", jsonKind(te.Type.String()), te.Value)
+	}
+	return err.Error()
+}
+
+func jsonKind(goType string) string {
+	switch goType {
+	case "int", "int64", "uint64":
+		return "a number"
+	case "[]string":
+		return "a list of strings"
+	case "bool", "*bool":
+		return "true or false"
+	}
+	return "a " + goType
+}
+
+// Duration is a time.Duration written as a string ("10s") in JSON.
+type Duration time.Duration
+
+type durationError struct {
+	value string
+	err   error
+}
+
+func (e *durationError) Error() string {
+	return fmt.Sprintf("%s is %v; write a duration like \"10s\" or \"1m30s\"", e.value, e.err)
+}
+
+// UnmarshalJSON reads "10s" (or a number of nanoseconds).
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return &durationError{string(b), errors.New("not a string")}
+		}
+		*d = Duration(n)
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return &durationError{string(b), errors.New("not a duration")}
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// NewLogger makes the daemon's logger from the config's level and format.
+func NewLogger(c Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

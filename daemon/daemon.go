@@ -1,0 +1,278 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencepost/fencepost/metrics"
+	"github.com/fencepost/fencepost/server"
+)
+
+// Daemon is a started fencepostd: an embedded nats-server (or a connection
+// to --nats), its own NATS connection, and the HTTP listener. Run runs it.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics.Set
+	gather  prometheus.Gatherer
+	srv     *server.Server // nil with --nats
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	httpL   net.Listener // nil with http=off
+	http    *http.Server
+
+	worldReady atomic.Bool
+	stopCtx    context.Context // cancelled by stop: ends the background actors
+	cancel     context.CancelFunc
+	stopOnce   sync.Once
+	ncClosed   chan struct{}
+}
+
+// Option configures a Daemon.
+type Option func(*Daemon)
+
+// WithLogger sets the logger (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(d *Daemon) { d.log = l } }
+
+// WithMetrics sets the metric set the scrape publishes to and what /metrics
+// serves (default: metrics.Default and metrics.Registry).
+func WithMetrics(s *metrics.Set, g prometheus.Gatherer) Option {
+	return func(d *Daemon) { d.metrics, d.gather = s, g }
+}
+
+// Start brings up the embedded server (unless cfg.NATS), connects to it and
+// opens the HTTP listener. cfg must be complete (Parse, or WithDefaults and
+// Validate). The world is made ready by Run, in the background, so that a
+// cluster member can start before the others.
+func Start(cfg Config, opts ...Option) (*Daemon, error) {
+	d := &Daemon{cfg: cfg, log: slog.Default(), metrics: metrics.Default, gather: metrics.Registry, ncClosed: make(chan struct{})}
+	for _, o := range opts {
+		o(d)
+	}
+	d.stopCtx, d.cancel = context.WithCancel(context.Background())
+	ok := false
+	defer func() {
+		if !ok {
+			d.stop()
+		}
+	}()
+	if err := d.startServer(); err != nil {
+		return nil, err
+	}
+	if err := d.connect(); err != nil {
+		return nil, err
+	}
+	if cfg.HTTP != "off" {
+		l, err := net.Listen("tcp", cfg.HTTP)
+		if err != nil {
+			return nil, fmt.Errorf("http: listen on %s: %w", cfg.HTTP, err)
+		}
+		d.httpL = l
+		d.http = &http.Server{Handler: d.mux(), ReadHeaderTimeout: 5 * time.Second}
+	}
+	ok = true
+	return d, nil
+}
+
+func (d *Daemon) startServer() error {
+	if d.cfg.NATS != "" {
+		return nil
+	}
+	c := d.cfg
+	sc := server.Config{
+		Name:        c.ServerName,
+		Host:        c.Host,
+		Port:        c.Port,
+		StoreDir:    c.DataDir,
+		SyncAlways:  c.Sync == SyncAlways,
+		ConfigFile:  c.NATSConfig,
+		ClusterName: c.ClusterName,
+		Routes:      c.Routes,
+		Log:         c.NATSLog,
+	}
+	if c.Sync == SyncInterval {
+		sc.SyncInterval = time.Duration(c.SyncInterval)
+	}
+	if c.Cluster != "" {
+		host, port, _ := net.SplitHostPort(c.Cluster)
+		sc.ClusterHost = host
+		fmt.Sscan(port, &sc.ClusterPort)
+	}
+	srv, err := server.Start(sc)
+	if err != nil {
+		return fmt.Errorf("embedded nats-server: %w", err)
+	}
+	d.srv = srv
+	d.log.Info("nats-server ready", "url", srv.ClientURL(), "data_dir", c.DataDir, "sync", c.Sync,
+		"sync_interval", time.Duration(c.SyncInterval), "cluster", c.Cluster, "server_name", srv.Name())
+	return nil
+}
+
+// connect opens fencepostd's own connection: in-process to the embedded
+// server, or to --nats (retrying in the background while it is away).
+func (d *Daemon) connect() error {
+	c := d.cfg
+	opts := []nats.Option{
+		nats.Name("fencepostd"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ClosedHandler(func(*nats.Conn) { close(d.ncClosed) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				d.log.Warn("NATS connection lost; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { d.log.Info("NATS connection back", "url", nc.ConnectedUrlRedacted()) }),
+	}
+	if c.Creds != "" {
+		opts = append(opts, nats.UserCredentials(c.Creds))
+	}
+	if c.User != "" {
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if c.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
+	}
+	if c.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(c.TLSCA))
+	}
+	url := c.NATS
+	if d.srv != nil {
+		url = d.srv.ClientURL()
+		opts = append(opts, nats.InProcessServer(d.srv))
+	} else {
+		opts = append(opts, nats.RetryOnFailedConnect(true))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", url, err)
+	}
+	d.nc = nc
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(5*time.Second))
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	d.js = js
+	return nil
+}
+
+// ClientURL is where NATS clients connect: the embedded server's client
+// URL, or --nats.
+func (d *Daemon) ClientURL() string {
+	if d.srv != nil {
+		return d.srv.ClientURL()
+	}
+	return d.cfg.NATS
+}
+
+// HTTPAddr is the address of the monitoring, /metrics and /healthz
+// endpoint, or "" when it is off.
+func (d *Daemon) HTTPAddr() string {
+	if d.httpL == nil {
+		return ""
+	}
+	return d.httpL.Addr().String()
+}
+
+// Server is the embedded server, or nil with --nats.
+func (d *Daemon) Server() *server.Server { return d.srv }
+
+// ErrServerStopped is returned by Run when the embedded server or the
+// connection to --nats ended by itself.
+var ErrServerStopped = errors.New("fencepostd: NATS stopped unexpectedly")
+
+// ErrSelfFence is the error of an actor that gave up a lease because its
+// authority lapsed (SPEC section 5); fencepostd exits with code 3. No actor
+// of this package holds leases yet: the code is reserved for those that
+// will.
+var ErrSelfFence = errors.New("self-fence")
+
+// Run runs the daemon's actors until ctx ends (then it stops cleanly and
+// returns nil) or one of them fails (it stops and returns that error). It
+// returns only once everything it started has stopped.
+func (d *Daemon) Run(ctx context.Context) error {
+	var g run.Group
+	g.Add(func() error {
+		select {
+		case <-ctx.Done():
+			d.log.Info("shutting down", "cause", context.Cause(ctx))
+			return nil
+		case <-d.stopCtx.Done():
+			return nil
+		}
+	}, func(error) { d.stop() })
+	if d.srv != nil {
+		g.Add(func() error {
+			d.srv.WaitForShutdown()
+			if d.stopCtx.Err() == nil {
+				return fmt.Errorf("%w: the embedded nats-server shut down", ErrServerStopped)
+			}
+			return nil
+		}, func(error) { d.stop() })
+	}
+	g.Add(func() error {
+		<-d.ncClosed
+		if d.stopCtx.Err() == nil {
+			return fmt.Errorf("%w: fencepostd's NATS connection closed", ErrServerStopped)
+		}
+		return nil
+	}, func(error) { d.stop() })
+	if d.http != nil {
+		g.Add(func() error {
+			d.log.Info("http ready", "addr", d.HTTPAddr(), "paths", "/metrics /healthz /readyz /varz /jsz /connz /routez /healthz/nats")
+			if err := d.http.Serve(d.httpL); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("http: %w", err)
+			}
+			return nil
+		}, func(error) { d.stop() })
+	}
+	g.Add(func() error { return d.ensureWorld(d.stopCtx) }, func(error) { d.stop() })
+	g.Add(func() error { return d.scrapeLoop(d.stopCtx) }, func(error) { d.stop() })
+	return g.Run()
+}
+
+// stop ends everything, once, in order: the HTTP endpoint and the
+// background actors first, then fencepostd's connection (flushed), then
+// the embedded server, which writes its stores out before it returns.
+func (d *Daemon) stop() {
+	d.stopOnce.Do(func() {
+		d.cancel()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.cfg.ShutdownTimeout))
+		defer cancel()
+		if d.http != nil {
+			if err := d.http.Shutdown(ctx); err != nil {
+				d.log.Warn("http shutdown", "err", err)
+				d.http.Close()
+			}
+		} else if d.httpL != nil {
+			d.httpL.Close()
+		}
+		if d.nc != nil {
+			if err := d.nc.FlushWithContext(ctx); err != nil && d.nc.IsConnected() {
+				d.log.Warn("flush", "err", err)
+			}
+			d.nc.Close()
+		} else {
+			close(d.ncClosed)
+		}
+		if d.srv != nil {
+			d.srv.Stop()
+			d.log.Info("nats-server stopped")
+		}
+	})
+}
+
+// Close stops a daemon that was started and not run. It is idempotent.
+func (d *Daemon) Close() { d.stop() }

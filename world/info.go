@@ -1,0 +1,201 @@
+package world
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/wire"
+)
+
+// Info is what a world holds, read from its streams: its settings, the
+// state of both streams, and counts derived from them. It is what `fencepost
+// world info` prints and what fencepostd publishes as metrics.
+type Info struct {
+	Name    string
+	Config  Config
+	Bucket  jetstream.StreamState // ownership records, cursors, locks, node leases
+	Mailbox jetstream.StreamState // mailboxes and dead letters
+
+	Depth       uint64        // messages in mailboxes (dead letters excluded)
+	Mailboxes   uint64        // ids whose mailbox holds messages
+	DeadLetters uint64        // messages in dead-letter stores
+	DeadIDs     uint64        // ids with dead letters
+	Oldest      time.Time     // posting time of the oldest mailbox message; zero when empty
+	OldestAge   time.Duration // now - Oldest; 0 when empty
+
+	// Record counts, from one read of every ownership record and node
+	// lease (skipped when InspectOptions.SkipRecords).
+	Records      uint64 // ownership records present (held or free)
+	Owned        uint64 // records whose holder's lease is live at the time of reading
+	Acquisitions uint64 // the sum of the records' epochs: claims and seizes since the last reset
+	Unreadable   uint64 // records of a version or shape this reader does not know
+}
+
+// InspectOptions tune Inspect.
+type InspectOptions struct {
+	// SkipRecords leaves the record counts at zero instead of reading every
+	// ownership record (one pass over the bucket: cost grows with the ids).
+	SkipRecords bool
+	// Now is the time at which liveness is judged; zero means time.Now().
+	// Liveness here is for display and metrics, never for a decision.
+	Now time.Time
+}
+
+// Inspect reads a world's state (ErrUnknownWorld if there is none).
+func Inspect(ctx context.Context, js jetstream.JetStream, name string, opts InspectOptions) (Info, error) {
+	w, err := Open(ctx, js, name)
+	if err != nil {
+		return Info{}, err
+	}
+	if opts.Now.IsZero() {
+		opts.Now = time.Now()
+	}
+	info := Info{Name: name, Config: w.Config}
+	bi, err := w.Bucket.Info(ctx)
+	if err != nil {
+		return Info{}, fmt.Errorf("world %q: bucket stream info: %w", name, err)
+	}
+	info.Bucket = bi.State
+	if err := info.mailboxCounts(ctx, w, opts.Now); err != nil {
+		return Info{}, err
+	}
+	if !opts.SkipRecords && info.Bucket.Msgs > 0 {
+		if err := info.recordCounts(ctx, w, opts.Now); err != nil {
+			return Info{}, err
+		}
+	}
+	return info, nil
+}
+
+// mailboxCounts fills the mailbox figures: stream state, dead letters (per
+// subject state of the dead-letter filter, usually small) and the oldest
+// mailbox message (one get of the first message on the mailbox filter).
+func (info *Info) mailboxCounts(ctx context.Context, w *World, now time.Time) error {
+	mi, err := w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.DeadLetterFilter(w.Name)))
+	if err != nil {
+		return fmt.Errorf("world %q: mailbox stream info: %w", w.Name, err)
+	}
+	info.Mailbox = mi.State
+	for _, n := range mi.State.Subjects {
+		info.DeadLetters += n
+		info.DeadIDs++
+	}
+	info.Mailbox.Subjects = nil
+	info.Depth = sub(info.Mailbox.Msgs, info.DeadLetters)
+	info.Mailboxes = sub(uint64(info.Mailbox.NumSubjects), info.DeadIDs)
+	if info.Depth == 0 {
+		return nil
+	}
+	m, err := w.Mailbox.GetMsg(ctx, info.Mailbox.FirstSeq, jetstream.WithGetMsgSubject(wire.MailboxFilter(w.Name)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil // drained since the stream info
+	}
+	if err != nil {
+		return fmt.Errorf("world %q: oldest mailbox message: %w", w.Name, err)
+	}
+	info.Oldest = m.Time
+	info.OldestAge = max(now.Sub(m.Time), 0)
+	return nil
+}
+
+func sub(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
+}
+
+// recordFields is the part of a stored ownership record (docs/wire.md) that
+// the counts need; decoded here leniently since a count never decides
+// anything, and a record of another version is counted as unreadable.
+type recordFields struct {
+	V         int       `json:"v"`
+	Node      string    `json:"node"`
+	Epoch     uint64    `json:"epoch"`
+	State     string    `json:"state"`
+	Expires   time.Time `json:"expires"`
+	NodeLease uint64    `json:"node_lease"`
+}
+
+// recordCounts reads the last value of every ownership record and node
+// lease with an ephemeral consumer and counts records, live holders and
+// epochs.
+func (info *Info) recordCounts(ctx context.Context, w *World, now time.Time) error {
+	recPrefix := wire.KeySubject(w.Name, wire.RecordPrefix)
+	nodePrefix := wire.KeySubject(w.Name, wire.NodePrefix)
+	cons, err := w.Bucket.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		FilterSubjects:    []string{recPrefix + "*", nodePrefix + "*"},
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: time.Minute,
+		MemoryStorage:     true,
+		Replicas:          1,
+	})
+	if err != nil {
+		return fmt.Errorf("world %q: read records: %w", w.Name, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = w.Bucket.DeleteConsumer(dctx, cons.CachedInfo().Name)
+	}()
+	records := map[string]recordFields{} // live candidates by subject
+	nodes := map[string]recordFields{}   // node leases by node name
+	for pending := cons.CachedInfo().NumPending; pending > 0; {
+		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return fmt.Errorf("world %q: read records: %w", w.Name, err)
+		}
+		got := uint64(0)
+		for m := range batch.Messages() {
+			got++
+			info.countRecord(m, recPrefix, records, nodes)
+		}
+		if err := batch.Error(); err != nil {
+			return fmt.Errorf("world %q: read records: %w", w.Name, err)
+		}
+		if got == 0 {
+			break // purged or deleted while reading
+		}
+		pending = sub(pending, got)
+	}
+	for _, r := range records {
+		if r.NodeLease == 0 && now.Before(r.Expires) {
+			info.Owned++
+			continue
+		}
+		if nl, ok := nodes[r.Node]; ok && r.NodeLease != 0 && nl.Epoch == r.NodeLease && nl.State == "held" && now.Before(nl.Expires) {
+			info.Owned++
+		}
+	}
+	return nil
+}
+
+func (info *Info) countRecord(m jetstream.Msg, recPrefix string, records, nodes map[string]recordFields) {
+	if op := m.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" || m.Headers().Get("Nats-Marker-Reason") != "" || len(m.Data()) == 0 {
+		return
+	}
+	var r recordFields
+	isRecord := strings.HasPrefix(m.Subject(), recPrefix)
+	if err := json.Unmarshal(m.Data(), &r); err != nil || r.V != wire.RecordVersion {
+		if isRecord {
+			info.Unreadable++
+		}
+		return
+	}
+	if !isRecord {
+		nodes[r.Node] = r
+		return
+	}
+	info.Records++
+	info.Acquisitions += r.Epoch
+	if r.State == "held" {
+		records[m.Subject()] = r
+	}
+}
