@@ -1,0 +1,67 @@
+package queue_test
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/queue"
+)
+
+func TestValidate(t *testing.T) {
+	require.NoError(t, queue.ValidateFrom(""))
+	require.NoError(t, queue.ValidateFrom("billing service ü"))
+	require.ErrorIs(t, queue.ValidateFrom("a\r\nNats-Msg-Id: x"), queue.ErrInvalidMessage)
+	require.ErrorIs(t, queue.ValidateFrom(strings.Repeat("x", queue.MaxFromBytes+1)), queue.ErrInvalidMessage)
+	require.ErrorIs(t, queue.ValidateMsgID(""), queue.ErrInvalidMessage)
+	require.ErrorIs(t, queue.ValidateMsgID("a b"), queue.ErrInvalidMessage)
+	require.NoError(t, queue.ValidateMsgID("order-42/retry"))
+	require.NoError(t, queue.ValidateHeader("Trace-Id", "abc"))
+	for _, k := range []string{"", "Nats-Msg-Id", "nats-expected-stream", "Fencepost-From", "a b", "a:b", "é"} {
+		require.ErrorIs(t, queue.ValidateHeader(k, "v"), queue.ErrInvalidMessage, k)
+	}
+	require.ErrorIs(t, queue.ValidateHeader("K", "v\n"), queue.ErrInvalidMessage)
+}
+
+func TestUserHeaders(t *testing.T) {
+	h := nats.Header{"Fencepost-From": {"x"}, "Nats-Sequence": {"1"}, "Trace-Id": {"t"}, "Status": {"204"}}
+	require.Equal(t, nats.Header{"Trace-Id": {"t"}}, queue.UserHeaders(h))
+	require.NotNil(t, queue.UserHeaders(nil))
+}
+
+// FuzzValidateHeader: what the validator accepts survives the NATS header
+// encoding unchanged, and never smuggles in a reserved header.
+func FuzzValidateHeader(f *testing.F) {
+	f.Add("Trace-Id", "abc")
+	f.Add("Nats-Msg-Id", "x")
+	f.Add("K", "v\r\nNats-Expected-Stream: y")
+	f.Fuzz(func(t *testing.T, key, value string) {
+		if err := queue.ValidateHeader(key, value); err != nil {
+			require.ErrorIs(t, err, queue.ErrInvalidMessage)
+			return
+		}
+		require.True(t, utf8.ValidString(value))
+		require.NotContains(t, value, "\r")
+		require.NotContains(t, value, "\n")
+		require.NotContains(t, key, ":")
+		require.False(t, strings.HasPrefix(strings.ToLower(key), "nats-"))
+		require.False(t, strings.HasPrefix(strings.ToLower(key), "fencepost-"))
+	})
+}
+
+// FuzzValidateFrom: an accepted sender has no control characters and fits.
+func FuzzValidateFrom(f *testing.F) {
+	f.Add("svc")
+	f.Add("a\x00b")
+	f.Fuzz(func(t *testing.T, from string) {
+		if err := queue.ValidateFrom(from); err != nil {
+			require.ErrorIs(t, err, queue.ErrInvalidMessage)
+			return
+		}
+		require.LessOrEqual(t, len(from), queue.MaxFromBytes)
+		require.False(t, strings.ContainsAny(from, "\r\n\x00"))
+	})
+}
