@@ -341,4 +341,3 @@ func allCurrent(ctx context.Context, streams ...jetstream.Stream) error {
 	}
 	return nil
 }
-
