@@ -1,0 +1,195 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencepost/fencepost/world"
+)
+
+// Flag values of the world command (one command runs per process).
+var (
+	wdCfg     world.Config
+	wdStorage string
+	wdYes     bool
+)
+
+func init() {
+	register("world", &command{
+		usage: "world add|ls|info|rm [NAME] [settings] [--yes]",
+		short: "manage worlds: created | exists | world name=... | removed",
+		flags: func(fs *flagSet) {
+			fs.DurationVar(&wdCfg.MinTTL, "min-ttl", 0, "add: shortest lease (default 1s)")
+			fs.DurationVar(&wdCfg.MaxTTL, "max-ttl", 0, "add: longest lease (default 1h)")
+			fs.DurationVar(&wdCfg.DefaultTTL, "default-ttl", 0, "add: lease when none is asked for (default 10s)")
+			fs.Func("max-msg-size", "add: largest message body in bytes (default 1 MiB)", func(s string) error {
+				var v int32
+				_, err := fmt.Sscan(s, &v)
+				wdCfg.MaxMsgSize = v
+				return err
+			})
+			fs.Int64Var(&wdCfg.MaxMsgsPerMailbox, "max-msgs", 0, "add: messages per mailbox before full (default 1000000)")
+			fs.Int64Var(&wdCfg.MaxBytesPerMailbox, "max-bytes", 0, "add: bytes per mailbox before full (default 1 GiB)")
+			fs.IntVar(&wdCfg.MaxDeliveries, "max-deliveries", 0, "add: deliveries before a message moves to dead letters (default 5)")
+			fs.DurationVar(&wdCfg.DedupeWindow, "dedupe-window", 0, "add: window in which a repeated --msg-id is stored once (default 2m)")
+			fs.IntVar(&wdCfg.Replicas, "replicas", 0, "add: 1, 3 or 5 (default 1; 3 on a 3-node cluster)")
+			fs.StringVar(&wdStorage, "storage", "", "add: file or memory (default file)")
+			fs.BoolVar(&wdYes, "yes", false, "rm: confirm")
+		},
+		run: runWorld,
+	})
+}
+
+func runWorld(e *env, args []string) int {
+	if len(args) == 0 {
+		return e.usageErr("world", "want a subcommand: add, ls, info or rm")
+	}
+	sub, rest := args[0], args[1:]
+	wdCfg.Storage = world.Storage(wdStorage)
+	if sub != "add" && wdCfg != (world.Config{}) {
+		return e.usageErr("world", "settings flags go with add only")
+	}
+	name := e.world
+	switch {
+	case sub == "ls" && len(rest) > 0:
+		return e.usageErr("world", "ls takes no NAME")
+	case sub != "ls" && len(rest) == 1:
+		name = rest[0]
+	case sub == "add" && len(rest) == 0, sub == "rm" && len(rest) == 0:
+		return e.usageErr("world", "%s wants the world's NAME", sub)
+	case len(rest) > 1:
+		return e.usageErr("world", "want one NAME, got %d", len(rest))
+	}
+	switch sub {
+	case "add":
+		return worldAdd(e, name, wdCfg)
+	case "ls":
+		return worldLs(e)
+	case "info":
+		return worldInfo(e, name)
+	case "rm":
+		if !wdYes {
+			return e.usageErr("world", "this deletes world %q and everything in it; add --yes", name)
+		}
+		return worldRm(e, name)
+	}
+	return e.usageErr("world", "unknown subcommand %q: use add, ls, info or rm", sub)
+}
+
+// worldAdd creates a world: created, or exists when it is there with the
+// same settings (an error when they differ).
+func worldAdd(e *env, name string, cfg world.Config) int {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	c, err := e.client()
+	if err != nil {
+		return e.fail(err)
+	}
+	want := cfg.WithDefaults()
+	if err := want.Validate(); err != nil {
+		return e.fail(err)
+	}
+	js := c.JetStream()
+	if w, err := world.Open(ctx, js, name); err == nil {
+		if w.Config != want && cfg != (world.Config{}) {
+			return e.fail(fmt.Errorf("%w: world %q: it has %s; remove it first (world rm) to change them", world.ErrWorldExists, name, settingsDiff(w.Config, want)))
+		}
+		e.emit("exists", append([]field{f("world", name)}, settingFields(w.Config)...)...)
+		return exitOK
+	} else if !errors.Is(err, world.ErrUnknownWorld) {
+		return e.fail(err)
+	}
+	w, err := world.Create(ctx, js, name, cfg)
+	if err != nil {
+		return e.fail(err)
+	}
+	e.emit("created", append([]field{f("world", name)}, settingFields(w.Config)...)...)
+	return exitOK
+}
+
+func worldLs(e *env) int {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	c, err := e.client()
+	if err != nil {
+		return e.fail(err)
+	}
+	names, err := c.Worlds(ctx)
+	if err != nil {
+		return e.fail(err)
+	}
+	for _, n := range names {
+		w, err := world.Open(ctx, c.JetStream(), n)
+		if err != nil {
+			e.emit("world", f("name", n), f("error", err.Error()))
+			continue
+		}
+		e.emit("world", f("name", n), f("replicas", w.Config.Replicas), f("storage", string(w.Config.Storage)))
+	}
+	return exitOK
+}
+
+func worldInfo(e *env, name string) int {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	c, err := e.client()
+	if err != nil {
+		return e.fail(err)
+	}
+	info, err := world.Inspect(ctx, c.JetStream(), name, world.InspectOptions{})
+	if err != nil {
+		return e.fail(err)
+	}
+	fields := append([]field{f("name", name)}, settingFields(info.Config)...)
+	fields = append(fields,
+		f("depth", info.Depth), f("mailboxes", info.Mailboxes), f("oldest_age", info.OldestAge.Round(time.Millisecond).String()),
+		f("dead_letters", info.DeadLetters), f("records", info.Records), f("owned", info.Owned),
+		f("acquisitions", info.Acquisitions),
+		f("mailbox_msgs", info.Mailbox.Msgs), f("mailbox_bytes", info.Mailbox.Bytes), f("mailbox_last_seq", info.Mailbox.LastSeq),
+		f("bucket_msgs", info.Bucket.Msgs), f("bucket_bytes", info.Bucket.Bytes), f("bucket_last_seq", info.Bucket.LastSeq))
+	if info.Unreadable > 0 {
+		fields = append(fields, f("unreadable", info.Unreadable))
+	}
+	e.emit("world", fields...)
+	return exitOK
+}
+
+func worldRm(e *env, name string) int {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	c, err := e.client()
+	if err != nil {
+		return e.fail(err)
+	}
+	if err := c.RemoveWorld(ctx, name); err != nil {
+		return e.fail(err)
+	}
+	e.emit("removed", f("world", name))
+	return exitOK
+}
+
+// settingFields are a world's settings under the names of the add flags.
+func settingFields(c world.Config) []field {
+	return []field{
+		f("min_ttl", c.MinTTL.String()), f("max_ttl", c.MaxTTL.String()), f("default_ttl", c.DefaultTTL.String()),
+		f("max_msg_size", c.MaxMsgSize), f("max_msgs", c.MaxMsgsPerMailbox), f("max_bytes", c.MaxBytesPerMailbox),
+		f("max_deliveries", c.MaxDeliveries), f("dedupe_window", c.DedupeWindow.String()),
+		f("replicas", c.Replicas), f("storage", string(c.Storage)),
+	}
+}
+
+// settingsDiff names the settings that differ: "replicas 1 (asked 3)".
+func settingsDiff(have, want world.Config) string {
+	hf, wf := settingFields(have), settingFields(want)
+	s := ""
+	for i := range hf {
+		if fmt.Sprint(hf[i].val) != fmt.Sprint(wf[i].val) {
+			if s != "" {
+				s += ", "
+			}
+			s += fmt.Sprintf("%s %v (asked %v)", hf[i].key, hf[i].val, wf[i].val)
+		}
+	}
+	return s
+}
