@@ -78,27 +78,37 @@ func (s *Store) readNode(ctx context.Context, op, node string) (view, error) {
 	key := wire.NodeKey(node)
 	m, err := getLast(ctx, s.js, wire.BucketStream(s.world), wire.KeySubject(s.world, key))
 	if errors.Is(err, errNoMsg) {
-		s.debugNode(ctx, op, node, "outcome", "absent")
+		if s.debugOn(ctx) {
+			s.debugNode(ctx, op, node, "outcome", "absent")
+		}
 		return view{}, nil
 	}
 	if err != nil {
-		s.debugNode(ctx, op, node, "error", err)
+		if s.debugOn(ctx) {
+			s.debugNode(ctx, op, node, "error", err)
+		}
 		return view{}, fmt.Errorf("ownership: read node lease of %q: %w", node, err)
 	}
 	v := view{rev: m.Seq}
 	if isMarker(m.Header) {
 		v.tombstone = true
-		s.debugNode(ctx, op, node, "outcome", "deleted", "rev", v.rev)
+		if s.debugOn(ctx) {
+			s.debugNode(ctx, op, node, "outcome", "deleted", "rev", v.rev)
+		}
 		return v, nil
 	}
 	if v.rec, err = wire.DecodeRecord(m.Data); err == nil && (v.rec.NodeLease != 0 || v.rec.Node != node && v.rec.State == wire.StateHeld) {
 		err = fmt.Errorf("%w: a node lease names node %q and node lease %d", wire.ErrCorruptRecord, v.rec.Node, v.rec.NodeLease)
 	}
 	if err != nil {
-		s.debugNode(ctx, op, node, "error", err, "rev", v.rev)
+		if s.debugOn(ctx) {
+			s.debugNode(ctx, op, node, "error", err, "rev", v.rev)
+		}
 		return view{}, fmt.Errorf("ownership: node lease of %q at revision %d (key %s): %w; it is left as it is: inspect it, then delete the key or reset the world", node, v.rev, key, err)
 	}
-	s.debugNode(ctx, op, node, "rev", v.rev, "epoch", v.rec.Epoch, "state", v.rec.State, "expires", v.rec.Expires)
+	if s.debugOn(ctx) {
+		s.debugNode(ctx, op, node, "rev", v.rev, "epoch", v.rec.Epoch, "state", v.rec.State, "expires", v.rec.Expires)
+	}
 	return v, nil
 }
 
@@ -110,10 +120,14 @@ func (s *Store) writeNode(ctx context.Context, op, node string, over view, rec w
 	}
 	rev, err := s.kv.Update(ctx, wire.NodeKey(node), data, over.rev)
 	if err == nil {
-		s.debugNode(ctx, op, node, "outcome", "written", "rev", rev, "over", over.rev, "epoch", rec.Epoch, "state", rec.State, "expires", rec.Expires)
+		if s.debugOn(ctx) {
+			s.debugNode(ctx, op, node, "outcome", "written", "rev", rev, "over", over.rev, "epoch", rec.Epoch, "state", rec.State, "expires", rec.Expires)
+		}
 		return view{rev: rev, rec: rec}, nil
 	}
-	s.debugNode(ctx, op, node, "over", over.rev, "error", err)
+	if s.debugOn(ctx) {
+		s.debugNode(ctx, op, node, "over", over.rev, "error", err)
+	}
 	return view{}, s.writeErr(op, "node lease of "+node, err)
 }
 
@@ -155,3 +169,8 @@ func (e *BackedError) Error() string {
 
 // Is matches ErrBacked.
 func (e *BackedError) Is(target error) bool { return target == ErrBacked }
+
+// debugOn reports whether lease reads and writes are logged. Every debug
+// call site checks it first, so that with debug logging off no log value is
+// boxed or allocated: the cost is this check.
+func (s *Store) debugOn(ctx context.Context) bool { return s.log.Enabled(ctx, slog.LevelDebug) }

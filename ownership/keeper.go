@@ -249,6 +249,19 @@ func (k *Keeper) checkWatchdog() {
 	k.fence(fencing.CauseWatchdog)
 }
 
+// nextRenewal is ttl/3 after the start of the last renewal, or half way to
+// the end of the authority if that comes first (a ttl close to the clock
+// margin leaves less than ttl/3 of authority).
+func (k *Keeper) nextRenewal() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	at := k.lastStart.Add(k.ttl / 3)
+	if half := k.lastStart.Add(k.validUntil.Sub(k.lastStart) / 2); half.Before(at) {
+		at = half
+	}
+	return at
+}
+
 // retryEvery is the pause between failed renewal attempts.
 func (k *Keeper) retryEvery() time.Duration {
 	return min(max(k.ttl/30, 2*time.Millisecond), 250*time.Millisecond)
@@ -258,9 +271,7 @@ func (k *Keeper) run() {
 	defer k.wg.Done()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	k.mu.Lock()
-	next := k.lastStart.Add(k.ttl / 3)
-	k.mu.Unlock()
+	next := k.nextRenewal()
 	for {
 		timer.Reset(time.Until(next))
 		select {
@@ -280,9 +291,7 @@ func (k *Keeper) run() {
 		cancel()
 		switch res {
 		case renewed:
-			k.mu.Lock()
-			next = k.lastStart.Add(k.ttl / 3)
-			k.mu.Unlock()
+			next = k.nextRenewal()
 		case retryNow:
 			next = time.Now()
 		case retryLater:

@@ -57,7 +57,9 @@ func (s *Store) run(ctx context.Context, op, id string, first firstView, single 
 				cached = false
 				continue
 			}
-			s.debug(ctx, op, id, "outcome", refusal)
+			if s.debugOn(ctx) {
+				s.debug(ctx, op, id, "outcome", refusal)
+			}
 			return view{}, start, refusal
 		}
 		nv, err := s.retireThenWrite(ctx, op, id, v, start.Round(0), *next)

@@ -106,26 +106,36 @@ func (v view) nextEpoch() uint64 {
 func (s *Store) read(ctx context.Context, id string) (view, error) {
 	m, err := getLast(ctx, s.js, wire.BucketStream(s.world), wire.RecordSubject(s.world, id))
 	if errors.Is(err, errNoMsg) {
-		s.debug(ctx, "read", id, "outcome", "absent")
+		if s.debugOn(ctx) {
+			s.debug(ctx, "read", id, "outcome", "absent")
+		}
 		return view{}, nil
 	}
 	if err != nil {
-		s.debug(ctx, "read", id, "error", err)
+		if s.debugOn(ctx) {
+			s.debug(ctx, "read", id, "error", err)
+		}
 		return view{}, fmt.Errorf("ownership: read record of %q: %w", id, err)
 	}
 	v := view{rev: m.Seq}
 	if isMarker(m.Header) {
 		v.tombstone = true
-		s.debug(ctx, "read", id, "outcome", "deleted", "rev", v.rev)
+		if s.debugOn(ctx) {
+			s.debug(ctx, "read", id, "outcome", "deleted", "rev", v.rev)
+		}
 		return v, nil
 	}
 	v.rec, err = wire.DecodeRecord(m.Data)
 	if err != nil {
 		s.cache.drop(id)
-		s.debug(ctx, "read", id, "error", err, "rev", v.rev)
+		if s.debugOn(ctx) {
+			s.debug(ctx, "read", id, "error", err, "rev", v.rev)
+		}
 		return view{}, fmt.Errorf("ownership: record of %q at revision %d (key %s): %w; it is left as it is: inspect it, then delete the key or reset the world", id, v.rev, wire.RecordKey(id), err)
 	}
-	s.debug(ctx, "read", id, "rev", v.rev, "node", v.rec.Node, "epoch", v.rec.Epoch, "state", v.rec.State, "expires", v.rec.Expires, "node_lease", v.rec.NodeLease)
+	if s.debugOn(ctx) {
+		s.debug(ctx, "read", id, "rev", v.rev, "node", v.rec.Node, "epoch", v.rec.Epoch, "state", v.rec.State, "expires", v.rec.Expires, "node_lease", v.rec.NodeLease)
+	}
 	if v.rec.Backed() {
 		s.cache.drop(id)
 		return s.readBacking(ctx, v)
@@ -167,11 +177,15 @@ func (s *Store) write(ctx context.Context, op, id string, over view, rec wire.Re
 		} else {
 			s.cache.put(id, v)
 		}
-		s.debug(ctx, op, id, "outcome", "written", "rev", rev, "over", over.rev, "node", rec.Node, "epoch", rec.Epoch, "state", rec.State, "node_lease", rec.NodeLease)
+		if s.debugOn(ctx) {
+			s.debug(ctx, op, id, "outcome", "written", "rev", rev, "over", over.rev, "node", rec.Node, "epoch", rec.Epoch, "state", rec.State, "node_lease", rec.NodeLease)
+		}
 		return v, nil
 	}
 	s.cache.drop(id)
-	s.debug(ctx, op, id, "over", over.rev, "error", err)
+	if s.debugOn(ctx) {
+		s.debug(ctx, op, id, "over", over.rev, "error", err)
+	}
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, jetstream.ErrKeyRevisionMismatch):

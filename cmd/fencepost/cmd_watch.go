@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/fencepost/fencepost/ownership"
+)
+
+// Flag of the watch command.
+var flagWatchCount int
+
+func init() {
+	register("watch", &command{
+		usage: "watch [ID] [--count N]",
+		short: "print ownership changes as they happen: claimed|renewed|released|seized|lapsed|deleted id=I node=N epoch=E ...",
+		flags: func(fs *flagSet) {
+			fs.IntVar(&flagWatchCount, "count", 0, "exit after N changes (0: until interrupted)")
+		},
+		run: runWatch,
+	})
+}
+
+// runWatch prints one line (or one JSON object) per change of ID, or of
+// every id of the world, until interrupted (exit 0) or --count changes.
+func runWatch(e *env, args []string) int {
+	if len(args) > 1 {
+		return e.usageErr("watch", "want at most one ID, got %d arguments", len(args))
+	}
+	if flagWatchCount < 0 {
+		return e.usageErr("watch", "--count must not be negative")
+	}
+	id := ""
+	if len(args) == 1 {
+		id = args[0]
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	octx, cancel := e.ctx()
+	w, err := e.openWorld(octx)
+	cancel()
+	if err != nil {
+		return e.fail(err)
+	}
+	ctx, cancelWatch := context.WithCancel(ctx)
+	defer cancelWatch()
+	ch, err := w.Ownership.Watch(ctx, id)
+	if err != nil {
+		if ctx.Err() != nil {
+			return exitOK
+		}
+		return e.fail(err)
+	}
+	// On stderr, so that scripts know every later change will be shown.
+	fmt.Fprintf(e.err, "watching world %s%s\n", e.world, map[bool]string{true: " id " + quoteIfNeeded(id)}[id != ""])
+	n := 0
+	for ev := range ch {
+		e.emit(string(ev.Kind), watchFields(ev)...)
+		if n++; flagWatchCount > 0 && n >= flagWatchCount {
+			return exitOK
+		}
+	}
+	return exitOK
+}
+
+func watchFields(ev ownership.Event) []field {
+	fs := []field{f("id", ev.ID), f("node", ev.Node), f("epoch", ev.Epoch)}
+	if !ev.Expires.IsZero() {
+		fs = append(fs, f("expires", ev.Expires))
+	}
+	fs = append(fs, f("revision", ev.Revision), f("at", ev.At.UTC().Truncate(time.Microsecond)))
+	if ev.NodeLease != 0 {
+		fs = append(fs, f("node_lease", ev.NodeLease))
+	}
+	return fs
+}
