@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -27,6 +29,7 @@ import (
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/world"
 )
 
 // TestMain fails the package when a goroutine outlives the tests: every
@@ -293,4 +296,48 @@ func TestDaemon_ShutdownUnderLoadLosesNothing(t *testing.T) {
 		return true
 	})
 	s2.shutdown(t)
+}
+
+// TestDaemon_NATSConfigWithAuthorization: a nats-server config file adds
+// what has no flag (here users); fencepostd connects with its own user and
+// a client without one is refused.
+func TestDaemon_NATSConfigWithAuthorization(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(`authorization { users: [ {user: fencepostd, password: s3cret}, {user: app, password: app} ] }`), 0o600))
+	s := startDaemon(t, t.TempDir(), "--nats-config", conf, "--user", "fencepostd", "--password", "s3cret")
+	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if code, body := s.get(t, "/readyz"); code != http.StatusOK {
+			return fmt.Errorf("readyz %d %s", code, body)
+		}
+		return nil
+	})
+	_, err := client.Connect(s.d.ClientURL())
+	require.Error(t, err, "no user: refused")
+	c, err := client.Connect(s.d.ClientURL(), client.WithNATSOptions(nats.UserInfo("app", "app")))
+	require.NoError(t, err)
+	defer c.Close()
+	w, err := c.World(testutil.Ctx(t, 5*time.Second), "default")
+	require.NoError(t, err)
+	_, err = w.Ownership.Claim(testutil.Ctx(t, 5*time.Second), "x", "n", 0)
+	require.NoError(t, err)
+}
+
+// TestDaemon_ExternalNATS: with --nats fencepostd embeds nothing, makes the
+// world ready on the deployment it is given and serves the same endpoints.
+func TestDaemon_ExternalNATS(t *testing.T) {
+	ext := servertest.New(t)
+	s := startDaemon(t, t.TempDir(), "--nats", ext.ClientURL(), "--world", "ext")
+	require.Nil(t, s.d.Server())
+	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if code, body := s.get(t, "/readyz"); code != http.StatusOK {
+			return fmt.Errorf("readyz %d %s", code, body)
+		}
+		return nil
+	})
+	code, _ := s.get(t, "/jsz")
+	require.Equal(t, http.StatusNotFound, code, "no embedded server, no nats-server monitoring")
+	s.waitMetric(t, `fencepost_world_records{world="ext"}`, 0)
+	_, js := servertest.Connect(t, ext.ClientURL())
+	_, err := world.Open(testutil.Ctx(t, 5*time.Second), js, "ext")
+	require.NoError(t, err)
 }
