@@ -79,7 +79,9 @@ func TestKeeper_RenewsAndReleases(t *testing.T) {
 
 // TestKeeper_SelfFence provokes each cause for real against the server.
 func TestKeeper_SelfFence(t *testing.T) {
-	const ttl = 300 * time.Millisecond
+	// Long enough that a loaded machine renews well inside the authority:
+	// the cause must be the record's, not the watchdog's.
+	const ttl = time.Second
 	t.Run("record deleted", func(t *testing.T) {
 		suite(t, func(t *testing.T, _ *testutil.Env, w *client.World) {
 			ctx := testutil.Ctx(t, time.Minute)
@@ -89,7 +91,7 @@ func TestKeeper_SelfFence(t *testing.T) {
 			require.NoError(t, err)
 			defer k.Close()
 			require.NoError(t, w.KV.Delete(ctx, wire.RecordKey("del")))
-			waitDone(t, k.Done(), ttl)
+			waitDone(t, k.Done(), 5*time.Second)
 			require.Equal(t, fencing.CauseRecordMissing, k.Cause())
 			require.ErrorIs(t, context.Cause(k.Context()), fencing.CauseRecordMissing)
 			require.False(t, k.Lease().Valid(), "a fenced lease is not valid")
@@ -106,12 +108,13 @@ func TestKeeper_SelfFence(t *testing.T) {
 			// Same node name, new epoch: only the epoch tells it apart.
 			_, err = w.Ownership.Seize(ctx, "mm", "a", time.Minute, true)
 			require.NoError(t, err)
-			waitDone(t, k.Done(), ttl)
+			waitDone(t, k.Done(), 5*time.Second)
 			require.Equal(t, fencing.CauseRecordMismatch, k.Cause())
 			require.ErrorIs(t, k.Release(ctx), fencing.CauseRecordMismatch)
 		})
 	})
 	t.Run("renewals blocked until expiry", func(t *testing.T) {
+		const ttl = 300 * time.Millisecond
 		env := testutil.Start(t, testutil.Targets()[0])
 		w := env.World(t, world.Config{})
 		ctx := testutil.Ctx(t, time.Minute)
@@ -123,10 +126,10 @@ func TestKeeper_SelfFence(t *testing.T) {
 		checkFor(t, 5*time.Second, "a first renewal", func() bool { return k.Renewals() >= 1 })
 		env.Node.Server.Stop() // nothing can be renewed any more
 		vu := k.ValidUntil()
-		at := waitDone(t, k.Done(), 2*ttl)
+		at := waitDone(t, k.Done(), 5*time.Second)
 		require.Equal(t, fencing.CauseWatchdog, k.Cause())
 		require.False(t, at.Before(vu), "fenced at %v, before its authority ended at %v", at, vu)
-		require.Less(t, at.Sub(vu), 50*time.Millisecond, "fenced late")
+		require.Less(t, at.Sub(vu), 250*time.Millisecond, "fenced late")
 		require.False(t, k.Lease().Valid())
 	})
 }

@@ -140,7 +140,7 @@ func TestSession_HeldAndAcquire(t *testing.T) {
 }
 
 func TestSession_SelfFence(t *testing.T) {
-	const ttl = 300 * time.Millisecond
+	const ttl = time.Second
 	for _, tc := range []struct {
 		name  string
 		cause fencing.Cause
@@ -164,7 +164,7 @@ func TestSession_SelfFence(t *testing.T) {
 			l, err := ss.Claim(ctx, "id")
 			require.NoError(t, err)
 			tc.do(t, w, ss)
-			waitDone(t, ss.Done(), ttl)
+			waitDone(t, ss.Done(), 5*time.Second)
 			require.Equal(t, tc.cause, ss.Cause())
 			require.False(t, l.Valid(), "an id lease outlived its fenced session")
 			st, err := w.Ownership.Owner(ctx, "id")
