@@ -96,3 +96,34 @@ func TestDaemon_StartsWithDefaultWorldAndStopsOnSignal(t *testing.T) {
 		})
 	}
 }
+
+// TestDaemon_ExitCodes: a bad flag or config file exits 2 naming the field
+// before anything starts; a server that cannot start exits 1; --help 0.
+func TestDaemon_ExitCodes(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	badFile := filepath.Join(t.TempDir(), "fencepostd.json")
+	require.NoError(t, os.WriteFile(badFile, []byte(`{"sync": "often"}`), 0o600))
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"--help"}, 0, "exit codes:"},
+		{[]string{"--sync", "often"}, 2, `sync: "often" is neither`},
+		{[]string{"--config", badFile}, 2, `sync: "often" is neither`},
+		{[]string{"--replicas", "4"}, 2, "replicas: 4 is not 1, 3 or 5"},
+		{[]string{"--port", "-1", "--data", t.TempDir(), "--http", busy.Addr().String()}, 1, "address already in use"},
+	} {
+		cmd := exec.Command(bin, tc.args...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		}
+		require.Equal(t, tc.code, code, "%v: %s", tc.args, out)
+		require.Contains(t, string(out), tc.msg, "%v", tc.args)
+	}
+}
