@@ -30,12 +30,13 @@ type run struct {
 	h  Handler
 	o  runOptions
 
-	subj       string // the mailbox subject
-	cursorSubj string // the cursor's subject in the bucket stream
-	cur        Cursor // the last committed cursor
-	purged     uint64 // messages below this sequence were purged
-	res        Result
-	uncertain  bool // a commit's outcome is unknown
+	subj        string // the mailbox subject
+	cursorSubj  string // the cursor's subject in the bucket stream
+	cur         Cursor // the last committed cursor
+	purgedBelow uint64 // messages below this sequence were purged
+	purging     chan purgeResult
+	res         Result
+	uncertain   bool // a commit's outcome is unknown
 }
 
 func (d *Drainer) drain(ctx context.Context, a *authority, h Handler, opts []RunOption) (Result, error) {
@@ -61,6 +62,7 @@ func (d *Drainer) drain(ctx context.Context, a *authority, h Handler, opts []Run
 	wg.Add(1)
 	go func() { defer wg.Done(); lk.keep(rctx, stop) }()
 	defer func() {
+		r.finishPurge(rctx)
 		stop(nil)
 		wg.Wait()
 		// After an unknown commit the lock is left to lapse: the next drain
@@ -116,10 +118,21 @@ func (r *run) loadCursor(ctx context.Context) error {
 	return nil
 }
 
-// readCursor reads id's cursor through the bucket stream's leader; an
-// absent (or deleted) cursor is zero.
+// readCursor reads id's cursor through the bucket stream's leader (on a
+// single replica, the direct get it answers is the same read without the
+// JetStream API queue); an absent (or deleted) cursor is zero.
 func (d *Drainer) readCursor(ctx context.Context, id string) (Cursor, error) {
-	m, err := leaderGet(ctx, d.nc, wire.BucketStream(d.world), getRequest{LastFor: wire.KeySubject(d.world, wire.CursorKey(id))})
+	subj := wire.KeySubject(d.world, wire.CursorKey(id))
+	var m *jetstream.RawStreamMsg
+	var err error
+	if d.cfg.Replicas == 1 {
+		m, err = d.w.Bucket.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			err = errNotFound
+		}
+	} else {
+		m, err = leaderGet(ctx, d.nc, wire.BucketStream(d.world), getRequest{LastFor: subj})
+	}
 	if errors.Is(err, errNotFound) {
 		return Cursor{}, nil
 	}
@@ -145,17 +158,28 @@ func isMarker(h nats.Header) bool {
 }
 
 // loop reads and handles batches until the mailbox is empty or the limit
-// is reached.
+// is reached. While the handler works through a full batch, the next one
+// is already being read (from after the batch's last message); it is used
+// only if the cursor ends up exactly there.
 func (r *run) loop(ctx context.Context) error {
+	var ahead *readAhead
+	defer func() { ahead.discard() }()
 	for {
-		n := r.d.batch
-		if r.o.max > 0 {
-			if r.res.Count >= r.o.max {
-				return nil
-			}
-			n = min(n, r.o.max-r.res.Count)
+		n := r.batchSize(r.res.Count)
+		if n == 0 {
+			return nil
 		}
-		b, err := readBatch(ctx, r.d.nc, wire.MailboxStream(r.d.world), r.subj, r.cur.Seq+1, n)
+		var (
+			b   batchResult
+			err error
+		)
+		if ahead.matches(r.cur.Seq+1, n) {
+			b, err = ahead.wait()
+		} else {
+			ahead.discard()
+			b, err = readBatch(ctx, r.d.nc, wire.MailboxStream(r.d.world), r.subj, r.cur.Seq+1, n)
+		}
+		ahead = nil
 		if err != nil {
 			return err
 		}
@@ -169,6 +193,11 @@ func (r *run) loop(ctx context.Context) error {
 			}
 			continue
 		}
+		if len(b.msgs) == n {
+			if next := r.batchSize(r.res.Count + n); next > 0 {
+				ahead = r.readAhead(ctx, b.msgs[n-1].Sequence+1, next)
+			}
+		}
 		again, err := r.handle(ctx, b.msgs)
 		if err != nil {
 			return err
@@ -176,6 +205,51 @@ func (r *run) loop(ctx context.Context) error {
 		if !again && len(b.msgs) < n && b.pending == 0 && r.d.cfg.Replicas == 1 {
 			return nil // the only replica said this was all
 		}
+	}
+}
+
+// batchSize is how many messages the next read asks for once count left
+// the mailbox: the batch, or what remains of WithMax.
+func (r *run) batchSize(count int) int {
+	if r.o.max > 0 {
+		return max(min(r.d.batch, r.o.max-count), 0)
+	}
+	return r.d.batch
+}
+
+// readAhead is a batch read running in the background.
+type readAhead struct {
+	from uint64
+	n    int
+	ch   chan readResult
+}
+
+type readResult struct {
+	b   batchResult
+	err error
+}
+
+func (r *run) readAhead(ctx context.Context, from uint64, n int) *readAhead {
+	a := &readAhead{from: from, n: n, ch: make(chan readResult, 1)}
+	go func() {
+		b, err := readBatch(ctx, r.d.nc, wire.MailboxStream(r.d.world), r.subj, from, n)
+		a.ch <- readResult{b, err}
+	}()
+	return a
+}
+
+func (a *readAhead) matches(from uint64, n int) bool { return a != nil && a.from == from && a.n == n }
+
+func (a *readAhead) wait() (batchResult, error) {
+	res := <-a.ch
+	return res.b, res.err
+}
+
+// discard waits for an unused read to end, so that no goroutine outlives
+// the drain.
+func (a *readAhead) discard() {
+	if a != nil {
+		<-a.ch
 	}
 }
 
@@ -331,17 +405,56 @@ func (r *run) commitError(next Cursor, err error) error {
 
 // purge removes the committed messages from the mailbox. It is cleanup
 // only: delivery resumes after the cursor, so a purge that fails (or never
-// runs) costs space, never a redelivery. The next commit's purge covers it.
+// runs) costs space, never a redelivery. It runs in the background, one at
+// a time, while the drain reads and handles the next batch; a purge covers
+// everything below the cursor, so one that is skipped because another is
+// in flight is made up by the next. finishPurge waits for the last one.
 func (r *run) purge(ctx context.Context) {
+	if r.purging != nil {
+		select {
+		case res := <-r.purging:
+			r.purged(res)
+		default:
+			return
+		}
+	}
 	below := r.cur.Seq + 1
-	if below <= r.purged {
+	if below <= r.purgedBelow {
 		return
 	}
-	if err := r.d.w.Mailbox.Purge(ctx, jetstream.WithPurgeSubject(r.subj), jetstream.WithPurgeSequence(below)); err != nil {
-		r.d.log.Warn("drain: purge of committed messages failed; the next commit retries", "world", r.d.world, "id", r.a.id, "below", below, "error", err)
+	ch := make(chan purgeResult, 1)
+	r.purging = ch
+	go func() {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		ch <- purgeResult{below, r.d.w.Mailbox.Purge(pctx, jetstream.WithPurgeSubject(r.subj), jetstream.WithPurgeSequence(below))}
+	}()
+}
+
+type purgeResult struct {
+	below uint64
+	err   error
+}
+
+func (r *run) purged(res purgeResult) {
+	r.purging = nil
+	if res.err != nil {
+		r.d.log.Warn("drain: purge of committed messages failed; the next commit retries", "world", r.d.world, "id", r.a.id, "below", res.below, "error", res.err)
 		return
 	}
-	r.purged = below
+	r.purgedBelow = max(r.purgedBelow, res.below)
+}
+
+// finishPurge waits for the purge in flight and purges what the last
+// commits covered.
+func (r *run) finishPurge(ctx context.Context) {
+	if r.purging != nil {
+		r.purged(<-r.purging)
+	}
+	r.purge(ctx)
+	if r.purging != nil {
+		r.purged(<-r.purging)
+	}
 }
 
 // wrongLastSequence: the fence's expectation failed (10071; 10164 on a

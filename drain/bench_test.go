@@ -1,0 +1,221 @@
+package drain_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/world"
+)
+
+// benchEnv is one server with a world and a raw stream for the baseline.
+type benchEnv struct {
+	ctx context.Context
+	js  jetstream.JetStream
+	w   *client.World
+	raw jetstream.Stream
+}
+
+func newBenchEnv(b *testing.B) *benchEnv {
+	srv := servertest.New(b)
+	c, err := client.Connect(srv.ClientURL(), client.WithTimeout(30*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	ctx := context.Background()
+	w, err := c.CreateWorld(ctx, "bench", world.Config{MaxMsgSize: 4096})
+	if err != nil {
+		b.Fatal(err)
+	}
+	js := c.JetStream()
+	raw, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &benchEnv{ctx: ctx, js: js, w: w, raw: raw}
+}
+
+// fill posts n 128-byte messages, spread over subjects by subj(i), with
+// 256 asynchronous publishes in flight.
+func (e *benchEnv) fill(b *testing.B, n int, subj func(i int) string) {
+	body := make([]byte, 128)
+	fs := make([]jetstream.PubAckFuture, 0, 256)
+	for i := 0; i < n; i += 256 {
+		fs = fs[:0]
+		for j := i; j < min(i+256, n); j++ {
+			f, err := e.js.PublishAsync(subj(j), body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fs = append(fs, f)
+		}
+		for _, f := range fs {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// rawConsume is the baseline: a pull consumer over filter that fetches
+// batches of 1,000 and acknowledges each batch once (AckAll on its last
+// message), until n messages were consumed.
+func (e *benchEnv) rawConsume(b *testing.B, filter string, n int) time.Duration {
+	start := time.Now()
+	cons, err := e.raw.CreateConsumer(e.ctx, jetstream.ConsumerConfig{FilterSubject: filter, AckPolicy: jetstream.AckAllPolicy, MaxAckPending: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	got := 0
+	for got < n {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var last jetstream.Msg
+		for m := range batch.Messages() {
+			last = m
+			got++
+		}
+		if batch.Error() != nil {
+			b.Fatal(batch.Error())
+		}
+		if last != nil {
+			if err := last.Ack(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	d := time.Since(start)
+	if err := e.raw.DeleteConsumer(e.ctx, cons.CachedInfo().Name); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+func report(b *testing.B, n int, raw, ours time.Duration) {
+	rawRate, oursRate := float64(n)/raw.Seconds(), float64(n)/ours.Seconds()
+	b.ReportMetric(rawRate, "raw-msgs/s")
+	b.ReportMetric(oursRate, "fp-msgs/s")
+	b.ReportMetric(oursRate/rawRate, "ratio")
+}
+
+// BenchmarkDrainHotID drains b.N messages of one id against a raw pull
+// consumer fetching 1,000 at a time with one ack per batch, on the same
+// server in the same run. The two alternate in five rounds of b.N/5
+// messages, so that both see the same machine state.
+//
+//	go test -run '^$' -bench DrainHotID -benchtime 100000x ./drain/
+func BenchmarkDrainHotID(b *testing.B) {
+	e := newBenchEnv(b)
+	lease, err := e.w.Ownership.Claim(e.ctx, "hot", "node-a", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const rounds = 5
+	var rawD, oursD time.Duration
+	b.ResetTimer()
+	for round := range rounds {
+		n := b.N/rounds + boolInt(round < b.N%rounds)
+		b.StopTimer()
+		e.fill(b, n, func(int) string { return "raw.hot" })
+		e.fill(b, n, func(int) string { return wire.MailboxSubject("bench", "hot") })
+		rawD += e.rawConsume(b, "raw.hot", n)
+		b.StartTimer()
+		start := time.Now()
+		res, err := e.w.Drainer.DrainLease(e.ctx, lease, func(context.Context, drain.Message) error { return nil })
+		oursD += time.Since(start)
+		if err != nil || res.Count != n {
+			b.Fatalf("drained %d of %d: %v", res.Count, n, err)
+		}
+	}
+	report(b, b.N, rawD, oursD)
+}
+
+func boolInt(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// BenchmarkDrainManyIDs drains 100,000 messages spread over 10,000 ids held
+// by one node (10 each), against a raw pull consumer over the same spread
+// of subjects, on the same server in the same run.
+//
+//	go test -run '^$' -bench DrainManyIDs -benchtime 1x ./drain/
+func BenchmarkDrainManyIDs(b *testing.B) {
+	const ids, per = 10_000, 10
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		e := newBenchEnv(b)
+		names := make([]string, ids)
+		for j := range names {
+			names[j] = fmt.Sprintf("id-%d", j)
+		}
+		e.fill(b, ids*per, func(i int) string { return fmt.Sprintf("raw.m.%d", i%ids) })
+		leases := e.claimAll(b, names)
+		for j := range ids * per {
+			if _, err := e.w.Queue.SendAsync(names[j%ids], make([]byte, 128)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		select {
+		case <-e.js.PublishAsyncComplete():
+		case <-time.After(time.Minute):
+			b.Fatal("posting did not complete")
+		}
+		rawD := e.rawConsume(b, "raw.m.>", ids*per)
+		b.StartTimer()
+		start := time.Now()
+		res, err := e.w.Drainer.DrainAll(e.ctx, leases, func(context.Context, drain.Message) error { return nil })
+		oursD := time.Since(start)
+		if err != nil || res.Count != ids*per {
+			b.Fatalf("drained %d of %d: %v", res.Count, ids*per, err)
+		}
+		report(b, ids*per, rawD, oursD)
+	}
+}
+
+func (e *benchEnv) claimAll(b *testing.B, ids []string) []*ownership.Lease {
+	leases := make([]*ownership.Lease, len(ids))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(ids) {
+					return
+				}
+				l, err := e.w.Ownership.Claim(e.ctx, ids[i], "node-a", time.Hour)
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+				leases[i] = l
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	return leases
+}
