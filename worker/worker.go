@@ -1,0 +1,380 @@
+// Package worker runs a node that serves mailboxes: it holds a node lease
+// (ownership.Session), claims every id that has mail and no owner, drains
+// the ids it holds, and self-fences with its session.
+//
+// N workers on one world share it: an id with mail and no owner is claimed
+// by the first worker to try (a conditional write: exactly one wins), and a
+// worker that holds more ids waits longer before it tries, so load spreads.
+// No id is drained by two workers at once: ownership is exclusive, a drain
+// takes the id's drain lock, and every commit is fenced on the ownership
+// record. When a worker dies, its node lease lapses after its ttl and all
+// of its ids are free at once; the others see the lapse on their ownership
+// watch and take them over.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+)
+
+// Config is a worker's settings. Zero fields take the documented defaults.
+type Config struct {
+	Node string        // the node name (required)
+	TTL  time.Duration // node lease ttl; 0: the world's default
+	// IDs restricts the worker to these ids; empty: every id of the world.
+	IDs []string
+	// Scan is the period of a full scan for ids with mail, a backstop for
+	// missed notifications. Default: the ttl.
+	Scan time.Duration
+	// Idle releases an id whose mailbox stayed empty this long, so that
+	// load can move. Default: 30 s.
+	Idle time.Duration
+	// Spread is the claim delay per id already held: a worker holding k ids
+	// waits k*Spread (at most MaxSpread) before it claims another. Default
+	// 1 ms, MaxSpread 100 ms.
+	Spread, MaxSpread time.Duration
+	Log               *slog.Logger
+}
+
+// Worker serves the mailboxes of one world as one node.
+type Worker struct {
+	w   *client.World
+	cfg Config
+	h   drain.Handler
+	log *slog.Logger
+	ids map[string]bool // cfg.IDs as a set; nil: all
+	dr  *drain.Drainer
+
+	mu      sync.Mutex
+	held    map[string]*holding
+	session *ownership.Session
+}
+
+type holding struct {
+	lease *ownership.Lease
+	more  chan struct{} // capacity 1: "there may be new mail"
+}
+
+// New returns a worker for world w running handler h for every message.
+func New(w *client.World, cfg Config, h drain.Handler) (*Worker, error) {
+	if err := wire.ValidateNode(cfg.Node); err != nil {
+		return nil, err
+	}
+	ttl, err := w.Config.TTL(cfg.TTL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.TTL = ttl
+	if cfg.Scan <= 0 {
+		cfg.Scan = ttl
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = 30 * time.Second
+	}
+	if cfg.Spread <= 0 {
+		cfg.Spread = time.Millisecond
+	}
+	if cfg.MaxSpread <= 0 {
+		cfg.MaxSpread = 100 * time.Millisecond
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	// The drain lock of a worker that died lapses with its node lease, not
+	// after the 30 s default: a takeover waits for both.
+	dr, err := drain.New(w.World, w.Ownership, drain.WithLockTTL(ttl), drain.WithLogger(cfg.Log))
+	if err != nil {
+		return nil, err
+	}
+	wk := &Worker{w: w, cfg: cfg, h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}}
+	if len(cfg.IDs) > 0 {
+		wk.ids = map[string]bool{}
+		for _, id := range cfg.IDs {
+			if err := wire.ValidateID(id); err != nil {
+				return nil, err
+			}
+			wk.ids[id] = true
+		}
+	}
+	return wk, nil
+}
+
+// Held lists the ids the worker holds now.
+func (wk *Worker) Held() []string {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	out := make([]string, 0, len(wk.held))
+	for id := range wk.held {
+		out = append(out, id)
+	}
+	return out
+}
+
+// Session is the worker's node lease once Run has it, else nil.
+func (wk *Worker) Session() *ownership.Session {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	return wk.session
+}
+
+// Run serves until ctx ends or the node lease self-fences. It waits for
+// the node lease at start (a previous process of the node may still hold
+// it). When ctx ends it stops every drain and releases the node lease, so
+// that every id it held is free at once, and returns nil. On a self-fence
+// it stops every drain and returns the fencing.Cause.
+func (wk *Worker) Run(ctx context.Context) error {
+	ss, err := wk.w.Ownership.AcquireSession(ctx, wk.cfg.Node, wk.cfg.TTL)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	wk.mu.Lock()
+	wk.session = ss
+	wk.mu.Unlock()
+	wk.log.Info("node lease acquired", "epoch", ss.Epoch(), "ttl", wk.cfg.TTL)
+
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopOnFence := context.AfterFunc(ss.Context(), func() { cancel(context.Cause(ss.Context())) })
+	defer stopOnFence()
+
+	var wg sync.WaitGroup
+	cand := make(chan string, 4096)
+	err = wk.feed(rctx, &wg, cand)
+	if err == nil {
+		wk.dispatch(rctx, &wg, ss, cand)
+	}
+	cancel(err)
+	wg.Wait()
+
+	if c := ss.Cause(); c != "" {
+		return c
+	}
+	ectx, ecancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ecancel()
+	if eerr := ss.End(ectx); eerr != nil && !errors.Is(eerr, ownership.ErrClosed) {
+		if c, ok := eerr.(fencing.Cause); ok {
+			return c
+		}
+		wk.log.Warn("releasing the node lease", "error", eerr)
+	}
+	if err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// offer queues a candidate id, dropping it when the queue is full (the
+// periodic scan finds it again).
+func offer(cand chan<- string, id string) {
+	select {
+	case cand <- id:
+	default:
+	}
+}
+
+// feed starts the three sources of candidate ids: posts to mailboxes (core
+// NATS subscription: immediate, may miss while disconnected), ownership
+// changes (a lapse or release makes an id claimable) and a periodic scan of
+// the mailbox stream (the backstop).
+func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- string) error {
+	nc := wk.w.JS.Conn()
+	prefix := "fp." + wk.w.Name + ".mb."
+	sub, err := nc.Subscribe(wire.MailboxFilter(wk.w.Name), func(m *nats.Msg) {
+		if id, err := wire.DecodeID(strings.TrimPrefix(m.Subject, prefix)); err == nil && wk.wants(id) {
+			offer(cand, id)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("worker: subscribe to posts: %w", err)
+	}
+	events, err := wk.w.Ownership.Watch(ctx, "")
+	if err != nil {
+		sub.Unsubscribe()
+		return fmt.Errorf("worker: watch ownership: %w", err)
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer sub.Unsubscribe()
+		for ev := range events {
+			switch ev.Kind {
+			case ownership.EventLapsed, ownership.EventReleased, ownership.EventDeleted:
+				if wk.wants(ev.ID) {
+					offer(cand, ev.ID)
+				}
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(wk.cfg.Scan)
+		defer t.Stop()
+		for {
+			wk.scan(ctx, cand)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return nil
+}
+
+func (wk *Worker) wants(id string) bool { return wk.ids == nil || wk.ids[id] }
+
+// scan offers every id whose mailbox holds messages.
+func (wk *Worker) scan(ctx context.Context, cand chan<- string) {
+	info, err := wk.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(wk.w.Name)))
+	if err != nil {
+		if ctx.Err() == nil {
+			wk.log.Warn("scan of the mailboxes failed", "error", err)
+		}
+		return
+	}
+	prefix := "fp." + wk.w.Name + ".mb."
+	for subj, n := range info.State.Subjects {
+		if n == 0 {
+			continue
+		}
+		if id, err := wire.DecodeID(strings.TrimPrefix(subj, prefix)); err == nil && wk.wants(id) {
+			offer(cand, id)
+		}
+	}
+}
+
+// dispatch handles candidates until ctx ends: a held id gets a nudge to
+// drain again; another id is claimed after a delay that grows with the
+// number of ids this worker holds (load spreading).
+func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownership.Session, cand chan string) {
+	pending := map[string]bool{} // claims scheduled and not yet tried
+	retry := make(chan string, 4096)
+	for {
+		var id string
+		select {
+		case <-ctx.Done():
+			return
+		case id = <-cand:
+			if h := wk.holding(id); h != nil {
+				nudge(h)
+				continue
+			}
+			if pending[id] {
+				continue
+			}
+			pending[id] = true
+			wait := min(time.Duration(wk.count())*wk.cfg.Spread, wk.cfg.MaxSpread)
+			wait += time.Duration(rand.Int64N(int64(wk.cfg.Spread) + 1))
+			time.AfterFunc(wait, func() { offer(retry, id) })
+			continue
+		case id = <-retry:
+			delete(pending, id)
+		}
+		if wk.holding(id) != nil {
+			continue
+		}
+		l, err := ss.Claim(ctx, id)
+		if err != nil {
+			if !errors.Is(err, ownership.ErrHeld) && ctx.Err() == nil {
+				wk.log.Warn("claim failed", "id", id, "error", err)
+			}
+			continue
+		}
+		h := &holding{lease: l, more: make(chan struct{}, 1)}
+		nudge(h)
+		wk.mu.Lock()
+		wk.held[id] = h
+		wk.mu.Unlock()
+		wk.log.Debug("claimed", "id", id, "epoch", l.Epoch)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wk.serve(ctx, ss, id, h)
+		}()
+	}
+}
+
+func nudge(h *holding) {
+	select {
+	case h.more <- struct{}{}:
+	default:
+	}
+}
+
+func (wk *Worker) holding(id string) *holding {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	return wk.held[id]
+}
+
+func (wk *Worker) count() int {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	return len(wk.held)
+}
+
+// serve drains one held id whenever it may have mail, until the holding is
+// lost, the id stays idle for cfg.Idle (then it is released), or ctx ends.
+func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h *holding) {
+	defer func() {
+		wk.mu.Lock()
+		delete(wk.held, id)
+		wk.mu.Unlock()
+	}()
+	idle := time.NewTimer(wk.cfg.Idle)
+	defer idle.Stop()
+	backoff := 10 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-idle.C:
+			if err := ss.Release(ctx, id); err != nil && ctx.Err() == nil {
+				wk.log.Debug("release of an idle id", "id", id, "error", err)
+			}
+			return
+		case <-h.more:
+		}
+		res, err := wk.dr.DrainLease(ctx, h.lease, wk.h)
+		switch {
+		case err == nil:
+			backoff = 10 * time.Millisecond
+			if res.Count > 0 {
+				idle.Reset(wk.cfg.Idle)
+			}
+			continue
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, ownership.ErrFree), errors.Is(err, ownership.ErrHeld), errors.Is(err, ownership.ErrFenced):
+			wk.log.Info("lost an id", "id", id, "reason", err)
+			return
+		}
+		// Contended (a stale drain lock), unknown or transient: try again.
+		wk.log.Debug("drain failed; retrying", "id", id, "error", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, max(wk.cfg.TTL/5, 10*time.Millisecond))
+		nudge(h)
+	}
+}
