@@ -88,24 +88,28 @@ func (d *Drainer) drain(ctx context.Context, a *authority, h Handler, opts []Run
 	return r.res, err
 }
 
-// fenceTakeover runs after this drain took over a lapsed lock: it writes
-// the ownership record (a renewal by the holding node, which keeps node and
-// epoch) so that the record's revision moves past any fence the previous
-// drain still holds. Every commit that drain sends from now on is refused,
-// and its retry finds out it lost the lock (design.md section 3).
+// fenceTakeover runs after this drain took over a lapsed lock: it moves
+// the ownership record's revision past any fence the previous drain may
+// still hold, by writing the record again unchanged (a compare-and-swap at
+// the revision just read; node, epoch, expiry and node lease stay as they
+// are, so holders and keepers see a renewal by no one). If the swap loses,
+// the record moved anyway. Either way every commit the previous drain sends
+// from now on is refused, and its retry finds out it lost the lock
+// (design.md section 3). The fence is then read fresh.
 func (r *run) fenceTakeover(ctx context.Context) error {
-	l, err := r.d.own.Renew(ctx, r.a.id, r.a.node, r.a.ttl)
-	if err != nil {
+	m, err := leaderGet(ctx, r.d.nc, wire.BucketStream(r.d.world), getRequest{LastFor: wire.RecordSubject(r.d.world, r.a.id)})
+	if err != nil && !errors.Is(err, errNotFound) {
 		return err
 	}
-	if l.Epoch != r.a.epoch {
-		return &ownership.FencedError{ID: r.a.id, Current: l.Epoch, Holder: l.Node}
+	if err == nil && !isMarker(m.Header) {
+		if rec, derr := wire.DecodeRecord(m.Data); derr == nil && rec.Node == r.a.node && rec.Epoch == r.a.epoch {
+			_, err := r.d.w.KV.Update(ctx, wire.RecordKey(r.a.id), m.Data, m.Sequence)
+			if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+				return fmt.Errorf("drain: fence the previous drain of %q: %w", r.a.id, err)
+			}
+		}
 	}
-	r.a.fence.Revision = l.Revision
-	if l.ValidUntil().After(r.a.until) {
-		r.a.until = l.ValidUntil()
-	}
-	return nil
+	return r.d.authorize(ctx, r.a)
 }
 
 // loadCursor reads the id's cursor through the bucket stream's leader.
