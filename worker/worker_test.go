@@ -16,8 +16,8 @@ import (
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/testutil"
-	"github.com/fencepost/fencepost/world"
 	"github.com/fencepost/fencepost/worker"
+	"github.com/fencepost/fencepost/world"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
