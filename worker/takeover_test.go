@@ -14,8 +14,8 @@ import (
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/testutil"
-	"github.com/fencepost/fencepost/world"
 	"github.com/fencepost/fencepost/worker"
+	"github.com/fencepost/fencepost/world"
 )
 
 // TestTakeoverGap measures the takeover gap: from the moment an owner has
