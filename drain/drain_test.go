@@ -42,6 +42,7 @@ var mailboxCases = []mailboxCase{
 	{"Drain_DeadDrainer_LockRecovered", testDeadDrainer},
 	{"Drain_PausedDrainer_FencedAfterTakeover", testPausedDrainer},
 	{"Drain_Max", testMax},
+	{"Drain_DeepMailbox_FailureMidway", testDeepFailure},
 	{"Send_Dedupe", testDedupe},
 	{"Send_Full_StoresNothing", testFull},
 	{"Send_TooLarge", testTooLarge},
@@ -493,6 +494,53 @@ func testPausedDrainer(t *testing.T, env *testutil.Env) {
 	_, err = dB.DrainLease(ctx, lease, rest.handle)
 	require.NoError(t, err)
 	require.Equal(t, []string{"m2"}, rest.bodies())
+}
+
+// A mailbox deep enough to be read through a consumer, with a failure in
+// the middle: the failed message comes again, then the rest, in order.
+func testDeepFailure(t *testing.T, env *testutil.Env) {
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{})
+	const total = 3500
+	for i := 0; i < total; i += 500 {
+		ps := make([]*queue.Pending, 0, 500)
+		for j := i; j < i+500; j++ {
+			p, err := w.Queue.SendAsync("deep", []byte(strconv.Itoa(j)))
+			require.NoError(t, err)
+			ps = append(ps, p)
+		}
+		for _, p := range ps {
+			_, err := p.Wait(ctx)
+			require.NoError(t, err)
+		}
+	}
+	lease, err := w.Ownership.Claim(ctx, "deep", "n1", time.Minute)
+	require.NoError(t, err)
+	rec := recorder{fail: func(m drain.Message) error {
+		if string(m.Body) == "2500" && m.Delivery == 1 {
+			return errors.New("once")
+		}
+		return nil
+	}}
+	res, err := d.DrainLease(ctx, lease, rec.handle)
+	require.NoError(t, err)
+	require.Equal(t, total, res.Count)
+	got := rec.bodies()
+	require.Len(t, got, total+1)
+	want := 0
+	for i, b := range got {
+		if i == 2501 {
+			require.Equal(t, "2500", b, "redelivered")
+			continue
+		}
+		require.Equal(t, strconv.Itoa(want), b)
+		want++
+	}
+	require.Zero(t, stored(t, w, wire.MailboxSubject(w.Name, "deep")))
+	names := w.Mailbox.ConsumerNames(ctx)
+	for range names.Name() {
+		t.Error("a consumer outlived the drain")
+	}
 }
 
 func testMax(t *testing.T, env *testutil.Env) {

@@ -166,8 +166,11 @@ func isMarker(h nats.Header) bool {
 // is already being read (from after the batch's last message); it is used
 // only if the cursor ends up exactly there.
 func (r *run) loop(ctx context.Context) error {
-	var ahead *readAhead
-	defer func() { ahead.discard() }()
+	var (
+		ahead *readAhead
+		f     *follower
+	)
+	defer func() { ahead.discard(); f.close() }()
 	for {
 		n := r.batchSize(r.res.Count)
 		if n == 0 {
@@ -177,9 +180,16 @@ func (r *run) loop(ctx context.Context) error {
 			b   batchResult
 			err error
 		)
-		if ahead.matches(r.cur.Seq+1, n) {
+		switch {
+		case f != nil:
+			if b, err = f.read(ctx, r.cur.Seq+1, n); errors.Is(err, errFollowerMoved) {
+				f.close()
+				f = nil
+				continue
+			}
+		case ahead.matches(r.cur.Seq+1, n):
 			b, err = ahead.wait()
-		} else {
+		default:
 			ahead.discard()
 			b, err = readBatch(ctx, r.d.nc, wire.MailboxStream(r.d.world), r.subj, r.cur.Seq+1, n)
 		}
@@ -192,13 +202,22 @@ func (r *run) loop(ctx context.Context) error {
 				return err
 			}
 			// The replica that answered lags the leader: read again.
+			f.close()
+			f = nil
 			if err := sleep(ctx, 2*time.Millisecond); err != nil {
 				return err
 			}
 			continue
 		}
-		if len(b.msgs) == n {
-			if next := r.batchSize(r.res.Count + n); next > 0 {
+		if f == nil && len(b.msgs) == n {
+			next := r.batchSize(r.res.Count + n)
+			switch {
+			case next > 0 && b.pending >= followThreshold:
+				// A deep mailbox: follow it with a consumer from here on.
+				if f, err = r.follow(ctx, b.msgs[n-1].Sequence+1); err != nil {
+					return err
+				}
+			case next > 0:
 				ahead = r.readAhead(ctx, b.msgs[n-1].Sequence+1, next)
 			}
 		}
