@@ -20,7 +20,9 @@ import (
 // A session's epoch never repeats (same rule as an id's), so an id claimed
 // under an earlier session of the same node is never revived by a later
 // one. When the session self-fences, Done closes and every id lease it
-// backs is invalid (Lease.Valid reports false).
+// backs is invalid (Lease.Valid reports false). Run the work done under the
+// session's ids (drains, handlers) with Context(), so that it stops at the
+// fence.
 type Session struct {
 	k *Keeper
 }

@@ -20,6 +20,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -66,9 +67,25 @@ type Worker struct {
 }
 
 type holding struct {
-	lease *ownership.Lease
-	more  chan struct{} // capacity 1: "there may be new mail"
+	lease    *ownership.Lease
+	more     chan struct{} // capacity 1: "there may be new mail"
+	lastDone atomic.Int64  // unix nanos of the end of the last drain
 }
+
+// candidate is an id that may need this worker: it got mail (post), its
+// holder went away (free), or the scan found mail in it (scan).
+type candidate struct {
+	id  string
+	why source
+}
+
+type source int
+
+const (
+	fromPost source = iota
+	fromFree
+	fromScan
+)
 
 // New returns a worker for world w running handler h for every message.
 func New(w *client.World, cfg Config, h drain.Handler) (*Worker, error) {
@@ -156,7 +173,7 @@ func (wk *Worker) Run(ctx context.Context) error {
 	defer stopOnFence()
 
 	var wg sync.WaitGroup
-	cand := make(chan string, 4096)
+	cand := make(chan candidate, 4096)
 	err = wk.feed(rctx, &wg, cand)
 	if err == nil {
 		wk.dispatch(rctx, &wg, ss, cand)
@@ -183,9 +200,9 @@ func (wk *Worker) Run(ctx context.Context) error {
 
 // offer queues a candidate id, dropping it when the queue is full (the
 // periodic scan finds it again).
-func offer(cand chan<- string, id string) {
+func offer[T any](cand chan<- T, c T) {
 	select {
-	case cand <- id:
+	case cand <- c:
 	default:
 	}
 }
@@ -194,12 +211,12 @@ func offer(cand chan<- string, id string) {
 // NATS subscription: immediate, may miss while disconnected), ownership
 // changes (a lapse or release makes an id claimable) and a periodic scan of
 // the mailbox stream (the backstop).
-func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- string) error {
+func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- candidate) error {
 	nc := wk.w.JS.Conn()
 	prefix := "fp." + wk.w.Name + ".mb."
 	sub, err := nc.Subscribe(wire.MailboxFilter(wk.w.Name), func(m *nats.Msg) {
 		if id, err := wire.DecodeID(strings.TrimPrefix(m.Subject, prefix)); err == nil && wk.wants(id) {
-			offer(cand, id)
+			offer(cand, candidate{id, fromPost})
 		}
 	})
 	if err != nil {
@@ -218,7 +235,7 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- stri
 			switch ev.Kind {
 			case ownership.EventLapsed, ownership.EventReleased, ownership.EventDeleted:
 				if wk.wants(ev.ID) {
-					offer(cand, ev.ID)
+					offer(cand, candidate{ev.ID, fromFree})
 				}
 			}
 		}
@@ -242,7 +259,7 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- stri
 func (wk *Worker) wants(id string) bool { return wk.ids == nil || wk.ids[id] }
 
 // scan offers every id whose mailbox holds messages.
-func (wk *Worker) scan(ctx context.Context, cand chan<- string) {
+func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 	info, err := wk.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(wk.w.Name)))
 	if err != nil {
 		if ctx.Err() == nil {
@@ -256,7 +273,7 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- string) {
 			continue
 		}
 		if id, err := wire.DecodeID(strings.TrimPrefix(subj, prefix)); err == nil && wk.wants(id) {
-			offer(cand, id)
+			offer(cand, candidate{id, fromScan})
 		}
 	}
 }
@@ -264,17 +281,30 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- string) {
 // dispatch handles candidates until ctx ends: a held id gets a nudge to
 // drain again; another id is claimed after a delay that grows with the
 // number of ids this worker holds (load spreading).
-func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownership.Session, cand chan string) {
+func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownership.Session, cand chan candidate) {
 	pending := map[string]bool{} // claims scheduled and not yet tried
+	// others: ids another worker was seen holding, not tried again until
+	// the watch reports them free (or, as a backstop, until the time set).
+	others := map[string]time.Time{}
 	retry := make(chan string, 4096)
 	for {
 		var id string
 		select {
 		case <-ctx.Done():
 			return
-		case id = <-cand:
+		case c := <-cand:
+			id = c.id
 			if h := wk.holding(id); h != nil {
-				nudge(h)
+				// A scan only nudges a held id that has not been drained
+				// for a while: posts nudge it at once.
+				if c.why != fromScan || time.Since(time.Unix(0, h.lastDone.Load())) >= wk.cfg.Scan {
+					nudge(h)
+				}
+				continue
+			}
+			if c.why == fromFree {
+				delete(others, id)
+			} else if until, ok := others[id]; ok && time.Now().Before(until) {
 				continue
 			}
 			if pending[id] {
@@ -293,7 +323,9 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 		}
 		l, err := ss.Claim(ctx, id)
 		if err != nil {
-			if !errors.Is(err, ownership.ErrHeld) && ctx.Err() == nil {
+			if errors.Is(err, ownership.ErrHeld) {
+				others[id] = time.Now().Add(10 * wk.cfg.Scan)
+			} else if ctx.Err() == nil {
 				wk.log.Warn("claim failed", "id", id, "error", err)
 			}
 			continue
@@ -354,6 +386,7 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 		case <-h.more:
 		}
 		res, err := wk.dr.DrainLease(ctx, h.lease, wk.h)
+		h.lastDone.Store(time.Now().UnixNano())
 		switch {
 		case err == nil:
 			backoff = 10 * time.Millisecond

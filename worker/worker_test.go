@@ -75,7 +75,7 @@ func (lg *ledger) delivered() int {
 // handled by two workers at once, and each id's deliveries carry
 // non-decreasing epochs, one node per epoch.
 func TestPool(t *testing.T) {
-	ids := 300
+	ids := 1000
 	if v, err := strconv.Atoi(os.Getenv("FENCEPOST_POOL_IDS")); err == nil {
 		ids = v
 	}
