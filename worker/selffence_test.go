@@ -11,8 +11,8 @@ import (
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/testutil"
 	"github.com/fencepost/fencepost/internal/wire"
-	"github.com/fencepost/fencepost/world"
 	"github.com/fencepost/fencepost/worker"
+	"github.com/fencepost/fencepost/world"
 )
 
 // TestWorker_SelfFenceStopsDrains: while a handler runs, the worker's node
