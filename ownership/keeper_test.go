@@ -44,7 +44,7 @@ func waitDone(t *testing.T, done <-chan struct{}, total time.Duration) time.Time
 func TestKeeper_RenewsAndReleases(t *testing.T) {
 	suite(t, func(t *testing.T, _ *testutil.Env, w *client.World) {
 		ctx := testutil.Ctx(t, time.Minute)
-		const ttl = 300 * time.Millisecond
+		const ttl = 600 * time.Millisecond
 		l, err := w.Ownership.Claim(ctx, "kept", "a", ttl)
 		require.NoError(t, err)
 		k, err := w.Ownership.Keep(l)

@@ -21,7 +21,7 @@ import (
 func TestSession_BacksIDs(t *testing.T) {
 	suite(t, func(t *testing.T, env *testutil.Env, w *client.World) {
 		ctx := testutil.Ctx(t, time.Minute)
-		const ttl = 300 * time.Millisecond
+		const ttl = 600 * time.Millisecond
 		s := w.Ownership
 		ss, err := s.OpenSession(ctx, "n1", ttl)
 		require.NoError(t, err)
@@ -125,7 +125,7 @@ func TestSession_HeldAndAcquire(t *testing.T) {
 	w := env.World(t, world.Config{})
 	ctx := testutil.Ctx(t, time.Minute)
 	s := w.Ownership
-	const ttl = 200 * time.Millisecond
+	const ttl = 400 * time.Millisecond
 	old, err := s.OpenSession(ctx, "n", ttl)
 	require.NoError(t, err)
 	_, err = s.OpenSession(ctx, "n", ttl)
@@ -192,7 +192,7 @@ func TestSession_ManyIDs(t *testing.T) {
 	w := env.World(t, world.Config{Storage: world.MemoryStorage})
 	ctx := testutil.Ctx(t, 10*time.Minute)
 	s := w.Ownership
-	const ttl = 600 * time.Millisecond
+	const ttl = time.Second
 	ss, err := s.OpenSession(ctx, "big", ttl)
 	require.NoError(t, err)
 	defer ss.Close()

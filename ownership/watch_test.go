@@ -103,7 +103,7 @@ func TestWatch_World_NodeLease(t *testing.T) {
 	s := w.Ownership
 	ch := watch(t, ctx, w, "")
 
-	const ttl = 300 * time.Millisecond
+	const ttl = 600 * time.Millisecond
 	ss, err := s.OpenSession(ctx, "n", ttl)
 	require.NoError(t, err)
 	defer ss.Close()
