@@ -5,57 +5,283 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 )
 
-// DefaultParallel is how many ids DrainAll drains at once.
+// DefaultParallel is how many ids DrainAll prepares and finishes at once.
 const DefaultParallel = 32
 
-// DrainAll drains the mailboxes of many ids held by one node, e.g. every
-// id a node owns, DefaultParallel ids at a time. Each id is a DrainLease
-// with its own lock and fenced commits: per id, messages reach h in order;
-// across ids, h runs concurrently. It returns the sum of the results and
-// the errors of the ids that did not drain (each naming its id; errors.Is
-// and errors.As see through them).
+// DrainAll drains the mailboxes of many ids held by one node (every id a
+// node owns, say) and returns the sum of their results and the errors of
+// the ids that did not drain (each naming its id; errors.Is and errors.As
+// see through them).
+//
+// Each id gets what DrainLease gives it: the holder check, its own lock,
+// fenced commits, in-order delivery. The difference is the read: reading
+// many small mailboxes one subject at a time makes the server search the
+// stream for each subject, which costs about the whole stream per id when
+// the ids' messages are interleaved. DrainAll instead reads the world's
+// mailboxes once, in stream order, through one consumer that exists for
+// the duration of the call, and hands each message of a held id to h (from
+// one goroutine). An id whose handler fails is taken out of the scan at
+// that message and goes on alone, with backoff, after it; so are all ids
+// on a replicated stream, to confirm with the leader that nothing is left.
 func (d *Drainer) DrainAll(ctx context.Context, leases []*ownership.Lease, h Handler, opts ...RunOption) (Result, error) {
-	var (
-		mu    sync.Mutex
-		total Result
-		errs  []error
-		wg    sync.WaitGroup
-		next  = make(chan *ownership.Lease)
-	)
-	for range min(DefaultParallel, len(leases)) {
+	runs := make([]*run, len(leases))
+	errs := make([]error, len(leases))
+	parallel(len(leases), func(i int) {
+		l := leases[i]
+		a := &authority{id: l.ID, node: l.Node, epoch: l.Epoch, ttl: l.TTL, until: l.ValidUntil()}
+		runs[i], errs[i] = d.begin(ctx, a, h, opts)
+	})
+	var live []*run
+	for _, r := range runs {
+		if r != nil {
+			r.scanNext = r.cur
+			live = append(live, r)
+		}
+	}
+	var g sweep
+	scanErr := d.scan(ctx, live, &g)
+	results := make([]Result, len(leases))
+	parallel(len(leases), func(i int) {
+		if r := runs[i]; r != nil {
+			results[i], errs[i] = r.finishAll(ctx, scanErr)
+		}
+	})
+	d.sweep(ctx, live, g)
+	var total Result
+	var out []error
+	for i, res := range results {
+		total.Count += res.Count
+		total.Acked += res.Acked
+		total.DeadLettered += res.DeadLettered
+		total.Deliveries += res.Deliveries
+		if errs[i] != nil {
+			out = append(out, fmt.Errorf("drain %q: %w", leases[i].ID, errs[i]))
+		}
+	}
+	return total, errors.Join(out...)
+}
+
+// parallel runs fn(0..n-1) on DefaultParallel goroutines and waits.
+func parallel(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(DefaultParallel, n) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for l := range next {
-				res, err := d.DrainLease(ctx, l, h, opts...)
-				mu.Lock()
-				total.Count += res.Count
-				total.Acked += res.Acked
-				total.DeadLettered += res.DeadLettered
-				total.Deliveries += res.Deliveries
-				if err != nil {
-					errs = append(errs, fmt.Errorf("drain %q: %w", l.ID, err))
-				}
-				mu.Unlock()
+			for i := range next {
+				fn(i)
 			}
 		}()
 	}
-feed:
-	for _, l := range leases {
-		select {
-		case next <- l:
-		case <-ctx.Done():
-			break feed
-		}
+	for i := range n {
+		next <- i
 	}
 	close(next)
 	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		errs = append(errs, err)
+}
+
+// sweep is what the scan saw, for the one purge that removes what the
+// drained ids committed: every mailbox message up to last, except from
+// blocked (the first message of an id that is not drained) on.
+type sweep struct {
+	last    uint64
+	blocked uint64 // 0: none
+}
+
+// maxScanned bounds the sequences one id's scan remembers for the sweep.
+const maxScanned = 4096
+
+// scan reads the world's mailboxes once, from the start, and delivers
+// every message of a run that is still in the scan.
+func (d *Drainer) scan(ctx context.Context, runs []*run, g *sweep) error {
+	if len(runs) == 0 {
+		return nil
 	}
-	return total, errors.Join(errs...)
+	bySubj := make(map[string]*run, len(runs))
+	for _, r := range runs {
+		bySubj[r.subj] = r
+		r.deferPurge = true
+	}
+	cons, err := d.w.Mailbox.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		FilterSubject:     wire.MailboxFilter(d.world),
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: max(d.lockTTL, 10*time.Second),
+		Description:       "fencepost drain of many ids",
+	})
+	if err != nil {
+		return fmt.Errorf("drain: scan mailboxes: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = d.w.Mailbox.DeleteConsumer(dctx, cons.CachedInfo().Name)
+	}()
+	if cons.CachedInfo().NumPending == 0 {
+		return nil
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(2 * d.batch))
+	if err != nil {
+		return fmt.Errorf("drain: scan mailboxes: %w", err)
+	}
+	defer iter.Stop()
+	for left := uint64(1); left > 0; {
+		m, err := iter.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return fmt.Errorf("drain: scan mailboxes: %w", err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("drain: scan mailboxes: %w", err)
+		}
+		left = md.NumPending
+		seq := md.Sequence.Stream
+		r := bySubj[m.Subject()]
+		switch {
+		case r == nil || len(r.scanned) >= maxScanned:
+			// Another id's message, or more than the sweep tracks: the
+			// sweep stops below it.
+			if g.blocked == 0 {
+				g.blocked = seq
+			}
+			if r == nil {
+				continue
+			}
+		default:
+			r.scanned = append(r.scanned, seq)
+		}
+		g.last = seq
+		if r.diverted || seq <= r.scanNext.Seq {
+			continue
+		}
+		r.scanOne(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp})
+		if r.scanAcked+r.scanDead >= d.batch && !r.diverted {
+			if err := r.flushScan(); err != nil {
+				r.scanErr, r.diverted = err, true
+			}
+		}
+	}
+	return nil
+}
+
+// scanOne delivers one message of the scan to the run's handler, with the
+// rules of handle; a failure below the limit takes the run out of the scan.
+func (r *run) scanOne(m *jetstream.RawStreamMsg) {
+	if r.ctx.Err() != nil || (r.o.max > 0 && r.res.Count+r.scanAcked+r.scanDead >= r.o.max) {
+		r.diverted = true
+		return
+	}
+	delivery := r.cur.failuresOf(m.Sequence) + 1
+	r.res.Deliveries++
+	herr := r.h(r.ctx, r.message(m, delivery))
+	switch {
+	case herr == nil:
+		r.scanNext, r.scanAcked = Cursor{Seq: m.Sequence}, r.scanAcked+1
+	case r.ctx.Err() != nil:
+		r.diverted = true
+	case delivery >= r.d.cfg.MaxDeliveries:
+		if err := r.deadLetter(r.ctx, m, delivery, herr); err != nil {
+			r.scanErr, r.diverted = err, true
+			return
+		}
+		r.scanNext, r.scanDead = Cursor{Seq: m.Sequence}, r.scanDead+1
+	default:
+		r.scanFail = &Cursor{Seq: r.scanNext.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
+		r.diverted = true
+	}
+}
+
+// flushScan commits what the scan delivered to this run (and a failure,
+// if one took it out of the scan).
+func (r *run) flushScan() error {
+	c := r.scanNext
+	if r.scanFail != nil {
+		c = *r.scanFail
+	}
+	if c == r.cur {
+		return nil
+	}
+	if err := r.commit(r.ctx, c, r.scanAcked, r.scanDead); err != nil {
+		return err
+	}
+	r.scanAcked, r.scanDead = 0, 0
+	return nil
+}
+
+// finishAll commits the run's part of the scan, lets a run that left the
+// scan (or any run on a replicated stream) go on alone, and ends it.
+func (r *run) finishAll(ctx context.Context, scanErr error) (Result, error) {
+	err := r.scanErr
+	if err == nil {
+		err = r.flushScan()
+	}
+	if err == nil && scanErr != nil {
+		err = scanErr
+	}
+	if err == nil && r.ctx.Err() == nil && (r.diverted || r.d.cfg.Replicas > 1) {
+		r.deferPurge = false // it purges its own commits from here on
+		if r.scanFail != nil {
+			err = sleep(r.ctx, r.d.backoff(r.scanFail.Failures))
+		}
+		if err == nil {
+			err = r.loop(r.ctx)
+		}
+	}
+	if err == nil && r.ctx.Err() != nil {
+		err = context.Cause(r.ctx)
+	}
+	return r.end(ctx, err)
+}
+
+// sweep removes what the drained ids committed with one purge of all
+// mailboxes below the first message that is not committed: a message of an
+// id that was not drained, or the first message of a drained id past its
+// stored cursor. Every message it removes is covered by a stored cursor,
+// as with a per-id purge (design.md 3.4 step 1); new messages get higher
+// sequences than any the scan saw. Ids whose cursor lies beyond the sweep
+// are purged one by one.
+func (d *Drainer) sweep(ctx context.Context, runs []*run, g sweep) {
+	below := g.last + 1
+	if g.blocked != 0 {
+		below = min(below, g.blocked)
+	}
+	for _, r := range runs {
+		for _, s := range r.scanned {
+			if s > r.cur.Seq {
+				below = min(below, s)
+				break
+			}
+		}
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if below > 1 {
+		if err := d.w.Mailbox.Purge(pctx, jetstream.WithPurgeSubject(wire.MailboxFilter(d.world)), jetstream.WithPurgeSequence(below)); err != nil {
+			d.log.Warn("drain: sweep of committed messages failed; the next drains purge them", "world", d.world, "below", below, "error", err)
+			below = 1
+		}
+	}
+	var rest []*run
+	for _, r := range runs {
+		if r.deferPurge && r.cur.Seq >= below {
+			rest = append(rest, r)
+		}
+	}
+	parallel(len(rest), func(i int) {
+		r := rest[i]
+		if err := d.w.Mailbox.Purge(pctx, jetstream.WithPurgeSubject(r.subj), jetstream.WithPurgeSequence(r.cur.Seq+1)); err != nil {
+			d.log.Warn("drain: purge of committed messages failed; the next commit retries", "world", d.world, "id", r.a.id, "error", err)
+		}
+	})
 }

@@ -37,9 +37,35 @@ type run struct {
 	purging     chan purgeResult
 	res         Result
 	uncertain   bool // a commit's outcome is unknown
+
+	ctx  context.Context // the drain's: ends when the lock is lost
+	stop context.CancelCauseFunc
+	wg   sync.WaitGroup // the lock keeper
+
+	// DrainAll's scan (all.go): what it delivered and not yet committed.
+	scanNext  Cursor
+	scanFail  *Cursor
+	scanAcked int
+	scanDead  int
+	scanErr   error
+	diverted  bool     // out of the scan: goes on alone
+	scanned   []uint64 // sequences the scan saw of this id
+	// deferPurge: DrainAll removes the commits with one sweep (all.go).
+	deferPurge bool
 }
 
 func (d *Drainer) drain(ctx context.Context, a *authority, h Handler, opts []RunOption) (Result, error) {
+	r, err := d.begin(ctx, a, h, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	err = r.loop(r.ctx)
+	return r.end(ctx, err)
+}
+
+// begin starts a drain of one id: the holder check, the lock (with its
+// keeper goroutine, which end stops) and the cursor.
+func (d *Drainer) begin(ctx context.Context, a *authority, h Handler, opts []RunOption) (*run, error) {
 	var o runOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -47,42 +73,46 @@ func (d *Drainer) drain(ctx context.Context, a *authority, h Handler, opts []Run
 	// The holder check comes first: a caller that does not hold the id
 	// writes nothing at all, not even the lock.
 	if err := d.authorize(ctx, a); err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	lk, takeover, err := d.acquire(ctx, a)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	r := &run{d: d, a: a, lk: lk, h: h, o: o,
 		subj:       wire.MailboxSubject(d.world, a.id),
 		cursorSubj: wire.KeySubject(d.world, wire.CursorKey(a.id)),
 	}
-	rctx, stop := context.WithCancelCause(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); lk.keep(rctx, stop) }()
-	defer func() {
-		r.finishPurge(rctx)
-		stop(nil)
-		wg.Wait()
-		// After an unknown commit the lock is left to lapse: the next drain
-		// then takes it over, which fences a commit still in flight.
-		if !r.uncertain {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			lk.release(cctx)
-			cancel()
-		}
-	}()
+	r.ctx, r.stop = context.WithCancelCause(ctx)
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); lk.keep(r.ctx, r.stop) }()
 	if takeover {
-		if err := r.fenceTakeover(rctx); err != nil {
-			return r.res, err
-		}
+		err = r.fenceTakeover(r.ctx)
 	}
-	if err := r.loadCursor(rctx); err != nil {
-		return r.res, err
+	if err == nil {
+		err = r.loadCursor(r.ctx)
 	}
-	err = r.loop(rctx)
-	if cause := context.Cause(rctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) && ctx.Err() == nil {
+	if err != nil {
+		_, err = r.end(ctx, err)
+		return nil, err
+	}
+	return r, nil
+}
+
+// end finishes a drain: the last purge, the keeper, the lock. It turns a
+// cancellation caused by a lost lock into that cause.
+func (r *run) end(ctx context.Context, err error) (Result, error) {
+	r.finishPurge(r.ctx)
+	r.stop(nil)
+	r.wg.Wait()
+	// After an unknown commit the lock is left to lapse: the next drain
+	// then takes it over, which fences a commit still in flight.
+	if !r.uncertain {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		r.lk.release(cctx)
+		cancel()
+	}
+	if cause := context.Cause(r.ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) && ctx.Err() == nil {
 		err = cause // the lock was lost
 	}
 	return r.res, err
@@ -433,6 +463,9 @@ func (r *run) commitError(next Cursor, err error) error {
 // everything below the cursor, so one that is skipped because another is
 // in flight is made up by the next. finishPurge waits for the last one.
 func (r *run) purge(ctx context.Context) {
+	if r.deferPurge {
+		return
+	}
 	if r.purging != nil {
 		select {
 		case res := <-r.purging:
