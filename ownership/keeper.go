@@ -84,7 +84,9 @@ func (s *Store) newKeeper(id, node string, ttl time.Duration, v view, validUntil
 	}
 	k.ctx, k.cancel = context.WithCancelCause(context.Background())
 	k.runCtx, k.runStop = context.WithCancel(k.ctx)
-	k.watchdog = time.AfterFunc(time.Until(validUntil), k.checkWatchdog)
+	// Armed only once assigned: an authority already over fires at once.
+	k.watchdog = time.AfterFunc(time.Hour, k.checkWatchdog)
+	k.watchdog.Reset(time.Until(validUntil))
 	k.wg.Add(1)
 	go k.run()
 	return k
