@@ -37,7 +37,7 @@ func (d *Daemon) ensureWorld(ctx context.Context) error {
 }
 
 func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second) // short: a cluster without a meta leader does not answer
 	defer cancel()
 	w, err := world.Open(ctx, d.js, name)
 	if err == nil {

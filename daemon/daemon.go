@@ -106,6 +106,9 @@ func (d *Daemon) startServer() error {
 		sc.SyncInterval = time.Duration(c.SyncInterval)
 	}
 	if c.Cluster != "" {
+		// A member that stops hands its leaderships over and moves its
+		// clients to the others before it goes (lame duck mode).
+		sc.LameDuck, sc.LameDuckGrace = lameDuck, lameDuckGrace
 		host, port, _ := net.SplitHostPort(c.Cluster)
 		sc.ClusterHost = host
 		fmt.Sscan(port, &sc.ClusterPort)
@@ -189,6 +192,14 @@ func (d *Daemon) HTTPAddr() string {
 // Server is the embedded server, or nil with --nats.
 func (d *Daemon) Server() *server.Server { return d.srv }
 
+// Lame duck timing of a cluster member's clean shutdown: leaderships are
+// handed over first (about 1 s), then clients are told to move and, after
+// the grace period, closed over the rest of the duration.
+const (
+	lameDuck      = 4 * time.Second
+	lameDuckGrace = time.Second
+)
+
 // ErrServerStopped is returned by Run when the embedded server or the
 // connection to --nats ended by itself.
 var ErrServerStopped = errors.New("fencepostd: NATS stopped unexpectedly")
@@ -270,6 +281,10 @@ func (d *Daemon) stop() {
 			close(d.ncClosed)
 		}
 		if d.srv != nil {
+			if d.cfg.Cluster != "" {
+				d.log.Info("lame duck: handing over leaderships and clients", "within", lameDuck)
+				d.srv.LameDuckShutdown()
+			}
 			d.srv.Stop()
 			d.log.Info("nats-server stopped")
 		}

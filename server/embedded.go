@@ -28,6 +28,13 @@ type Config struct {
 	ClusterPort int
 	Routes      []string
 
+	// LameDuck, when positive, is how long LameDuckShutdown takes to close
+	// the remaining client connections (after handing its Raft leaderships
+	// to other members); LameDuckGrace is the wait before it starts closing
+	// them. Zero: nats-server's defaults (2 min and 10 s).
+	LameDuck      time.Duration
+	LameDuckGrace time.Duration
+
 	Log   bool // log the server's own lines to stderr
 	Debug bool
 	// Opts, when set, replaces everything above: full control for callers
@@ -92,6 +99,10 @@ func (c Config) Options() (*natsserver.Options, error) {
 			routes = append(routes, u)
 		}
 		opts.Routes = routes
+	}
+	if c.LameDuck > 0 {
+		opts.LameDuckDuration = c.LameDuck
+		opts.LameDuckGracePeriod = c.LameDuckGrace
 	}
 	opts.NoLog = !c.Log
 	opts.Debug = c.Debug

@@ -123,6 +123,8 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 		t.Skip("starts three processes")
 	}
 	const n = 3
+	t0 := time.Now()
+	phase := func(what string) { t.Logf("%6.2fs %s", time.Since(t0).Seconds(), what) }
 	cport, rport := make([]int, n), make([]int, n)
 	var routes []string
 	for i := range n {
@@ -159,6 +161,7 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 		return allCurrent(ctx, w.Mailbox, w.Bucket)
 	})
 	require.Equal(t, 3, w.Config.Replicas, "the default world of a cluster has 3 replicas")
+	phase("cluster formed, world ready")
 
 	posted := map[string]bool{} // bodies confirmed posted
 	drained := map[string]bool{}
@@ -229,7 +232,7 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 	require.GreaterOrEqual(t, victim, 0, "mailbox stream leader %v", si.Cluster)
 	require.NoError(t, procs[victim].cmd.Process.Signal(syscall.SIGKILL))
 	<-procs[victim].exited
-	t.Logf("killed %s (mailbox stream leader)", procs[victim].name)
+	phase("killed " + procs[victim].name + " (mailbox stream leader)")
 
 	// After the kill: every operation, on the two survivors.
 	for i, id := range ids(0, 12) {
@@ -281,6 +284,7 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 		drainAll(id)
 	}
 
+	phase("operations after the kill done")
 	// Nothing lost: every posted message was drained, every mailbox is
 	// empty, and every confirmed holding is what the records say.
 	require.Len(t, posted, 16*5+12*5)
@@ -309,15 +313,78 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 	}
 
 	// The killed member comes back on its store and catches up.
+	phase("checked")
 	procs[victim].start(t)
 	servertest.CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		return allCurrent(ctx, w.Mailbox, w.Bucket)
 	})
+	phase("killed member caught up")
+
+	// A rolling restart: SIGTERM the mailbox stream leader while a sender
+	// posts without pause. The member hands over (lame duck), exits 0 and
+	// comes back; every message the sender saw posted is drained.
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	si, err = w.Mailbox.Info(ctx)
+	cancel()
+	require.NoError(t, err)
+	leader := -1
+	for i, p := range procs {
+		if p.name == si.Cluster.Leader {
+			leader = i
+		}
+	}
+	require.GreaterOrEqual(t, leader, 0)
+	stopSender := make(chan struct{})
+	sent := make(chan []string, 1)
+	go func() {
+		var bodies []string
+		defer func() { sent <- bodies }()
+		for k := 0; k < 400; k++ {
+			select {
+			case <-stopSender:
+				return
+			default:
+			}
+			time.Sleep(10 * time.Millisecond) // at most 100 posts a second, 400 in all
+			body := fmt.Sprintf("order/0#rolling.%d", k)
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_, err := w.Queue.Send(ctx, "order/0", []byte(body), queue.WithMsgID(body))
+				cancel()
+				if err == nil {
+					bodies = append(bodies, body)
+					break
+				}
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // some posts before the stop
+	require.Equal(t, 0, procs[leader].stop(t, syscall.SIGTERM), "%s exit code; logs:\n%s", procs[leader].name, procs[leader].logs.String())
+	phase("stopped " + procs[leader].name + " (mailbox stream leader) with SIGTERM")
+	procs[leader].start(t)
+	servertest.CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return allCurrent(ctx, w.Mailbox, w.Bucket)
+	})
+	close(stopSender)
+	rolling := <-sent
+	require.NotEmpty(t, rolling)
+	for _, b := range rolling {
+		posted[b] = true
+	}
+	drainAll("order/0")
+	for _, b := range rolling {
+		require.True(t, drained[b], "posted %q during the rolling restart was never delivered", b)
+	}
+	phase(fmt.Sprintf("rolling restart done: %d posted during it, all drained", len(rolling)))
+
 	for _, p := range procs {
 		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), "%s exit code; logs:\n%s", p.name, p.logs.String())
 	}
+	phase("all stopped with SIGTERM")
 }
 
 // allCurrent says whether every replica of the streams is current.

@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"syscall"
 
 	"github.com/oklog/run"
@@ -37,6 +38,11 @@ const (
 func main() { os.Exit(realMain(os.Args[1:])) }
 
 func realMain(argv []string) int {
+	// Catch the signals before anything starts, so that one that comes
+	// while the server starts stops it cleanly once it is up.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	cfg, err := daemon.Parse(argv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
@@ -53,7 +59,7 @@ func realMain(argv []string) int {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	var g run.Group
-	g.Add(run.SignalHandler(context.Background(), os.Interrupt, syscall.SIGTERM))
+	g.Add(signalActor(sigs))
 	g.Add(func() error { return d.Run(ctx) }, func(err error) { cancel(err) })
 	err = g.Run()
 	var sig *run.SignalError
@@ -69,4 +75,20 @@ func realMain(argv []string) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// signalActor is run.SignalHandler on a channel subscribed earlier: it
+// returns a *run.SignalError for the first signal.
+func signalActor(sigs <-chan os.Signal) (func() error, func(error)) {
+	done := make(chan struct{})
+	return func() error {
+			select {
+			case sig := <-sigs:
+				return &run.SignalError{Signal: sig}
+			case <-done:
+				return nil
+			}
+		}, func(error) {
+			close(done)
+		}
 }
