@@ -23,7 +23,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/client"
@@ -207,30 +206,43 @@ func offer[T any](cand chan<- T, c T) {
 	}
 }
 
-// feed starts the three sources of candidate ids: posts to mailboxes (core
-// NATS subscription: immediate, may miss while disconnected), ownership
-// changes (a lapse or release makes an id claimable) and a periodic scan of
-// the mailbox stream (the backstop).
+// feed starts the three sources of candidate ids: posts to mailboxes (an
+// ordered consumer of the mailbox subjects, new messages only, headers
+// only: one per worker, not per id), ownership changes (a lapse or release
+// makes an id claimable) and a periodic scan of the mailbox stream (the
+// backstop).
 func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- candidate) error {
-	nc := wk.w.JS.Conn()
 	prefix := "fp." + wk.w.Name + ".mb."
-	sub, err := nc.Subscribe(wire.MailboxFilter(wk.w.Name), func(m *nats.Msg) {
-		if id, err := wire.DecodeID(strings.TrimPrefix(m.Subject, prefix)); err == nil && wk.wants(id) {
+	filter := []string{wire.MailboxFilter(wk.w.Name)}
+	if wk.ids != nil && len(wk.ids) <= 64 {
+		filter = filter[:0]
+		for id := range wk.ids {
+			filter = append(filter, wire.MailboxSubject(wk.w.Name, id))
+		}
+	}
+	cons, err := wk.w.Mailbox.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: filter, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true,
+	})
+	if err != nil {
+		return fmt.Errorf("worker: follow posts: %w", err)
+	}
+	posts, err := cons.Consume(func(m jetstream.Msg) {
+		if id, err := wire.DecodeID(strings.TrimPrefix(m.Subject(), prefix)); err == nil && wk.wants(id) {
 			offer(cand, candidate{id, fromPost})
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("worker: subscribe to posts: %w", err)
+		return fmt.Errorf("worker: follow posts: %w", err)
 	}
 	events, err := wk.w.Ownership.Watch(ctx, "")
 	if err != nil {
-		sub.Unsubscribe()
+		posts.Stop()
 		return fmt.Errorf("worker: watch ownership: %w", err)
 	}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		defer sub.Unsubscribe()
+		defer posts.Stop()
 		for ev := range events {
 			switch ev.Kind {
 			case ownership.EventLapsed, ownership.EventReleased, ownership.EventDeleted:
