@@ -146,3 +146,26 @@ func TestKeeper_RefusesBackedLease(t *testing.T) {
 	_, err = w.Ownership.Keep(l)
 	require.ErrorIs(t, err, ownership.ErrInvalidOption)
 }
+
+// TestKeeper_AdoptsRewriteByHolder: another writer rewrites the record but
+// keeps the holder and epoch (an operator's renew, a drain's takeover
+// fence): the keeper adopts the revision and goes on, it does not fence.
+func TestKeeper_AdoptsRewriteByHolder(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{})
+	ctx := testutil.Ctx(t, time.Minute)
+	l, err := w.Ownership.Claim(ctx, "ad", "a", 600*time.Millisecond)
+	require.NoError(t, err)
+	k, err := w.Ownership.Keep(l)
+	require.NoError(t, err)
+	defer k.Close()
+	other, err := env.Client.World(ctx, w.Name)
+	require.NoError(t, err)
+	r, err := other.Ownership.Renew(ctx, "ad", "a", 600*time.Millisecond)
+	require.NoError(t, err)
+	before := k.Renewals()
+	checkFor(t, 5*time.Second, "two renewals after the rewrite", func() bool { return k.Renewals() >= before+2 })
+	require.NoError(t, k.Err())
+	require.Greater(t, k.Fence().Revision, r.Revision)
+	require.Equal(t, l.Epoch, k.Fence().Epoch)
+}
