@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -338,6 +339,8 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 	require.GreaterOrEqual(t, leader, 0)
 	stopSender := make(chan struct{})
 	sent := make(chan []string, 1)
+	var nSent atomic.Int64
+	var slowest atomic.Int64 // the longest a post took, retries included
 	go func() {
 		var bodies []string
 		defer func() { sent <- bodies }()
@@ -349,18 +352,28 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond) // at most 100 posts a second, 400 in all
 			body := fmt.Sprintf("order/0#rolling.%d", k)
+			start := time.Now()
 			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				_, err := w.Queue.Send(ctx, "order/0", []byte(body), queue.WithMsgID(body))
 				cancel()
 				if err == nil {
 					bodies = append(bodies, body)
+					nSent.Add(1)
+					if d := int64(time.Since(start)); d > slowest.Load() {
+						slowest.Store(d)
+					}
 					break
 				}
 			}
 		}
 	}()
-	time.Sleep(300 * time.Millisecond) // some posts before the stop
+	servertest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if nSent.Load() < 20 {
+			return fmt.Errorf("%d posted", nSent.Load())
+		}
+		return nil
+	})
 	require.Equal(t, 0, procs[leader].stop(t, syscall.SIGTERM), "%s exit code; logs:\n%s", procs[leader].name, procs[leader].logs.String())
 	phase("stopped " + procs[leader].name + " (mailbox stream leader) with SIGTERM")
 	procs[leader].start(t)
@@ -368,6 +381,13 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		return allCurrent(ctx, w.Mailbox, w.Bucket)
+	})
+	after := nSent.Load()
+	servertest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if nSent.Load() < after+20 {
+			return fmt.Errorf("%d posted since the restart", nSent.Load()-after)
+		}
+		return nil
 	})
 	close(stopSender)
 	rolling := <-sent
@@ -379,7 +399,7 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 	for _, b := range rolling {
 		require.True(t, drained[b], "posted %q during the rolling restart was never delivered", b)
 	}
-	phase(fmt.Sprintf("rolling restart done: %d posted during it, all drained", len(rolling)))
+	phase(fmt.Sprintf("rolling restart done: %d posted during it, all drained; slowest post %v", len(rolling), time.Duration(slowest.Load())))
 
 	for _, p := range procs {
 		require.Equal(t, 0, p.stop(t, syscall.SIGTERM), "%s exit code; logs:\n%s", p.name, p.logs.String())
