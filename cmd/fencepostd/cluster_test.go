@@ -276,6 +276,9 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 			require.Greater(t, held[id].epoch, old)
 		}
 		send(id, 2)
+		if i == 0 {
+			phase("first renew and sends after the kill done")
+		}
 	}
 	for _, id := range ids(12, 16) {
 		claim(id, "d")
