@@ -70,6 +70,17 @@ func (s *Store) Watch(ctx context.Context, id string) (<-chan Event, error) {
 		}
 		keys[0] = wire.RecordKey(id)
 	}
+	// Everything up to the bucket's last sequence now is the state before
+	// the watch: the KV watch's own end-of-snapshot marker is not enough
+	// (on a replicated bucket it can come before the snapshot's entries).
+	str, err := s.js.Stream(ctx, wire.BucketStream(s.world))
+	if err != nil {
+		return nil, err
+	}
+	info, err := str.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
 	kw, err := s.kv.WatchFiltered(ctx, keys)
 	if err != nil {
 		return nil, err
@@ -80,6 +91,7 @@ func (s *Store) Watch(ctx context.Context, id string) (<-chan Event, error) {
 		ids:   map[string]*watchedID{},
 		nodes: map[string]*watchedNode{},
 		ready: make(chan struct{}),
+		start: info.State.LastSeq,
 	}
 	go w.run(ctx, kw)
 	select {
@@ -112,6 +124,8 @@ type watcher struct {
 	timers  expiryHeap
 	initial bool          // the snapshot is over: report changes
 	ready   chan struct{} // closed when initial is set
+	start   uint64        // bucket sequence when the watch began
+	quiet   bool          // the entry being handled is from before start
 }
 
 func (w *watcher) run(ctx context.Context, kw jetstream.KeyWatcher) {
@@ -152,7 +166,7 @@ func (w *watcher) run(ctx context.Context, kw jetstream.KeyWatcher) {
 
 // send reports ev once the snapshot is over; false when ctx ended.
 func (w *watcher) send(ctx context.Context, ev Event) bool {
-	if !w.initial {
+	if !w.initial || w.quiet {
 		return true
 	}
 	select {
@@ -164,6 +178,8 @@ func (w *watcher) send(ctx context.Context, ev Event) bool {
 }
 
 func (w *watcher) entry(ctx context.Context, e jetstream.KeyValueEntry) bool {
+	w.quiet = e.Revision() <= w.start
+	defer func() { w.quiet = false }()
 	var rec *wire.Record
 	if e.Operation() == jetstream.KeyValuePut {
 		r, err := wire.DecodeRecord(e.Value())
