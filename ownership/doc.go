@@ -17,4 +17,10 @@
 //
 // A write whose reply was lost returns an *UnknownError (ErrUnknown): it may
 // or may not have happened; read with Owner to find out.
+//
+// Leases that take care of themselves (SPEC section 5): Keep renews a held
+// lease at ttl/3 and self-fences (Keeper.Done, Keeper.Cause) when its
+// authority is lost; OpenSession takes a node lease that backs every id
+// claimed through it, so a node pays one renewal per period whatever it
+// holds; Watch streams ownership changes. See docs/design.md section 4.
 package ownership
