@@ -12,7 +12,7 @@
 //	owner   -> Status (Held or not)
 //	release -> nil | *NotOwnerError (ErrNotOwner) | *FreeError (ErrFree)
 //	guard   -> Status | *FencedError (ErrFenced) | *FreeError (ErrFree)
-//	renew   -> *Lease | *HeldError (ErrHeld) | *FreeError (ErrFree)
+//	renew   -> *Lease | *HeldError (ErrHeld) | *FreeError (ErrFree) | *BackedError (ErrBacked)
 //	seize   -> *Lease | *FreeError (ErrFree) | *LiveError (ErrLive) | ErrContended
 //
 // A write whose reply was lost returns an *UnknownError (ErrUnknown): it may
