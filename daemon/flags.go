@@ -17,6 +17,10 @@ type flags struct {
 	fs   *flag.FlagSet
 	fc   Config
 	copy map[string]func(dst *Config)
+
+	// flags with no Config field of the same shape
+	configFile, routes, httpPort string
+	scrapeRecords, natsLog       bool
 }
 
 func str(f *flags, name string, p func(*Config) *string, usage string) {
@@ -39,45 +43,7 @@ func dur(f *flags, name string, p func(*Config) *Duration, usage string) {
 // returns the complete, validated config, flag.ErrHelp for -h (usage printed
 // to out), or an error wrapping ErrConfig that names the field or flag.
 func Parse(argv []string, out io.Writer) (Config, error) {
-	f := &flags{fs: flag.NewFlagSet("fencepostd", flag.ContinueOnError), copy: map[string]func(*Config){}}
-	f.fs.SetOutput(out)
-	var configFile, routes, httpPort string
-	f.fs.StringVar(&configFile, "config", "", "JSON config file; flags given override it")
-	str(f, "nats", func(c *Config) *string { return &c.NATS }, "use this NATS deployment (URLs, comma-separated) instead of embedding a server")
-	str(f, "host", func(c *Config) *string { return &c.Host }, "client listen host")
-	num(f, "port", func(c *Config) *int { return &c.Port }, "client port (-1: a free one)")
-	str(f, "http", func(c *Config) *string { return &c.HTTP }, "monitoring, /metrics and /healthz listen host:port, or off")
-	f.fs.StringVar(&httpPort, "http-port", "", "monitoring port on the client host (0: off); shorthand for --http")
-	str(f, "data-dir", func(c *Config) *string { return &c.DataDir }, "JetStream store directory")
-	f.fs.Var(aliasOf(f, "data-dir"), "data", "same as --data-dir")
-	str(f, "sync", func(c *Config) *string { return &c.Sync }, "sync policy: interval (fsync every --sync-interval) or always (fsync every write)")
-	dur(f, "sync-interval", func(c *Config) *Duration { return &c.SyncInterval }, "fsync interval with --sync interval")
-	str(f, "nats-config", func(c *Config) *string { return &c.NATSConfig }, "nats-server config file (TLS, authorization, accounts, limits)")
-	str(f, "server-name", func(c *Config) *string { return &c.ServerName }, "server name (required in a cluster)")
-	str(f, "cluster-name", func(c *Config) *string { return &c.ClusterName }, "cluster name (default fencepost with --cluster)")
-	str(f, "cluster", func(c *Config) *string { return &c.Cluster }, "cluster listen host:port (empty: no cluster)")
-	f.fs.StringVar(&routes, "routes", "", "routes to the other cluster members, comma-separated (nats-route://host:port)")
-	str(f, "world", func(c *Config) *string { return &c.World }, "world made ready at start")
-	num(f, "replicas", func(c *Config) *int { return &c.Replicas }, "replicas of that world when it is created (0: 3 in a cluster, else 1)")
-	str(f, "creds", func(c *Config) *string { return &c.Creds }, "credentials file of fencepostd's own NATS connection")
-	str(f, "user", func(c *Config) *string { return &c.User }, "user of fencepostd's own NATS connection")
-	str(f, "password", func(c *Config) *string { return &c.Password }, "password of fencepostd's own NATS connection")
-	str(f, "tlscert", func(c *Config) *string { return &c.TLSCert }, "client certificate of fencepostd's own NATS connection")
-	str(f, "tlskey", func(c *Config) *string { return &c.TLSKey }, "client key of fencepostd's own NATS connection")
-	str(f, "tlsca", func(c *Config) *string { return &c.TLSCA }, "CA to verify the NATS servers")
-	dur(f, "scrape-interval", func(c *Config) *Duration { return &c.ScrapeInterval }, "how often the worlds are read for /metrics")
-	var scrapeRecords bool
-	f.fs.BoolVar(&scrapeRecords, "scrape-records", true, "read every ownership record for the ids-owned metrics")
-	str(f, "log-level", func(c *Config) *string { return &c.LogLevel }, "log level: debug, info, warn, error (env FENCEPOST_LOG)")
-	str(f, "log-format", func(c *Config) *string { return &c.LogFormat }, "log format: text or json")
-	var natsLog bool
-	f.fs.BoolVar(&natsLog, "nats-log", false, "log the embedded server's own lines")
-	dur(f, "shutdown-timeout", func(c *Config) *Duration { return &c.ShutdownTimeout }, "time limit of a clean shutdown")
-	f.fs.Usage = func() {
-		fmt.Fprintf(out, "usage: fencepostd [--config FILE] [flags]\n\nWith no flags: embedded nats-server with JetStream on 127.0.0.1:4222, store in ./data,\nmonitoring, /metrics and /healthz on 127.0.0.1:8222, world \"default\" ready.\n\nflags:\n")
-		f.fs.PrintDefaults()
-		fmt.Fprintf(out, "\nexit codes: 0 clean shutdown, 1 runtime error, 2 bad flag or config, 3 self-fence\n")
-	}
+	f := newFlags(out)
 	if err := f.fs.Parse(argv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return Config{}, err
@@ -88,32 +54,81 @@ func Parse(argv []string, out io.Writer) (Config, error) {
 		return Config{}, fmt.Errorf("%w: unexpected argument %q; fencepostd takes only flags", ErrConfig, f.fs.Arg(0))
 	}
 	var c Config
-	if configFile != "" {
+	if f.configFile != "" {
 		var err error
-		if c, err = LoadFile(configFile); err != nil {
+		if c, err = LoadFile(f.configFile); err != nil {
 			return Config{}, err
 		}
 	}
 	if v := os.Getenv("FENCEPOST_LOG"); v != "" && c.LogLevel == "" {
 		c.LogLevel = v
 	}
+	if err := f.apply(&c); err != nil {
+		return Config{}, err
+	}
+	c = c.WithDefaults()
+	return c, c.Validate()
+}
+
+func newFlags(out io.Writer) *flags {
+	f := &flags{fs: flag.NewFlagSet("fencepostd", flag.ContinueOnError), copy: map[string]func(*Config){}}
+	f.fs.SetOutput(out)
+	f.fs.StringVar(&f.configFile, "config", "", "JSON config file; flags given override it")
+	str(f, "nats", func(c *Config) *string { return &c.NATS }, "use this NATS deployment (URLs, comma-separated) instead of embedding a server")
+	str(f, "host", func(c *Config) *string { return &c.Host }, "client listen host")
+	num(f, "port", func(c *Config) *int { return &c.Port }, "client port (-1: a free one)")
+	str(f, "http", func(c *Config) *string { return &c.HTTP }, "monitoring, /metrics and /healthz listen host:port, or off")
+	f.fs.StringVar(&f.httpPort, "http-port", "", "monitoring port on the client host (0: off); shorthand for --http")
+	str(f, "data-dir", func(c *Config) *string { return &c.DataDir }, "JetStream store directory")
+	f.fs.Var(aliasOf(f, "data-dir"), "data", "same as --data-dir")
+	str(f, "sync", func(c *Config) *string { return &c.Sync }, "sync policy: interval (fsync every --sync-interval) or always (fsync every write)")
+	dur(f, "sync-interval", func(c *Config) *Duration { return &c.SyncInterval }, "fsync interval with --sync interval")
+	str(f, "nats-config", func(c *Config) *string { return &c.NATSConfig }, "nats-server config file (TLS, authorization, accounts, limits)")
+	str(f, "server-name", func(c *Config) *string { return &c.ServerName }, "server name (required in a cluster)")
+	str(f, "cluster-name", func(c *Config) *string { return &c.ClusterName }, "cluster name (default fencepost with --cluster)")
+	str(f, "cluster", func(c *Config) *string { return &c.Cluster }, "cluster listen host:port (empty: no cluster)")
+	f.fs.StringVar(&f.routes, "routes", "", "routes to the other cluster members, comma-separated (nats-route://host:port)")
+	str(f, "world", func(c *Config) *string { return &c.World }, "world made ready at start")
+	num(f, "replicas", func(c *Config) *int { return &c.Replicas }, "replicas of that world when it is created (0: 3 in a cluster, else 1)")
+	str(f, "creds", func(c *Config) *string { return &c.Creds }, "credentials file of fencepostd's own NATS connection")
+	str(f, "user", func(c *Config) *string { return &c.User }, "user of fencepostd's own NATS connection")
+	str(f, "password", func(c *Config) *string { return &c.Password }, "password of fencepostd's own NATS connection")
+	str(f, "tlscert", func(c *Config) *string { return &c.TLSCert }, "client certificate of fencepostd's own NATS connection")
+	str(f, "tlskey", func(c *Config) *string { return &c.TLSKey }, "client key of fencepostd's own NATS connection")
+	str(f, "tlsca", func(c *Config) *string { return &c.TLSCA }, "CA to verify the NATS servers")
+	dur(f, "scrape-interval", func(c *Config) *Duration { return &c.ScrapeInterval }, "how often the worlds are read for /metrics")
+	f.fs.BoolVar(&f.scrapeRecords, "scrape-records", true, "read every ownership record for the ids-owned metrics")
+	str(f, "log-level", func(c *Config) *string { return &c.LogLevel }, "log level: debug, info, warn, error (env FENCEPOST_LOG)")
+	str(f, "log-format", func(c *Config) *string { return &c.LogFormat }, "log format: text or json")
+	f.fs.BoolVar(&f.natsLog, "nats-log", false, "log the embedded server's own lines")
+	dur(f, "shutdown-timeout", func(c *Config) *Duration { return &c.ShutdownTimeout }, "time limit of a clean shutdown")
+	f.fs.Usage = func() {
+		fmt.Fprintf(out, "usage: fencepostd [--config FILE] [flags]\n\nWith no flags: embedded nats-server with JetStream on 127.0.0.1:4222, store in ./data,\nmonitoring, /metrics and /healthz on 127.0.0.1:8222, world \"default\" ready.\n\nflags:\n")
+		f.fs.PrintDefaults()
+		fmt.Fprintf(out, "\nexit codes: 0 clean shutdown, 1 runtime error, 2 bad flag or config, 3 self-fence\n")
+	}
+	return f
+}
+
+// apply copies the flags that were given onto c.
+func (f *flags) apply(c *Config) error {
 	var err error
 	f.fs.Visit(func(fl *flag.Flag) {
 		if cp, ok := f.copy[fl.Name]; ok {
-			cp(&c)
+			cp(c)
 		}
 		switch fl.Name {
 		case "routes":
-			c.Routes = splitList(routes)
+			c.Routes = splitList(f.routes)
 		case "scrape-records":
-			c.ScrapeRecords = &scrapeRecords
+			c.ScrapeRecords = &f.scrapeRecords
 		case "nats-log":
-			c.NATSLog = natsLog
+			c.NATSLog = f.natsLog
 		case "http-port":
-			p, perr := strconv.Atoi(httpPort)
+			p, perr := strconv.Atoi(f.httpPort)
 			switch {
 			case perr != nil || p < 0 || p > 65535:
-				err = fmt.Errorf("%w: http-port: %q is not a port (0 turns the endpoint off)", ErrConfig, httpPort)
+				err = fmt.Errorf("%w: http-port: %q is not a port (0 turns the endpoint off)", ErrConfig, f.httpPort)
 			case p == 0:
 				c.HTTP = "off"
 			default:
@@ -121,11 +136,7 @@ func Parse(argv []string, out io.Writer) (Config, error) {
 			}
 		}
 	})
-	if err != nil {
-		return Config{}, err
-	}
-	c = c.WithDefaults()
-	return c, c.Validate()
+	return err
 }
 
 // aliasOf is a flag that sets another string flag.
