@@ -31,6 +31,7 @@ func (d *Daemon) ensureWorld(ctx context.Context) error {
 		}
 	}
 	d.worldReady.Store(true)
+	close(d.readyCh)
 	d.log.Info("fencepostd ready", "world", name, "url", d.ClientURL(), "http", d.HTTPAddr())
 	<-ctx.Done()
 	return nil
@@ -59,17 +60,21 @@ func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) er
 	return err
 }
 
-// scrapeLoop reads every world's state on the scrape interval and
-// publishes it as metrics.
+// scrapeLoop reads every world's state on the scrape interval, and once
+// more as soon as the configured world is ready, and publishes it as
+// metrics.
 func (d *Daemon) scrapeLoop(ctx context.Context) error {
 	t := time.NewTicker(time.Duration(d.cfg.ScrapeInterval))
 	defer t.Stop()
+	ready := d.readyCh
 	for {
 		d.scrape(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-ready:
+			ready = nil
 		}
 	}
 }

@@ -34,6 +34,7 @@ type Daemon struct {
 	http    *http.Server
 
 	worldReady atomic.Bool
+	readyCh    chan struct{} // closed when the world is ready
 	stopCtx    context.Context // cancelled by stop: ends the background actors
 	cancel     context.CancelFunc
 	stopOnce   sync.Once
@@ -57,7 +58,7 @@ func WithMetrics(s *metrics.Set, g prometheus.Gatherer) Option {
 // Validate). The world is made ready by Run, in the background, so that a
 // cluster member can start before the others.
 func Start(cfg Config, opts ...Option) (*Daemon, error) {
-	d := &Daemon{cfg: cfg, log: slog.Default(), metrics: metrics.Default, gather: metrics.Registry, ncClosed: make(chan struct{})}
+	d := &Daemon{cfg: cfg, log: slog.Default(), metrics: metrics.Default, gather: metrics.Registry, ncClosed: make(chan struct{}), readyCh: make(chan struct{})}
 	for _, o := range opts {
 		o(d)
 	}
