@@ -41,6 +41,15 @@ func (d *Drainer) acquire(ctx context.Context, a *authority) (l *heldLock, takeo
 	if err != nil {
 		return nil, false, err
 	}
+	// Most drains find no lock: try to create it first, and read only when
+	// one is there.
+	if l.rev, err = d.w.KV.Create(ctx, l.key, data); err == nil {
+		l.until = start.Add(d.lockTTL - d.skew)
+		return l, false, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, false, err
+	}
 	e, err := d.w.KV.Get(ctx, l.key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
