@@ -118,6 +118,9 @@ func (s *Store) writeNode(ctx context.Context, op, node string, over view, rec w
 	if err != nil {
 		return view{}, err
 	}
+	if s.beforeWrite != nil {
+		s.beforeWrite(op, node)
+	}
 	rev, err := s.kv.Update(ctx, wire.NodeKey(node), data, over.rev)
 	if err == nil {
 		if s.debugOn(ctx) {

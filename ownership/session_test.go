@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
@@ -249,4 +250,39 @@ func TestSession_ManyIDs(t *testing.T) {
 		require.False(t, st.Held, "id-%d still held after the node lease lapsed", i)
 	}
 	require.Equal(t, seq, lastSeq(t, w), "the lapse of %d ids wrote nothing", n)
+}
+
+// TestSession_RetireRefusesLateRenewal: the old node's renewal, sent just
+// before its authority ended, arrives only after the node lease lapsed and
+// another node took an id over. The takeover retired the session first, so
+// that renewal - the exact conditional write the keeper makes, replayed
+// here because the server cannot delay one write for us - is refused: the
+// old node cannot come back to an id it lost.
+func TestSession_RetireRefusesLateRenewal(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{})
+	ctx := testutil.Ctx(t, time.Minute)
+	const ttl = time.Second
+	ss, err := w.Ownership.OpenSession(ctx, "old", ttl)
+	require.NoError(t, err)
+	_, err = ss.Claim(ctx, "x")
+	require.NoError(t, err)
+	require.NoError(t, ss.Close()) // stalls: no renewal gets through
+	last := ss.Lease()             // the revision its next renewal expects
+	checkFor(t, 5*time.Second, "the node lease lapses", func() bool {
+		st, err := w.Ownership.Owner(ctx, "x")
+		require.NoError(t, err)
+		return !st.Held
+	})
+	l, err := w.Ownership.Claim(ctx, "x", "new", time.Minute)
+	require.NoError(t, err)
+
+	now := time.Now()
+	late, err := wire.EncodeRecord(wire.Record{Node: "old", Epoch: ss.Epoch(), State: wire.StateHeld, TTLms: ttl.Milliseconds(), Acquired: now, Expires: now.Add(ttl)})
+	require.NoError(t, err)
+	_, err = w.KV.Update(ctx, wire.NodeKey("old"), late, last.Revision)
+	require.ErrorIs(t, err, jetstream.ErrKeyRevisionMismatch, "the late renewal revived the retired session")
+	st, err := w.Ownership.Guard(ctx, "x", "new", l.Epoch)
+	require.NoError(t, err)
+	require.True(t, st.Held)
 }
