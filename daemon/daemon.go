@@ -34,7 +34,7 @@ type Daemon struct {
 	http    *http.Server
 
 	worldReady atomic.Bool
-	readyCh    chan struct{} // closed when the world is ready
+	readyCh    chan struct{}   // closed when the world is ready
 	stopCtx    context.Context // cancelled by stop: ends the background actors
 	cancel     context.CancelFunc
 	stopOnce   sync.Once
