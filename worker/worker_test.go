@@ -161,7 +161,13 @@ func TestPool(t *testing.T) {
 // TestTakeover measures the gap from an owner's graceful stop, and from its
 // crash, to the next delivery of its id by a standby.
 func TestTakeover(t *testing.T) {
-	env := testutil.Start(t, testutil.Targets()[0])
+	for _, tg := range testutil.Targets() {
+		t.Run(tg.Name, func(t *testing.T) { testTakeover(t, tg) })
+	}
+}
+
+func testTakeover(t *testing.T, tg testutil.Target) {
+	env := testutil.Start(t, tg)
 	w := env.World(t, world.Config{})
 	ctx := testutil.Ctx(t, 2*time.Minute)
 	const ttl = 500 * time.Millisecond
