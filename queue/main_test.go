@@ -1,0 +1,9 @@
+package queue_test
+
+import (
+	"testing"
+
+	"github.com/fencepost/fencepost/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
