@@ -42,6 +42,7 @@ var mailboxCases = []mailboxCase{
 	{"Drain_DeadDrainer_LockRecovered", testDeadDrainer},
 	{"Drain_PausedDrainer_FencedAfterTakeover", testPausedDrainer},
 	{"Drain_Max", testMax},
+	{"Drain_CancelledByCaller", testCancelled},
 	{"DrainAll_ManyIDs", testDrainAll},
 	{"Drain_DeepMailbox_FailureMidway", testDeepFailure},
 	{"Send_Dedupe", testDedupe},
@@ -606,6 +607,32 @@ func testDrainAll(t *testing.T, env *testutil.Env) {
 	for range names.Name() {
 		t.Error("a consumer outlived the drain")
 	}
+}
+
+// A caller that cancels mid-drain keeps what was acknowledged, and the
+// lock is released at once.
+func testCancelled(t *testing.T, env *testutil.Env) {
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{})
+	send(t, ctx, w, "a", "1", "2", "3", "4")
+	lease, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
+	require.NoError(t, err)
+	cctx, cancel := context.WithCancel(ctx)
+	var rec recorder
+	res, err := d.DrainLease(cctx, lease, func(hctx context.Context, m drain.Message) error {
+		if string(m.Body) == "3" {
+			cancel()
+			return hctx.Err()
+		}
+		return rec.handle(hctx, m)
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 2, res.Count)
+	var rest recorder
+	res, err = d.DrainLease(ctx, lease, rest.handle)
+	require.NoError(t, err, "the lock was released")
+	require.Equal(t, []string{"3", "4"}, rest.bodies())
+	require.Equal(t, 2, res.Count)
 }
 
 func testMax(t *testing.T, env *testutil.Env) {

@@ -22,6 +22,9 @@ import (
 // keep moving the ownership record under it.
 const maxCommitAttempts = 32
 
+// commitTimeout bounds one commit, retries included.
+const commitTimeout = 10 * time.Second
+
 // run is one drain of one id.
 type run struct {
 	d  *Drainer
@@ -394,6 +397,11 @@ func (r *run) commit(ctx context.Context, next Cursor, acked, dead int) error {
 	if err := r.lk.check(ctx); err != nil {
 		return err
 	}
+	// What the handler acknowledged is committed even when the caller is
+	// cancelling (a lost lock was caught just above, and the fence catches
+	// a lost holding): a cancelled publish would leave its outcome unknown.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
 	if !r.a.valid() {
 		if err := r.reauthorize(ctx); err != nil {
 			return err
