@@ -37,8 +37,11 @@ func (d *Drainer) DrainAll(ctx context.Context, leases []*ownership.Lease, h Han
 	parallel(len(leases), func(i int) {
 		l := leases[i]
 		a := &authority{id: l.ID, node: l.Node, epoch: l.Epoch, ttl: l.TTL, until: l.ValidUntil()}
-		runs[i], errs[i] = d.begin(ctx, a, h, opts)
+		runs[i], errs[i] = d.begin(ctx, a, h, opts, d.cfg.Replicas > 1)
 	})
+	if d.cfg.Replicas == 1 {
+		d.readCursors(ctx, runs, errs)
+	}
 	var live []*run
 	for _, r := range runs {
 		if r != nil {
@@ -67,6 +70,57 @@ func (d *Drainer) DrainAll(ctx context.Context, leases []*ownership.Lease, h Han
 		}
 	}
 	return total, errors.Join(out...)
+}
+
+// readCursors reads the cursors of started runs, a thousand per request,
+// after their locks were taken. A single replica answers direct gets from
+// the state every write is checked against, so this is the same read as
+// the per-id one; replicated worlds read each cursor from the leader in
+// begin. A run whose cursor cannot be read ends with that error.
+func (d *Drainer) readCursors(ctx context.Context, runs []*run, errs []error) {
+	bySubj := map[string]int{}
+	var subjects []string
+	flush := func() {
+		if len(subjects) == 0 {
+			return
+		}
+		b, err := readLast(ctx, d.nc, wire.BucketStream(d.world), subjects)
+		if err == nil {
+			for _, m := range b.msgs {
+				r := runs[bySubj[m.Subject]]
+				if isMarker(m.Header) {
+					continue
+				}
+				if r.cur, err = DecodeCursor(m.Data); err != nil {
+					i := bySubj[m.Subject]
+					_, errs[i] = r.end(ctx, fmt.Errorf("drain: cursor of %q: %w", r.a.id, err))
+					runs[i] = nil
+				}
+			}
+			err = nil
+		}
+		for _, s := range subjects {
+			if i := bySubj[s]; err != nil && runs[i] != nil {
+				_, errs[i] = runs[i].end(ctx, err)
+				runs[i] = nil
+			} else if runs[i] != nil {
+				runs[i].res.Cursor = runs[i].cur.Seq
+			}
+		}
+		subjects = subjects[:0]
+		clear(bySubj)
+	}
+	for i, r := range runs {
+		if r == nil {
+			continue
+		}
+		bySubj[r.cursorSubj] = i
+		subjects = append(subjects, r.cursorSubj)
+		if len(subjects) == maxMultiLast {
+			flush()
+		}
+	}
+	flush()
 }
 
 // parallel runs fn(0..n-1) on DefaultParallel goroutines and waits.

@@ -23,11 +23,16 @@ var errNotFound = errors.New("drain: no message")
 
 // getRequest is JetStream's message get request.
 type getRequest struct {
-	Seq     uint64 `json:"seq,omitempty"`
-	LastFor string `json:"last_by_subj,omitempty"`
-	NextFor string `json:"next_by_subj,omitempty"`
-	Batch   int    `json:"batch,omitempty"`
+	Seq       uint64   `json:"seq,omitempty"`
+	LastFor   string   `json:"last_by_subj,omitempty"`
+	NextFor   string   `json:"next_by_subj,omitempty"`
+	Batch     int      `json:"batch,omitempty"`
+	MultiLast []string `json:"multi_last,omitempty"`
 }
+
+// maxMultiLast is how many subjects one multi-last direct get may name (the
+// server answers at most 1,024 messages).
+const maxMultiLast = 1000
 
 // batchResult is one batch read: the messages in stream order, and how
 // many more match after the last one (as the answering replica saw it).
@@ -41,7 +46,21 @@ type batchResult struct {
 // answer can lag the leader: it is always a prefix of the subject's
 // messages from `from`, never a message out of order.
 func readBatch(ctx context.Context, nc *nats.Conn, stream, subj string, from uint64, n int) (batchResult, error) {
-	req, err := json.Marshal(getRequest{Seq: from, NextFor: subj, Batch: n})
+	return directGet(ctx, nc, stream, subj, getRequest{Seq: from, NextFor: subj, Batch: n})
+}
+
+// readLast reads the last message of each of subjects (at most
+// maxMultiLast) with one multi-last direct get; subjects without a message
+// are absent from the answer.
+func readLast(ctx context.Context, nc *nats.Conn, stream string, subjects []string) (batchResult, error) {
+	return directGet(ctx, nc, stream, stream, getRequest{MultiLast: subjects})
+}
+
+// directGet sends one direct get that may be answered by many messages and
+// an end-of-batch status.
+func directGet(ctx context.Context, nc *nats.Conn, stream, subj string, r getRequest) (batchResult, error) {
+	from := r.Seq
+	req, err := json.Marshal(r)
 	if err != nil {
 		return batchResult{}, err
 	}

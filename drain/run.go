@@ -58,7 +58,7 @@ type run struct {
 }
 
 func (d *Drainer) drain(ctx context.Context, a *authority, h Handler, opts []RunOption) (Result, error) {
-	r, err := d.begin(ctx, a, h, opts)
+	r, err := d.begin(ctx, a, h, opts, true)
 	if err != nil {
 		return Result{}, err
 	}
@@ -67,8 +67,9 @@ func (d *Drainer) drain(ctx context.Context, a *authority, h Handler, opts []Run
 }
 
 // begin starts a drain of one id: the holder check, the lock (with its
-// keeper goroutine, which end stops) and the cursor.
-func (d *Drainer) begin(ctx context.Context, a *authority, h Handler, opts []RunOption) (*run, error) {
+// keeper goroutine, which end stops) and, with cursor, the cursor (which
+// must be read after the lock was taken).
+func (d *Drainer) begin(ctx context.Context, a *authority, h Handler, opts []RunOption, cursor bool) (*run, error) {
 	var o runOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -92,7 +93,7 @@ func (d *Drainer) begin(ctx context.Context, a *authority, h Handler, opts []Run
 	if takeover {
 		err = r.fenceTakeover(r.ctx)
 	}
-	if err == nil {
+	if err == nil && cursor {
 		err = r.loadCursor(r.ctx)
 	}
 	if err != nil {
