@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,7 +155,9 @@ func (d *Daemon) connect() error {
 	}
 	url := c.NATS
 	if d.srv != nil {
-		url = d.srv.ClientURL()
+		// In-process: no socket, and no TLS even when the server requires
+		// it for clients (nats.go would start TLS for a tls:// URL).
+		url = "nats://" + strings.TrimPrefix(strings.TrimPrefix(d.srv.ClientURL(), "tls://"), "nats://")
 		opts = append(opts, nats.InProcessServer(d.srv))
 	} else {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
