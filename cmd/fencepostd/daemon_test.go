@@ -105,6 +105,8 @@ func TestDaemon_ExitCodes(t *testing.T) {
 	defer busy.Close()
 	badFile := filepath.Join(t.TempDir(), "fencepostd.json")
 	require.NoError(t, os.WriteFile(badFile, []byte(`{"sync": "often"}`), 0o600))
+	badNATS := filepath.Join(t.TempDir(), "nats.conf")
+	require.NoError(t, os.WriteFile(badNATS, []byte("jetstream {\n  max_file: plenty\n}\n"), 0o600))
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -114,6 +116,7 @@ func TestDaemon_ExitCodes(t *testing.T) {
 		{[]string{"--sync", "often"}, 2, `sync: "often" is neither`},
 		{[]string{"--config", badFile}, 2, `sync: "often" is neither`},
 		{[]string{"--replicas", "4"}, 2, "replicas: 4 is not 1, 3 or 5"},
+		{[]string{"--nats-config", badNATS, "--port", "-1", "--data", t.TempDir(), "--http", "off"}, 2, "nats.conf:2"},
 		{[]string{"--port", "-1", "--data", t.TempDir(), "--http", busy.Addr().String()}, 1, "address already in use"},
 	} {
 		cmd := exec.Command(bin, tc.args...)

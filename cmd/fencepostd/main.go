@@ -9,7 +9,8 @@
 // them from JSON (docs/operations.md).
 //
 // Exit codes: 0 clean shutdown (a signal), 1 runtime error (the server
-// could not start or stopped by itself), 2 bad flag or config, 3 self-fence
+// could not start or stopped by itself), 2 bad flag or config file (its own
+// or nats-server's), 3 self-fence
 // (reserved for lease-holding work, SPEC section 5).
 package main
 
@@ -25,6 +26,7 @@ import (
 	"github.com/oklog/run"
 
 	"github.com/fencepost/fencepost/daemon"
+	"github.com/fencepost/fencepost/server"
 )
 
 // Exit codes (docs/operations.md).
@@ -53,6 +55,10 @@ func realMain(argv []string) int {
 	}
 	log := daemon.NewLogger(cfg, os.Stderr)
 	d, err := daemon.Start(cfg, daemon.WithLogger(log))
+	if errors.Is(err, server.ErrConfig) { // the nats-server config file
+		fmt.Fprintf(os.Stderr, "fencepostd: %v\n", err)
+		return exitUsage
+	}
 	if err != nil {
 		log.Error("start", "err", err)
 		return exitError
