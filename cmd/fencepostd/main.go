@@ -50,7 +50,7 @@ func realMain(argv []string) int {
 		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "fencepostd: %v\n", err)
+		fmt.Fprintln(os.Stderr, err) // "fencepostd: invalid config: FIELD: ..."
 		return exitUsage
 	}
 	log := daemon.NewLogger(cfg, os.Stderr)
