@@ -56,7 +56,7 @@ func (r *run) deadLetter(ctx context.Context, m *jetstream.RawStreamMsg, deliver
 	h.Set(HeaderDeadNode, r.a.node)
 	h.Set(HeaderDeadEpoch, strconv.FormatUint(r.a.epoch, 10))
 	h.Set(queue.HeaderMsgID, deadLetterMsgID(m.Sequence))
-	room := int(r.d.cfg.MaxMsgSize) - len(m.Data) - headerSize(h) - len(HeaderDeadError) - 4
+	room := int(r.d.cfg.MaxMsgSize) - len(m.Data) - queue.HeaderSize(h) - len(HeaderDeadError) - 4
 	msg := clip(herr.Error())
 	if len(msg) > room {
 		msg = clip(msg[:max(room, 0)])
@@ -74,16 +74,6 @@ func (r *run) deadLetter(ctx context.Context, m *jetstream.RawStreamMsg, deliver
 }
 
 func deadLetterMsgID(seq uint64) string { return "fp-dl-" + strconv.FormatUint(seq, 10) }
-
-func headerSize(h nats.Header) int {
-	n := len("NATS/1.0\r\n\r\n")
-	for k, vs := range h {
-		for _, v := range vs {
-			n += len(k) + len(v) + 4
-		}
-	}
-	return n
-}
 
 // DeadLetters lists up to limit of id's dead letters, oldest first (limit
 // <= 0: all).

@@ -97,9 +97,9 @@ func UserHeaders(h nats.Header) nats.Header {
 	return out
 }
 
-// headerSize is the size of h on the wire, as the server counts it against
+// HeaderSize is the size of h on the wire, as the server counts it against
 // a stream's max message size.
-func headerSize(h nats.Header) int {
+func HeaderSize(h nats.Header) int {
 	if len(h) == 0 {
 		return 0
 	}

@@ -128,7 +128,7 @@ func (q *Queue) message(id string, body []byte, opts []SendOption) (*nats.Msg, s
 		}
 		h.Set(HeaderMsgID, o.msgID)
 	}
-	if err := q.checkSize(len(body) + headerSize(h)); err != nil {
+	if err := q.checkSize(len(body) + HeaderSize(h)); err != nil {
 		return nil, o, err
 	}
 	m := &nats.Msg{Subject: wire.MailboxSubject(q.world, id), Data: body}
