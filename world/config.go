@@ -37,8 +37,8 @@ var Defaults = Config{
 	MaxTTL:             time.Hour,
 	DefaultTTL:         10 * time.Second,
 	MaxMsgSize:         1 << 20,
-	MaxMsgsPerMailbox:  1_000_000,
-	MaxBytesPerMailbox: 1 << 30,
+	MaxMsgsPerMailbox:  100_000,
+	MaxBytesPerMailbox: 100_000 << 20, // JetStream limits subjects by count only: see docs/design.md section 5
 	MaxDeliveries:      5,
 	DedupeWindow:       2 * time.Minute,
 	Replicas:           1,

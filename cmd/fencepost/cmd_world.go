@@ -29,8 +29,8 @@ func init() {
 				wdCfg.MaxMsgSize = v
 				return err
 			})
-			fs.Int64Var(&wdCfg.MaxMsgsPerMailbox, "max-msgs", 0, "add: messages per mailbox before full (default 1000000)")
-			fs.Int64Var(&wdCfg.MaxBytesPerMailbox, "max-bytes", 0, "add: bytes per mailbox before full (default 1 GiB)")
+			fs.Int64Var(&wdCfg.MaxMsgsPerMailbox, "max-msgs", 0, "add: messages per mailbox before full (default 100000)")
+			fs.Int64Var(&wdCfg.MaxBytesPerMailbox, "max-bytes", 0, "add: bytes per mailbox before full (default 100000 x 1 MiB; enforced as a count: max-bytes/max-msg-size)")
 			fs.IntVar(&wdCfg.MaxDeliveries, "max-deliveries", 0, "add: deliveries before a message moves to dead letters (default 5)")
 			fs.DurationVar(&wdCfg.DedupeWindow, "dedupe-window", 0, "add: window in which a repeated --msg-id is stored once (default 2m)")
 			fs.IntVar(&wdCfg.Replicas, "replicas", 0, "add: 1, 3 or 5 (default 1; 3 on a 3-node cluster)")
