@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -201,4 +203,121 @@ func TestCLI_Work_SIGKILL(t *testing.T) {
 	t.Logf("kill to delivery of the next message: %v (ttl 1s)", gap)
 	require.Less(t, gap, 2*time.Second, "ttl + 1 s")
 	require.Equal(t, []string{"w2 slow", "w2 next"}, lines, "the message in flight is delivered again, then the next, in order")
+}
+
+// TestCLI_Work_Pool: 3 worker processes share a world with ids with mail
+// (300, or FENCEPOST_POOL_IDS: 1,000 took 33 s here, one shell per
+// message); one is killed with SIGKILL a third of the way through. A worker
+// that self-fences on a loaded machine is restarted, as its supervisor
+// would. Every message is delivered, and the epochs the deliveries carry
+// show that no id was drained by two workers at once: each (id, epoch) was
+// served by one node, and an id's epochs never go back.
+func TestCLI_Work_Pool(t *testing.T) {
+	const perID = 2
+	ids := 300
+	if v, err := strconv.Atoi(os.Getenv("FENCEPOST_POOL_IDS")); err == nil {
+		ids = v
+	}
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{})
+	ctx := testutil.Ctx(t, 10*time.Minute)
+	for i := range ids {
+		for j := range perID {
+			_, err := w.Queue.Send(ctx, "id-"+strconv.Itoa(i), []byte(strconv.Itoa(j)))
+			require.NoError(t, err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	script := `printf '%s %s %s %s\n' "$FENCEPOST_NODE" "$FENCEPOST_ID" "$FENCEPOST_EPOCH" "$(cat)" >> ` + out
+	var (
+		mu       sync.Mutex
+		pids     = map[string]int{}
+		killed   = map[string]bool{}
+		restarts int
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	supervise := func(node string) {
+		defer wg.Done()
+		for {
+			c := exec.Command(bin, "work", "--node", node, "--ttl", "2s", "--all", "--exec", script)
+			c.Env = append(os.Environ(), "NATS_URL="+env.URL, "FENCEPOST_WORLD="+w.Name)
+			c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if c.Start() != nil {
+				return
+			}
+			mu.Lock()
+			pids[node] = c.Process.Pid
+			mu.Unlock()
+			c.Wait()
+			mu.Lock()
+			dead := killed[node]
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if dead {
+				return
+			}
+			mu.Lock()
+			restarts++
+			mu.Unlock()
+		}
+	}
+	for _, node := range []string{"w1", "w2", "w3"} {
+		wg.Add(1)
+		go supervise(node)
+	}
+	defer func() {
+		close(stop)
+		mu.Lock()
+		for _, pid := range pids {
+			syscall.Kill(-pid, syscall.SIGKILL)
+		}
+		mu.Unlock()
+		wg.Wait()
+	}()
+	waitLines(t, out, ids*perID/3, 3*time.Minute)
+	mu.Lock()
+	killed["w2"] = true
+	require.NoError(t, syscall.Kill(-pids["w2"], syscall.SIGKILL))
+	mu.Unlock()
+
+	type key struct{ id, body string }
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		seen := map[key]bool{}
+		for _, l := range readLines(t, out) {
+			if f := strings.Fields(l); len(f) == 4 {
+				seen[key{f[1], f[3]}] = true
+			}
+		}
+		if len(seen) == ids*perID {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "%d of %d messages delivered", len(seen), ids*perID)
+		time.Sleep(50 * time.Millisecond)
+	}
+	owner := map[string]string{} // id/epoch -> node
+	last := map[string]uint64{}  // id -> last epoch
+	nodes := map[string]int{}
+	for _, l := range readLines(t, out) {
+		f := strings.Fields(l)
+		require.Len(t, f, 4, l)
+		epoch, err := strconv.ParseUint(f[2], 10, 64)
+		require.NoError(t, err)
+		k := f[1] + "/" + f[2]
+		if n, ok := owner[k]; ok {
+			require.Equal(t, n, f[0], "%s epoch %d served by two nodes", f[1], epoch)
+		}
+		owner[k] = f[0]
+		require.GreaterOrEqual(t, epoch, last[f[1]], "%s: epochs went back", f[1])
+		last[f[1]] = epoch
+		nodes[f[0]]++
+	}
+	mu.Lock()
+	t.Logf("deliveries per node: %v; restarts after a self-fence: %d", nodes, restarts)
+	mu.Unlock()
 }
