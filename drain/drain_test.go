@@ -589,7 +589,7 @@ func testDrainAll(t *testing.T, env *testutil.Env) {
 	})
 	require.ErrorIs(t, err, ownership.ErrHeld)
 	require.Contains(t, err.Error(), `"id-3"`)
-	require.Equal(t, (ids-1)*per-2, res.Count)
+	require.Equal(t, (ids-1)*per-2, res.Count, "DrainAll: %v", err)
 	for j := range ids {
 		id := fmt.Sprintf("id-%d", j)
 		switch id {

@@ -67,6 +67,18 @@ func (s *Store) run(ctx context.Context, op, id string, first firstView, single 
 			return nv, start, err
 		}
 		if single {
+			// A replicated stream's leader also refuses (10164) while an
+			// earlier write to the record is still in flight, though the
+			// record did not change. Only a change is contention: on the
+			// same revision, the same decision is written again.
+			fresh, rerr := s.read(ctx, id)
+			if rerr == nil && fresh.rev == v.rev && attempt < maxAttempts {
+				v, cached = fresh, true
+				if err := pause(ctx, time.Millisecond); err != nil {
+					return view{}, start, err
+				}
+				continue
+			}
 			return view{}, start, fmt.Errorf("%w: the record of %q changed during the %s; decide again", ErrContended, id, op)
 		}
 		if attempt >= maxAttempts {
@@ -229,4 +241,15 @@ func (s *Store) checkOwnerArgs(id, node string, ttl time.Duration) (time.Duratio
 		return 0, err
 	}
 	return s.cfg.TTL(ttl)
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
