@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 )
@@ -88,7 +89,7 @@ func (d *Drainer) readCursors(ctx context.Context, runs []*run, errs []error) {
 		if err == nil {
 			for _, m := range b.msgs {
 				r := runs[bySubj[m.Subject]]
-				if isMarker(m.Header) {
+				if jsapi.IsMarker(m.Header) {
 					continue
 				}
 				if r.cur, err = DecodeCursor(m.Data); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
@@ -115,8 +116,8 @@ func (l *heldLock) renew(ctx context.Context) error {
 		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return err // unknown: the next renewal finds out
 		}
-		m, gerr := leaderGet(ctx, l.d.nc, wire.BucketStream(l.d.world), getRequest{LastFor: wire.KeySubject(l.d.world, l.key)})
-		if gerr != nil && !errors.Is(gerr, errNotFound) {
+		m, gerr := jsapi.LeaderGet(ctx, l.d.nc, wire.BucketStream(l.d.world), jsapi.GetRequest{LastFor: wire.KeySubject(l.d.world, l.key)})
+		if gerr != nil && !errors.Is(gerr, jsapi.ErrNotFound) {
 			return gerr
 		}
 		if gerr == nil {

@@ -3,32 +3,20 @@ package drain
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/jsapi"
 )
 
 // JetStream API subjects this package reads with (default API prefix).
 const (
 	apiDirectGet = "$JS.API.DIRECT.GET."
-	apiMsgGet    = "$JS.API.STREAM.MSG.GET."
 )
-
-// errNotFound: the stream has no such message.
-var errNotFound = errors.New("drain: no message")
-
-// getRequest is JetStream's message get request.
-type getRequest struct {
-	Seq       uint64   `json:"seq,omitempty"`
-	LastFor   string   `json:"last_by_subj,omitempty"`
-	NextFor   string   `json:"next_by_subj,omitempty"`
-	Batch     int      `json:"batch,omitempty"`
-	MultiLast []string `json:"multi_last,omitempty"`
-}
 
 // maxMultiLast is how many subjects one multi-last direct get may name (the
 // server answers at most 1,024 messages).
@@ -46,19 +34,19 @@ type batchResult struct {
 // answer can lag the leader: it is always a prefix of the subject's
 // messages from `from`, never a message out of order.
 func readBatch(ctx context.Context, nc *nats.Conn, stream, subj string, from uint64, n int) (batchResult, error) {
-	return directGet(ctx, nc, stream, subj, getRequest{Seq: from, NextFor: subj, Batch: n})
+	return directGet(ctx, nc, stream, subj, jsapi.GetRequest{Seq: from, NextFor: subj, Batch: n})
 }
 
 // readLast reads the last message of each of subjects (at most
 // maxMultiLast) with one multi-last direct get; subjects without a message
 // are absent from the answer.
 func readLast(ctx context.Context, nc *nats.Conn, stream string, subjects []string) (batchResult, error) {
-	return directGet(ctx, nc, stream, stream, getRequest{MultiLast: subjects})
+	return directGet(ctx, nc, stream, stream, jsapi.GetRequest{MultiLast: subjects})
 }
 
 // directGet sends one direct get that may be answered by many messages and
 // an end-of-batch status.
-func directGet(ctx context.Context, nc *nats.Conn, stream, subj string, r getRequest) (batchResult, error) {
+func directGet(ctx context.Context, nc *nats.Conn, stream, subj string, r jsapi.GetRequest) (batchResult, error) {
 	from := r.Seq
 	req, err := json.Marshal(r)
 	if err != nil {
@@ -113,54 +101,4 @@ func rawFromDirect(m *nats.Msg) (*jetstream.RawStreamMsg, error) {
 		return nil, fmt.Errorf("bad timestamp header %q", m.Header.Get(jetstream.TimeStampHeaer))
 	}
 	return &jetstream.RawStreamMsg{Subject: m.Header.Get(jetstream.SubjectHeader), Sequence: seq, Header: m.Header, Data: m.Data, Time: ts}, nil
-}
-
-// getResponse is JetStream's answer to a (non-direct) message get.
-type getResponse struct {
-	Error *struct {
-		Code        int    `json:"code"`
-		ErrCode     uint16 `json:"err_code"`
-		Description string `json:"description"`
-	} `json:"error"`
-	Message *struct {
-		Subject string    `json:"subject"`
-		Seq     uint64    `json:"seq"`
-		Header  []byte    `json:"hdrs"`
-		Data    []byte    `json:"data"`
-		Time    time.Time `json:"time"`
-	} `json:"message"`
-}
-
-// leaderGet reads one message through the stream leader (not a direct get
-// that any replica may answer): the reads a decision rests on use it. It
-// returns errNotFound when no message matches.
-func leaderGet(ctx context.Context, nc *nats.Conn, stream string, req getRequest) (*jetstream.RawStreamMsg, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := nc.RequestWithContext(ctx, apiMsgGet+stream, body)
-	if err != nil {
-		return nil, fmt.Errorf("drain: read stream %s: %w", stream, err)
-	}
-	var r getResponse
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return nil, fmt.Errorf("drain: read stream %s: bad response: %w", stream, err)
-	}
-	if r.Error != nil {
-		if r.Error.ErrCode == uint16(jetstream.JSErrCodeMessageNotFound) {
-			return nil, errNotFound
-		}
-		return nil, fmt.Errorf("drain: read stream %s: %s (%d)", stream, r.Error.Description, r.Error.ErrCode)
-	}
-	if r.Message == nil {
-		return nil, errNotFound
-	}
-	sm := &jetstream.RawStreamMsg{Subject: r.Message.Subject, Sequence: r.Message.Seq, Data: r.Message.Data, Time: r.Message.Time}
-	if len(r.Message.Header) > 0 {
-		if sm.Header, err = nats.DecodeHeadersMsg(r.Message.Header); err != nil {
-			return nil, fmt.Errorf("drain: read stream %s: bad headers: %w", stream, err)
-		}
-	}
-	return sm, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/queue"
@@ -131,11 +132,11 @@ func (r *run) end(ctx context.Context, err error) (Result, error) {
 // from now on is refused, and its retry finds out it lost the lock
 // (design.md section 3). The fence is then read fresh.
 func (r *run) fenceTakeover(ctx context.Context) error {
-	m, err := leaderGet(ctx, r.d.nc, wire.BucketStream(r.d.world), getRequest{LastFor: wire.RecordSubject(r.d.world, r.a.id)})
-	if err != nil && !errors.Is(err, errNotFound) {
+	m, err := jsapi.LeaderGet(ctx, r.d.nc, wire.BucketStream(r.d.world), jsapi.GetRequest{LastFor: wire.RecordSubject(r.d.world, r.a.id)})
+	if err != nil && !errors.Is(err, jsapi.ErrNotFound) {
 		return err
 	}
-	if err == nil && !isMarker(m.Header) {
+	if err == nil && !jsapi.IsMarker(m.Header) {
 		if rec, derr := wire.DecodeRecord(m.Data); derr == nil && rec.Node == r.a.node && rec.Epoch == r.a.epoch {
 			_, err := r.d.w.KV.Update(ctx, wire.RecordKey(r.a.id), m.Data, m.Sequence)
 			if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
@@ -166,18 +167,18 @@ func (d *Drainer) readCursor(ctx context.Context, id string) (Cursor, error) {
 	if d.cfg.Replicas == 1 {
 		m, err = d.w.Bucket.GetLastMsgForSubject(ctx, subj)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			err = errNotFound
+			err = jsapi.ErrNotFound
 		}
 	} else {
-		m, err = leaderGet(ctx, d.nc, wire.BucketStream(d.world), getRequest{LastFor: subj})
+		m, err = jsapi.LeaderGet(ctx, d.nc, wire.BucketStream(d.world), jsapi.GetRequest{LastFor: subj})
 	}
-	if errors.Is(err, errNotFound) {
+	if errors.Is(err, jsapi.ErrNotFound) {
 		return Cursor{}, nil
 	}
 	if err != nil {
 		return Cursor{}, err
 	}
-	if isMarker(m.Header) {
+	if jsapi.IsMarker(m.Header) {
 		return Cursor{}, nil
 	}
 	c, err := DecodeCursor(m.Data)
@@ -185,14 +186,6 @@ func (d *Drainer) readCursor(ctx context.Context, id string) (Cursor, error) {
 		return Cursor{}, fmt.Errorf("drain: cursor of %q (key %s): %w; it is left as it is", id, wire.CursorKey(id), err)
 	}
 	return c, nil
-}
-
-func isMarker(h nats.Header) bool {
-	switch h.Get("KV-Operation") {
-	case "DEL", "PURGE":
-		return true
-	}
-	return h.Get(jetstream.MarkerReasonHeader) != ""
 }
 
 // loop reads and handles batches until the mailbox is empty or the limit
@@ -316,8 +309,8 @@ func (r *run) leaderHasMore(ctx context.Context) (bool, error) {
 	if r.d.cfg.Replicas == 1 {
 		return false, nil
 	}
-	_, err := leaderGet(ctx, r.d.nc, wire.MailboxStream(r.d.world), getRequest{Seq: r.cur.Seq + 1, NextFor: r.subj})
-	if errors.Is(err, errNotFound) {
+	_, err := jsapi.LeaderGet(ctx, r.d.nc, wire.MailboxStream(r.d.world), jsapi.GetRequest{Seq: r.cur.Seq + 1, NextFor: r.subj})
+	if errors.Is(err, jsapi.ErrNotFound) {
 		return false, nil
 	}
 	return err == nil, err

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
@@ -76,8 +77,8 @@ func (s *Store) retireThenWrite(ctx context.Context, op, id string, v view, now 
 // readNode fetches node's lease record.
 func (s *Store) readNode(ctx context.Context, op, node string) (view, error) {
 	key := wire.NodeKey(node)
-	m, err := getLast(ctx, s.js, wire.BucketStream(s.world), wire.KeySubject(s.world, key))
-	if errors.Is(err, errNoMsg) {
+	m, err := jsapi.LeaderGet(ctx, s.js.Conn(), wire.BucketStream(s.world), jsapi.GetRequest{LastFor: wire.KeySubject(s.world, key)})
+	if errors.Is(err, jsapi.ErrNotFound) {
 		if s.debugOn(ctx) {
 			s.debugNode(ctx, op, node, "outcome", "absent")
 		}
@@ -89,8 +90,8 @@ func (s *Store) readNode(ctx context.Context, op, node string) (view, error) {
 		}
 		return view{}, fmt.Errorf("ownership: read node lease of %q: %w", node, err)
 	}
-	v := view{rev: m.Seq}
-	if isMarker(m.Header) {
+	v := view{rev: m.Sequence}
+	if jsapi.IsMarker(m.Header) {
 		v.tombstone = true
 		if s.debugOn(ctx) {
 			s.debugNode(ctx, op, node, "outcome", "deleted", "rev", v.rev)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/world"
 )
@@ -104,8 +105,8 @@ func (v view) nextEpoch() uint64 {
 // read fetches the record of id. A record that does not decode is an error
 // naming the id, and no operation writes over it.
 func (s *Store) read(ctx context.Context, id string) (view, error) {
-	m, err := getLast(ctx, s.js, wire.BucketStream(s.world), wire.RecordSubject(s.world, id))
-	if errors.Is(err, errNoMsg) {
+	m, err := jsapi.LeaderGet(ctx, s.js.Conn(), wire.BucketStream(s.world), jsapi.GetRequest{LastFor: wire.RecordSubject(s.world, id)})
+	if errors.Is(err, jsapi.ErrNotFound) {
 		if s.debugOn(ctx) {
 			s.debug(ctx, "read", id, "outcome", "absent")
 		}
@@ -117,8 +118,8 @@ func (s *Store) read(ctx context.Context, id string) (view, error) {
 		}
 		return view{}, fmt.Errorf("ownership: read record of %q: %w", id, err)
 	}
-	v := view{rev: m.Seq}
-	if isMarker(m.Header) {
+	v := view{rev: m.Sequence}
+	if jsapi.IsMarker(m.Header) {
 		v.tombstone = true
 		if s.debugOn(ctx) {
 			s.debug(ctx, "read", id, "outcome", "deleted", "rev", v.rev)
@@ -142,17 +143,6 @@ func (s *Store) read(ctx context.Context, id string) (view, error) {
 	}
 	s.cache.put(id, v)
 	return v, nil
-}
-
-func isMarker(h nats.Header) bool {
-	if len(h) == 0 {
-		return false
-	}
-	switch h.Get("KV-Operation") {
-	case "DEL", "PURGE":
-		return true
-	}
-	return h.Get(jetstream.MarkerReasonHeader) != ""
 }
 
 // errConflict means the conditional write lost: the record moved on since
