@@ -24,8 +24,8 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/world"
 	"github.com/fencepost/fencepost/worker"
+	"github.com/fencepost/fencepost/world"
 )
 
 const (
