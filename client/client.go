@@ -109,11 +109,11 @@ func (c *Client) CreateWorld(ctx context.Context, name string, cfg world.Config)
 }
 
 func (c *Client) bind(w *world.World) (*World, error) {
-	own, err := ownership.New(w, append([]ownership.Option{ownership.WithLogger(c.opts.log)}, c.opts.ownership...)...)
+	own, err := ownership.New(w, append([]ownership.Option{ownership.WithLogger(c.opts.log), ownership.WithMetrics(c.opts.metrics)}, c.opts.ownership...)...)
 	if err != nil {
 		return nil, err
 	}
-	dr, err := drain.New(w, own, drain.WithLogger(c.opts.log))
+	dr, err := drain.New(w, own, drain.WithLogger(c.opts.log), drain.WithMetrics(c.opts.metrics))
 	if err != nil {
 		return nil, err
 	}

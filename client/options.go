@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/ownership"
 )
 
@@ -22,6 +23,7 @@ type options struct {
 	timeout   time.Duration
 	log       *slog.Logger
 	ownership []ownership.Option
+	metrics   *metrics.Set
 }
 
 // DefaultTimeout bounds every JetStream request whose context has no
@@ -54,6 +56,16 @@ func WithLogger(l *slog.Logger) Option {
 			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 		}
 		o.log = l
+		return nil
+	}
+}
+
+// WithMetrics records the operations of every world this client opens
+// (claims, seizes, releases, renewals, self-fences, drains, dead letters,
+// fenced commits) in m, for example metrics.Default.
+func WithMetrics(m *metrics.Set) Option {
+	return func(o *options) error {
+		o.metrics = m
 		return nil
 	}
 }

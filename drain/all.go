@@ -32,7 +32,8 @@ const DefaultParallel = 32
 // one goroutine). An id whose handler fails is taken out of the scan at
 // that message and goes on alone, with backoff, after it; so are all ids
 // on a replicated stream, to confirm with the leader that nothing is left.
-func (d *Drainer) DrainAll(ctx context.Context, leases []*ownership.Lease, h Handler, opts ...RunOption) (Result, error) {
+func (d *Drainer) DrainAll(ctx context.Context, leases []*ownership.Lease, h Handler, opts ...RunOption) (total Result, _ error) {
+	defer d.observe(time.Now(), &total)
 	runs := make([]*run, len(leases))
 	errs := make([]error, len(leases))
 	parallel(len(leases), func(i int) {
@@ -59,7 +60,6 @@ func (d *Drainer) DrainAll(ctx context.Context, leases []*ownership.Lease, h Han
 		}
 	})
 	d.sweep(ctx, live, g)
-	var total Result
 	var out []error
 	for i, res := range results {
 		total.Count += res.Count

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
 )
@@ -58,6 +59,7 @@ type Drainer struct {
 	backoffMax time.Duration
 	skew       time.Duration
 	log        *slog.Logger
+	metrics    *metrics.Set
 
 	// beforeCommit, when set (tests only), runs after a batch was handled
 	// and before its fenced cursor write.
@@ -91,7 +93,7 @@ func New(w *world.World, own *ownership.Store, opts ...Option) (*Drainer, error)
 // errors end a drain whose holding is lost midway, after the last commit
 // the broker accepted. *ContendedError (ErrContended) when another drain of
 // id runs; *UnknownError (ErrUnknown) when a commit's outcome is unknown.
-func (d *Drainer) Drain(ctx context.Context, id, node string, epoch uint64, h Handler, opts ...RunOption) (Result, error) {
+func (d *Drainer) Drain(ctx context.Context, id, node string, epoch uint64, h Handler, opts ...RunOption) (res Result, err error) {
 	if err := wire.ValidateID(id); err != nil {
 		return Result{}, err
 	}
@@ -99,15 +101,25 @@ func (d *Drainer) Drain(ctx context.Context, id, node string, epoch uint64, h Ha
 		return Result{}, err
 	}
 	a := &authority{id: id, node: node, epoch: epoch, ttl: d.cfg.DefaultTTL}
-	return d.drain(ctx, a, h, opts)
+	defer d.observe(time.Now(), &res)
+	res, err = d.drain(ctx, a, h, opts)
+	return res, err
+}
+
+// observe records a drain call that started at start in the metrics.
+func (d *Drainer) observe(start time.Time, res *Result) {
+	d.metrics.Drained(d.world, time.Since(start))
+	d.metrics.DeadLettered(d.world, res.DeadLettered)
 }
 
 // DrainLease is Drain with the lease of a claim, seize or renewal: the
 // lease's local validity (ValidUntil) bounds how long the drain may act
 // without reading the record again.
-func (d *Drainer) DrainLease(ctx context.Context, l *ownership.Lease, h Handler, opts ...RunOption) (Result, error) {
+func (d *Drainer) DrainLease(ctx context.Context, l *ownership.Lease, h Handler, opts ...RunOption) (res Result, err error) {
 	a := &authority{id: l.ID, node: l.Node, epoch: l.Epoch, ttl: l.TTL, until: l.ValidUntil()}
-	return d.drain(ctx, a, h, opts)
+	defer d.observe(time.Now(), &res)
+	res, err = d.drain(ctx, a, h, opts)
+	return res, err
 }
 
 // authority is what a drain knows of its holding: the fence it writes with

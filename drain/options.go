@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/fencepost/fencepost/metrics"
 )
 
 // Defaults of a Drainer.
@@ -64,6 +66,15 @@ func WithClockSkew(skew time.Duration) Option {
 			return fmt.Errorf("%w: negative clock skew %v", ErrInvalidOption, skew)
 		}
 		d.skew = skew
+		return nil
+	}
+}
+
+// WithMetrics records drain durations, dead letters moved and fenced
+// commits in m (nil: not recorded).
+func WithMetrics(m *metrics.Set) Option {
+	return func(d *Drainer) error {
+		d.metrics = m
 		return nil
 	}
 }

@@ -420,6 +420,9 @@ func (r *run) commit(ctx context.Context, next Cursor, acked, dead int) error {
 			return fmt.Errorf("%w: the ownership record of %q changed under %d commits in a row", ErrContended, r.a.id, attempt)
 		}
 		if err := r.reauthorize(ctx); err != nil {
+			if errors.Is(err, ownership.ErrFenced) || errors.Is(err, ownership.ErrHeld) || errors.Is(err, ownership.ErrFree) {
+				r.d.metrics.FencedCommit(r.d.world)
+			}
 			return err
 		}
 		if attempt > 1 {

@@ -124,6 +124,7 @@ func (s *Store) writeNode(ctx context.Context, op, node string, over view, rec w
 	}
 	rev, err := s.kv.Update(ctx, wire.NodeKey(node), data, over.rev)
 	if err == nil {
+		s.count(op)
 		if s.debugOn(ctx) {
 			s.debugNode(ctx, op, node, "outcome", "written", "rev", rev, "over", over.rev, "epoch", rec.Epoch, "state", rec.State, "expires", rec.Expires)
 		}

@@ -234,6 +234,7 @@ func (k *Keeper) finish(err error, fenced bool) bool {
 
 func (k *Keeper) fence(c fencing.Cause) {
 	if k.finish(c, true) {
+		k.s.metrics.SelfFenced(k.s.world, string(c))
 		k.s.log.Warn("self-fence", "cause", string(c), "world", k.s.world, "lease", k.label(), "node", k.node, "epoch", k.epoch)
 	}
 }

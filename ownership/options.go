@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/fencepost/fencepost/metrics"
 )
 
 // ErrInvalidOption wraps a bad option value.
@@ -30,6 +32,15 @@ func WithClockBounds(skew time.Duration, drift float64) Option {
 			return fmt.Errorf("%w: clock bounds skew=%v drift=%v (need skew >= 0, 0 <= drift < 0.1)", ErrInvalidOption, skew, drift)
 		}
 		s.skew, s.drift = skew, drift
+		return nil
+	}
+}
+
+// WithMetrics counts this store's won claims, seizes, releases and
+// renewals, and its leases' self-fences, in m (nil: not counted).
+func WithMetrics(m *metrics.Set) Option {
+	return func(s *Store) error {
+		s.metrics = m
 		return nil
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -27,6 +28,8 @@ type Store struct {
 	skew  time.Duration
 	drift float64
 	log   *slog.Logger
+
+	metrics *metrics.Set // nil: not counted
 
 	// beforeWrite, when set (tests only), runs between the read a decision
 	// is made on and the conditional write that carries it out.
@@ -161,6 +164,7 @@ func (s *Store) write(ctx context.Context, op, id string, over view, rec wire.Re
 	}
 	rev, err := s.kv.Update(ctx, wire.RecordKey(id), data, over.rev)
 	if err == nil {
+		s.count(op)
 		v := view{rev: rev, rec: rec}
 		if rec.Backed() {
 			s.cache.drop(id)
@@ -268,4 +272,18 @@ func (c *viewCache) drop(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, id)
+}
+
+// count records a stored write of op in the store's metrics.
+func (s *Store) count(op string) {
+	switch op {
+	case "claim":
+		s.metrics.Claimed(s.world)
+	case "seize":
+		s.metrics.Seized(s.world)
+	case "release":
+		s.metrics.Released(s.world)
+	case "renew", "node-renew":
+		s.metrics.Renewed(s.world)
+	}
 }

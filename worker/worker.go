@@ -29,6 +29,7 @@ import (
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/ownership"
 )
 
@@ -49,6 +50,9 @@ type Config struct {
 	// 1 ms, MaxSpread 100 ms.
 	Spread, MaxSpread time.Duration
 	Log               *slog.Logger
+	// Metrics records the worker's drains (nil: not recorded); the
+	// ownership store's counts come from client.WithMetrics.
+	Metrics *metrics.Set
 }
 
 // Worker serves the mailboxes of one world as one node.
@@ -113,7 +117,7 @@ func New(w *client.World, cfg Config, h drain.Handler) (*Worker, error) {
 	}
 	// The drain lock of a worker that died lapses with its node lease, not
 	// after the 30 s default: a takeover waits for both.
-	dr, err := drain.New(w.World, w.Ownership, drain.WithLockTTL(ttl), drain.WithLogger(cfg.Log))
+	dr, err := drain.New(w.World, w.Ownership, drain.WithLockTTL(ttl), drain.WithLogger(cfg.Log), drain.WithMetrics(cfg.Metrics))
 	if err != nil {
 		return nil, err
 	}

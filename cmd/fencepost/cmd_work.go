@@ -5,23 +5,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/worker"
 )
 
 // Flags of the work command.
 var (
-	flagWorkIDs  string
-	flagWorkAll  bool
-	flagWorkExec string
+	flagWorkIDs     string
+	flagWorkAll     bool
+	flagWorkExec    string
+	flagWorkMetrics string
 )
 
 func init() {
@@ -33,6 +41,7 @@ func init() {
 			fs.StringVar(&flagWorkIDs, "ids", "", "comma-separated ids to serve")
 			fs.BoolVar(&flagWorkAll, "all", false, "serve every id of the world")
 			fs.StringVar(&flagWorkExec, "exec", "", "shell command run per message (required)")
+			fs.StringVar(&flagWorkMetrics, "metrics", "", "serve Prometheus metrics of this worker at http://ADDR/metrics (e.g. 127.0.0.1:9464)")
 		},
 		run: runWork,
 	})
@@ -55,13 +64,23 @@ func runWork(e *env, args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var set *metrics.Set
+	if flagWorkMetrics != "" {
+		srv, err := serveMetrics(flagWorkMetrics)
+		if err != nil {
+			return e.fail(err)
+		}
+		defer srv.Close()
+		set = metrics.Default
+		e.clientOpts = append(e.clientOpts, client.WithMetrics(set))
+	}
 	octx, cancel := e.ctx()
 	w, err := e.openWorld(octx)
 	cancel()
 	if err != nil {
 		return e.fail(err)
 	}
-	wk, err := worker.New(w, worker.Config{Node: flagNode, TTL: flagTTL, IDs: ids, Log: e.log}, execHandler(flagWorkExec, flagNode))
+	wk, err := worker.New(w, worker.Config{Node: flagNode, TTL: flagTTL, IDs: ids, Log: e.log, Metrics: set}, execHandler(flagWorkExec, flagNode))
 	if err != nil {
 		return e.fail(err)
 	}
@@ -98,4 +117,18 @@ func execHandler(cmd, node string) drain.Handler {
 		}
 		return nil
 	}
+}
+
+// serveMetrics serves the process's metrics registry at http://addr/metrics
+// until the returned server is closed.
+func serveMetrics(addr string) (*http.Server, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("work: --metrics %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return srv, nil
 }

@@ -33,6 +33,8 @@ type env struct {
 	err io.Writer
 	log *slog.Logger
 	c   *client.Client
+
+	clientOpts []client.Option // extra options for the client, set by a command before it connects
 }
 
 func parse(name string, c *command, argv []string) (*env, []string, int) {
@@ -115,7 +117,7 @@ func (e *env) client() (*client.Client, error) {
 	if e.tlsCA != "" {
 		opts = append(opts, nats.RootCAs(e.tlsCA))
 	}
-	c, err := client.Connect(e.server, client.WithNATSOptions(opts...), client.WithTimeout(e.timeout), client.WithLogger(e.log))
+	c, err := client.Connect(e.server, append([]client.Option{client.WithNATSOptions(opts...), client.WithTimeout(e.timeout), client.WithLogger(e.log)}, e.clientOpts...)...)
 	if err != nil {
 		return nil, err
 	}
