@@ -53,7 +53,10 @@ type Event struct {
 
 // Watch streams the ownership changes of id, or of every id of the world
 // when id is "": every change written after Watch returns is reported (use
-// Owner for the state before). The channel is closed when ctx ends; cancel
+// Owner for the state before). The bucket keeps one revision per key, so
+// writes to one id that follow each other faster than the watcher reads
+// them may be folded into one event; the last event always shows the
+// record's latest state. The channel is closed when ctx ends; cancel
 // ctx to stop. One goroutine serves the watch and ends with it.
 //
 // It watches the record keys (and the node lease keys, whose renewals keep

@@ -40,23 +40,41 @@ func TestCLI_Watch(t *testing.T) {
 	}
 
 	s := w.Ownership
-	_, err = s.Claim(ctx, "a.b c", "n1", 100*time.Millisecond)
+	var lines []map[string]any
+	out := make(chan string)
+	go func() {
+		defer close(out)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			out <- sc.Text()
+		}
+	}()
+	// readLine waits for the next event. Each write below waits for the
+	// event of the one before: the bucket keeps one revision per key, so
+	// writes in a burst may be folded into one event (ownership's
+	// TestWatch_FoldsButEndsOnTheLatestState).
+	readLine := func() map[string]any {
+		t.Helper()
+		select {
+		case line, ok := <-out:
+			require.True(t, ok, "watch output ended after %v", lines)
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(line), &m), line)
+			lines = append(lines, m)
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no watch event within 10s; got %v", lines)
+			return nil
+		}
+	}
+	_, err = s.Claim(ctx, "a.b c", "n1", time.Second)
 	require.NoError(t, err)
-	_, err = s.Renew(ctx, "a.b c", "n1", 100*time.Millisecond)
+	readLine()
+	_, err = s.Renew(ctx, "a.b c", "n1", time.Second)
 	require.NoError(t, err)
+	readLine()
 	_, err = s.Claim(ctx, "other", "n1", time.Minute) // not watched
 	require.NoError(t, err)
-	var lines []map[string]any
-	sc := bufio.NewScanner(stdout)
-	readLine := func() map[string]any {
-		require.True(t, sc.Scan(), "watch output ended")
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), sc.Text())
-		lines = append(lines, m)
-		return m
-	}
-	readLine()
-	readLine()
 	require.Equal(t, "lapsed", readLine()["outcome"]) // no write: from the watcher's timer
 	_, err = s.Seize(ctx, "a.b c", "n2", time.Minute, false)
 	require.NoError(t, err)
