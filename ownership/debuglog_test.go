@@ -69,7 +69,7 @@ func TestDebugLog(t *testing.T) {
 	require.NoError(t, err)
 	k, err := s.Keep(l)
 	require.NoError(t, err)
-	checkFor(t, 5*time.Second, "renewals", func() bool { return k.Renewals() >= 1 && ss.Renewals() >= 1 })
+	testutil.WaitFor(t, 5*time.Second, "renewals", func() bool { return k.Renewals() >= 1 && ss.Renewals() >= 1 })
 	require.NoError(t, k.Release(ctx))
 	require.NoError(t, ss.End(ctx))
 

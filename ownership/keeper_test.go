@@ -15,19 +15,6 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// checkFor polls fn every few milliseconds until it returns true, failing
-// the test after total.
-func checkFor(t *testing.T, total time.Duration, what string, fn func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	for !fn() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", total, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // waitDone waits for a keeper's Done with a deadline and returns when it
 // closed.
 func waitDone(t *testing.T, done <-chan struct{}, total time.Duration) time.Time {
@@ -53,7 +40,7 @@ func TestKeeper_RenewsAndReleases(t *testing.T) {
 
 		// Renewed at ttl/3: after 3 renewals the first term is long over,
 		// and the record still names a at the claimed epoch.
-		checkFor(t, 5*time.Second, "3 renewals", func() bool { return k.Renewals() >= 3 })
+		testutil.WaitFor(t, 5*time.Second, "3 renewals", func() bool { return k.Renewals() >= 3 })
 		require.True(t, time.Now().After(l.Expires), "three renewals at ttl/3 outlast the first term")
 		require.NoError(t, k.Err())
 		cur := k.Lease()
@@ -123,7 +110,7 @@ func TestKeeper_SelfFence(t *testing.T) {
 		k, err := w.Ownership.Keep(l)
 		require.NoError(t, err)
 		defer k.Close()
-		checkFor(t, 5*time.Second, "a first renewal", func() bool { return k.Renewals() >= 1 })
+		testutil.WaitFor(t, 5*time.Second, "a first renewal", func() bool { return k.Renewals() >= 1 })
 		env.Node.Server.Stop() // nothing can be renewed any more
 		vu := k.ValidUntil()
 		at := waitDone(t, k.Done(), 5*time.Second)
@@ -164,7 +151,7 @@ func TestKeeper_AdoptsRewriteByHolder(t *testing.T) {
 	r, err := other.Ownership.Renew(ctx, "ad", "a", 600*time.Millisecond)
 	require.NoError(t, err)
 	before := k.Renewals()
-	checkFor(t, 5*time.Second, "two renewals after the rewrite", func() bool { return k.Renewals() >= before+2 })
+	testutil.WaitFor(t, 5*time.Second, "two renewals after the rewrite", func() bool { return k.Renewals() >= before+2 })
 	require.NoError(t, k.Err())
 	require.Greater(t, k.Fence().Revision, r.Revision)
 	require.Equal(t, l.Epoch, k.Fence().Epoch)

@@ -42,7 +42,7 @@ func TestSession_BacksIDs(t *testing.T) {
 
 		// Three node lease renewals later the ids are held, valid, and
 		// their records were not written again.
-		checkFor(t, 5*time.Second, "3 renewals", func() bool { return ss.Renewals() >= 3 })
+		testutil.WaitFor(t, 5*time.Second, "3 renewals", func() bool { return ss.Renewals() >= 3 })
 		for _, id := range ids {
 			st, err := s.Guard(ctx, id, "n1", leases[id].Epoch)
 			require.NoError(t, err, id)
@@ -54,7 +54,7 @@ func TestSession_BacksIDs(t *testing.T) {
 		// The node dies (no more renewals): every id lapses with the node
 		// lease, at the same instant.
 		require.NoError(t, ss.Close())
-		checkFor(t, 2*time.Second, "the ids lapse", func() bool {
+		testutil.WaitFor(t, 2*time.Second, "the ids lapse", func() bool {
 			st, err := s.Owner(ctx, "a")
 			require.NoError(t, err)
 			return !st.Held
@@ -269,7 +269,7 @@ func TestSession_RetireRefusesLateRenewal(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, ss.Close()) // stalls: no renewal gets through
 	last := ss.Lease()             // the revision its next renewal expects
-	checkFor(t, 5*time.Second, "the node lease lapses", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the node lease lapses", func() bool {
 		st, err := w.Ownership.Owner(ctx, "x")
 		require.NoError(t, err)
 		return !st.Held

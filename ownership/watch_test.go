@@ -85,7 +85,7 @@ func TestWatch_OneID(t *testing.T) {
 		expect(t, ch, ownership.EventDeleted, "x", "d")
 
 		cancel()
-		checkFor(t, 5*time.Second, "the channel closes on cancel", func() bool {
+		testutil.WaitFor(t, 5*time.Second, "the channel closes on cancel", func() bool {
 			select {
 			case _, ok := <-ch:
 				return !ok
@@ -114,7 +114,7 @@ func TestWatch_World_NodeLease(t *testing.T) {
 		require.Equal(t, ss.Epoch(), ev.NodeLease)
 	}
 	// Node lease renewals renew the ids silently; its lapse lapses both.
-	checkFor(t, 5*time.Second, "2 renewals", func() bool { return ss.Renewals() >= 2 })
+	testutil.WaitFor(t, 5*time.Second, "2 renewals", func() bool { return ss.Renewals() >= 2 })
 	require.NoError(t, ss.Close())
 	got := map[string]ownership.EventKind{}
 	for range 2 {

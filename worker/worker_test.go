@@ -119,7 +119,7 @@ func TestPool(t *testing.T) {
 	}()
 
 	total := ids * perID
-	checkFor(t, time.Minute, "a third delivered", func() bool { return lg.delivered() >= total/3 })
+	testutil.WaitFor(t, time.Minute, "a third delivered", func() bool { return lg.delivered() >= total/3 })
 	// Crash w2: its connection dies with it.
 	workers[1].c.Close()
 	select {
@@ -129,7 +129,7 @@ func TestPool(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the crashed worker did not self-fence")
 	}
-	checkFor(t, 2*time.Minute, "every message delivered", func() bool { return lg.delivered() >= total })
+	testutil.WaitFor(t, 2*time.Minute, "every message delivered", func() bool { return lg.delivered() >= total })
 
 	require.Zero(t, lg.overlaps.Load(), "an id was handled by two handlers at once")
 	lg.mu.Lock()
@@ -237,15 +237,4 @@ func testTakeover(t *testing.T, tg testutil.Target) {
 	gap := time.Since(t0)
 	t.Logf("crash to next delivery: %v (ttl %v)", gap, ttl)
 	require.Less(t, gap, ttl+time.Second)
-}
-
-func checkFor(t *testing.T, total time.Duration, what string, fn func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	for !fn() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", total, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

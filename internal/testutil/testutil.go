@@ -106,3 +106,16 @@ func WaitWorld(t testing.TB, e *Env, name string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// WaitFor polls fn every few milliseconds until it returns true, and fails
+// the test with what after total.
+func WaitFor(t testing.TB, total time.Duration, what string, fn func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(total)
+	for !fn() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", total, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
