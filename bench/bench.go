@@ -274,6 +274,9 @@ func (s *side) deliver(body []byte) {
 		return
 	}
 	n := binary.BigEndian.Uint64(body[0:8])
+	if n == 0 {
+		return // a warm-up message
+	}
 	sentAt := int64(binary.BigEndian.Uint64(body[8:16]))
 	lat := max(now.UnixNano()-sentAt, 0) / int64(time.Microsecond)
 	s.mu.Lock()
@@ -495,19 +498,42 @@ func runOurs(ctx context.Context, c *client.Client, cfg Config, tag string, ids 
 		return nil
 	}
 	wctx2, stopWorkers := context.WithCancel(ctx)
+	defer stopWorkers()
 	var wg sync.WaitGroup
 	werrs := make(chan error, len(ids))
+	wks := make([]*worker.Worker, len(ids))
 	for i, id := range ids {
 		wk, err := worker.New(w, worker.Config{Node: fmt.Sprintf("node-%d", i), TTL: cfg.TTL, IDs: []string{id}, Idle: time.Hour, Log: cfg.Log}, handler)
 		if err != nil {
-			stopWorkers()
 			return nil, err
 		}
+		wks[i] = wk
 		wg.Go(func() {
 			if err := wk.Run(wctx2); err != nil {
 				werrs <- err
 			}
 		})
+	}
+	// Warm-up: one message per id (number 0, not counted), then wait until
+	// every worker holds its id, so that the figures are of the steady
+	// state, not of the first claims.
+	for _, id := range ids {
+		if _, err := w.Queue.Send(ctx, id, make([]byte, 16)); err != nil {
+			return nil, fmt.Errorf("bench: warm-up send: %w", err)
+		}
+	}
+	for i := 0; ; i++ {
+		all := true
+		for _, wk := range wks {
+			all = all && len(wk.Held()) == 1
+		}
+		if all {
+			break
+		}
+		if i > 3000 || ctx.Err() != nil {
+			return nil, errors.New("bench: the workers did not claim their ids within 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
