@@ -59,6 +59,11 @@ type Config struct {
 	World    string `json:"world,omitempty"`
 	Replicas int    `json:"replicas,omitempty"`
 
+	// Auth runs the embedded server with one NATS user per role
+	// (producer, owner, operator; docs/security.md) and writes their
+	// credentials to <data_dir>/<role>.creds.
+	Auth bool `json:"auth,omitempty"`
+
 	// How fencepostd's own client connects (to --nats, or to the embedded
 	// server when its config requires authentication).
 	Creds    string `json:"creds,omitempty"`
@@ -159,6 +164,8 @@ func (c Config) validateEmbedded() error {
 		switch {
 		case c.Cluster != "" || len(c.Routes) > 0:
 			return bad("cluster", "cluster and routes configure the embedded server; with nats set, fencepostd embeds none")
+		case c.Auth:
+			return bad("auth", "configures the embedded server's users; with nats set, fencepostd embeds none")
 		case c.NATSConfig != "":
 			return bad("nats_config", "configures the embedded server; with nats set, fencepostd embeds none")
 		case c.Sync == SyncAlways:

@@ -40,6 +40,7 @@ type Daemon struct {
 	cancel     context.CancelFunc
 	stopOnce   sync.Once
 	ncClosed   chan struct{}
+	own        Creds // with --auth: the operator's, for fencepostd's own connection
 }
 
 // Option configures a Daemon.
@@ -115,6 +116,25 @@ func (d *Daemon) startServer() error {
 		sc.ClusterHost = host
 		fmt.Sscan(port, &sc.ClusterPort)
 	}
+	if c.Auth {
+		opts, err := sc.Options()
+		if err != nil {
+			return fmt.Errorf("embedded nats-server: %w", err)
+		}
+		creds, err := loadOrCreateCreds(c.DataDir, c.World)
+		if err != nil {
+			return fmt.Errorf("auth: %w", err)
+		}
+		if err := authUsers(opts, creds, c.World); err != nil {
+			return err
+		}
+		sc.Opts = opts
+		if c.Creds == "" && c.User == "" {
+			d.own = creds[RoleOperator]
+		}
+		d.log.Info("auth on: credentials written", "producer", CredsFile(c.DataDir, RoleProducer),
+			"owner", CredsFile(c.DataDir, RoleOwner), "operator", CredsFile(c.DataDir, RoleOperator))
+	}
 	srv, err := server.Start(sc)
 	if err != nil {
 		return fmt.Errorf("embedded nats-server: %w", err)
@@ -146,6 +166,9 @@ func (d *Daemon) connect() error {
 	}
 	if c.User != "" {
 		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if d.own.User != "" {
+		opts = append(opts, d.own.NATSOption())
 	}
 	if c.TLSCert != "" {
 		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))

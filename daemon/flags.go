@@ -20,7 +20,7 @@ type flags struct {
 
 	// flags with no Config field of the same shape
 	configFile, routes, httpPort string
-	scrapeRecords, natsLog       bool
+	scrapeRecords, natsLog, auth bool
 }
 
 func str(f *flags, name string, p func(*Config) *string, usage string) {
@@ -90,6 +90,7 @@ func newFlags(out io.Writer) *flags {
 	f.fs.StringVar(&f.routes, "routes", "", "routes to the other cluster members, comma-separated (nats-route://host:port)")
 	str(f, "world", func(c *Config) *string { return &c.World }, "world made ready at start")
 	num(f, "replicas", func(c *Config) *int { return &c.Replicas }, "replicas of that world when it is created (0: 3 in a cluster, else 1)")
+	f.fs.BoolVar(&f.auth, "auth", false, "NATS users for the producer, owner and operator roles; credentials written to <data-dir>/<role>.creds (docs/security.md)")
 	str(f, "creds", func(c *Config) *string { return &c.Creds }, "credentials file of fencepostd's own NATS connection")
 	str(f, "user", func(c *Config) *string { return &c.User }, "user of fencepostd's own NATS connection")
 	str(f, "password", func(c *Config) *string { return &c.Password }, "password of fencepostd's own NATS connection")
@@ -124,6 +125,8 @@ func (f *flags) apply(c *Config) error {
 			c.ScrapeRecords = &f.scrapeRecords
 		case "nats-log":
 			c.NATSLog = f.natsLog
+		case "auth":
+			c.Auth = f.auth
 		case "http-port":
 			p, perr := strconv.Atoi(f.httpPort)
 			switch {

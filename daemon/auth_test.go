@@ -1,0 +1,285 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/daemon"
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/testutil"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/world"
+)
+
+// authed is a fencepostd --auth of a test and its data dir.
+type authed struct {
+	*started
+	dir string
+}
+
+func startAuthed(t *testing.T) *authed {
+	t.Helper()
+	dir := t.TempDir()
+	s := startDaemon(t, dir, "--auth")
+	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if code, body := s.get(t, "/readyz"); code != http.StatusOK {
+			return fmt.Errorf("readyz %d %s", code, body)
+		}
+		return nil
+	})
+	return &authed{started: s, dir: dir}
+}
+
+// roleConn is a client of one role, with the permission violations the
+// server reported to it.
+type roleConn struct {
+	c  *client.Client
+	w  *client.World
+	mu sync.Mutex
+	vs []string
+}
+
+// violations are the server's errors from the n-th on.
+func (r *roleConn) violations(n int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.vs[min(n, len(r.vs)):], "\n")
+}
+
+func (r *roleConn) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.vs)
+}
+
+// as connects with the credentials fencepostd wrote for role.
+func (a *authed) as(t *testing.T, role string) *roleConn {
+	t.Helper()
+	creds, err := daemon.ReadCreds(daemon.CredsFile(a.dir, role))
+	require.NoError(t, err)
+	r := &roleConn{}
+	c, err := client.Connect(a.d.ClientURL(), client.WithTimeout(500*time.Millisecond), client.WithNATSOptions(creds.NATSOption(),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			r.mu.Lock()
+			r.vs = append(r.vs, err.Error())
+			r.mu.Unlock()
+		})))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	r.c = c
+	r.w, err = c.World(testutil.Ctx(t, 5*time.Second), "default")
+	require.NoError(t, err, role+" opens the world")
+	return r
+}
+
+// refused checks that op failed and that the server reported, during op, a
+// permissions violation for publishing to subject (a prefix of it: the
+// first request of op that the role may not make).
+func (r *roleConn) refused(t *testing.T, what, subject string, op func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	n := r.count()
+	err := op(ctx)
+	require.Error(t, err, what+" must be refused")
+	want := fmt.Sprintf("Permissions Violation for Publish to %q", subject)
+	servertest.CheckFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+		if !strings.Contains(r.violations(n), want) {
+			return fmt.Errorf("%s: no %s among the server's errors:\n%s\n(op error: %v)", what, want, r.violations(n), err)
+		}
+		return nil
+	})
+	t.Logf("%s: refused: %v; server: %s", what, err, want)
+}
+
+func ok(h drain.Result, err error) error { return err }
+
+// TestAuth_NoCredentialsCannotConnect: with --auth the server refuses a
+// client without credentials, or with a wrong password; the three creds
+// files are written readable by fencepostd's user only.
+func TestAuth_NoCredentialsCannotConnect(t *testing.T) {
+	a := startAuthed(t)
+	for _, role := range daemon.Roles {
+		fi, err := os.Stat(daemon.CredsFile(a.dir, role))
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), role)
+	}
+	_, err := nats.Connect(a.d.ClientURL())
+	require.ErrorIs(t, err, nats.ErrAuthorization)
+	_, err = nats.Connect(a.d.ClientURL(), nats.UserInfo("fp-operator", "wrong"))
+	require.ErrorIs(t, err, nats.ErrAuthorization)
+	_, err = client.Connect(a.d.ClientURL())
+	require.Error(t, err)
+}
+
+// TestAuth_ProducerPostsAndNothingElse: a producer posts; its claim,
+// drain, seize, reset, world removal, stream delete and a direct overwrite
+// of an ownership record are refused by the server (permissions violation)
+// and write nothing.
+func TestAuth_ProducerPostsAndNothingElse(t *testing.T) {
+	a := startAuthed(t)
+	op := a.as(t, daemon.RoleOperator)
+	ctx := testutil.Ctx(t, 10*time.Second)
+	l, err := op.w.Ownership.Claim(ctx, "held", "op-node", time.Minute)
+	require.NoError(t, err)
+
+	p := a.as(t, daemon.RoleProducer)
+	posted, err := p.w.Queue.Send(ctx, "order-1", []byte("hello"))
+	require.NoError(t, err)
+	require.NotZero(t, posted.Seq)
+	require.Empty(t, p.violations(0), "posting needs nothing the producer lacks")
+
+	before, err := op.w.Bucket.Info(ctx)
+	require.NoError(t, err)
+	mbBefore, err := op.w.Mailbox.Info(ctx)
+	require.NoError(t, err)
+
+	rec := wire.RecordSubject("default", "order-1")
+	p.refused(t, "claim", rec, func(ctx context.Context) error {
+		_, err := p.w.Ownership.Claim(ctx, "order-1", "evil", 0)
+		return err
+	})
+	p.refused(t, "seize", "$JS.API.STREAM.MSG.GET.KV_fp_default", func(ctx context.Context) error {
+		_, err := p.w.Ownership.Seize(ctx, "held", "evil", 0, true)
+		return err
+	})
+	p.refused(t, "drain", "$JS.API.STREAM.MSG.GET.KV_fp_default", func(ctx context.Context) error {
+		return ok(p.w.Drainer.Drain(ctx, "order-1", "evil", 1, func(context.Context, drain.Message) error { return nil }))
+	})
+	p.refused(t, "reset", "$JS.API.STREAM.PURGE.FP_MB_default", func(ctx context.Context) error {
+		return p.c.ResetWorld(ctx, "default")
+	})
+	p.refused(t, "remove", "$JS.API.STREAM.DELETE.FP_MB_default", func(ctx context.Context) error {
+		return p.c.RemoveWorld(ctx, "default")
+	})
+	p.refused(t, "stream delete", "$JS.API.STREAM.DELETE.KV_fp_default", func(ctx context.Context) error {
+		return p.c.JetStream().DeleteStream(ctx, "KV_fp_default")
+	})
+	p.refused(t, "record overwrite", wire.RecordSubject("default", "held"), func(ctx context.Context) error {
+		_, err := p.c.JetStream().Publish(ctx, wire.RecordSubject("default", "held"), []byte(`{"v":1,"node":"evil","epoch":99,"state":"held","ttl_ms":60000,"acquired":"2026-01-01T00:00:00Z","expires":"2099-01-01T00:00:00Z"}`))
+		return err
+	})
+	p.refused(t, "dead letter", wire.DeadLetterSubject("default", "order-1"), func(ctx context.Context) error {
+		_, err := p.c.JetStream().Publish(ctx, wire.DeadLetterSubject("default", "order-1"), []byte("x"))
+		return err
+	})
+
+	// Nothing was written: the bucket and the mailbox stream are as they were.
+	after, err := op.w.Bucket.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before.State.LastSeq, after.State.LastSeq, "no bucket write")
+	mbAfter, err := op.w.Mailbox.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, mbBefore.State, mbAfter.State, "mailboxes untouched")
+	st, err := op.w.Ownership.Owner(ctx, "held")
+	require.NoError(t, err)
+	require.Equal(t, "op-node", st.Node)
+	require.Equal(t, l.Epoch, st.Epoch)
+}
+
+// TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset: an owner claims,
+// renews, seizes a lapsed lease, releases, drains and dead-letters; it
+// cannot delete a stream, reset the bucket or remove the world.
+func TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset(t *testing.T) {
+	a := startAuthed(t)
+	ctx := testutil.Ctx(t, 15*time.Second)
+	p := a.as(t, daemon.RoleProducer)
+	o := a.as(t, daemon.RoleOwner)
+	for i := range 3 {
+		_, err := p.w.Queue.Send(ctx, "order-1", fmt.Appendf(nil, "m%d", i))
+		require.NoError(t, err)
+	}
+	l, err := o.w.Ownership.Claim(ctx, "order-1", "node-a", time.Minute)
+	require.NoError(t, err)
+	_, err = o.w.Ownership.Renew(ctx, "order-1", "node-a", time.Minute)
+	require.NoError(t, err)
+	var got []string
+	res, err := o.w.Drainer.DrainLease(ctx, l, func(_ context.Context, m drain.Message) error {
+		got = append(got, string(m.Body))
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Acked)
+	require.Equal(t, []string{"m0", "m1", "m2"}, got)
+	st, err := o.w.Drainer.Stat(ctx, "order-1")
+	require.NoError(t, err)
+	require.Zero(t, st.Depth, "committed messages purged by the owner")
+
+	// Seize of a lapsed lease, and release.
+	_, err = o.w.Ownership.Claim(ctx, "short", "node-a", time.Second)
+	require.NoError(t, err)
+	time.Sleep(1100 * time.Millisecond)
+	_, err = o.w.Ownership.Seize(ctx, "short", "node-b", time.Minute, false)
+	require.NoError(t, err)
+	require.NoError(t, o.w.Ownership.Release(ctx, "short", "node-b"))
+
+	// Deep mailbox / many ids: DrainAll uses a consumer of its own.
+	for _, id := range []string{"a", "b"} {
+		_, err := p.w.Queue.Send(ctx, id, []byte(id))
+		require.NoError(t, err)
+	}
+	la, err := o.w.Ownership.Claim(ctx, "a", "node-a", time.Minute)
+	require.NoError(t, err)
+	lb, err := o.w.Ownership.Claim(ctx, "b", "node-a", time.Minute)
+	require.NoError(t, err)
+	all, err := o.w.Drainer.DrainAll(ctx, []*ownership.Lease{la, lb}, func(context.Context, drain.Message) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, 2, all.Acked)
+
+	require.Empty(t, o.violations(0), "holding and draining need nothing the owner lacks")
+	before, err := o.w.Bucket.Info(ctx)
+	require.NoError(t, err)
+	o.refused(t, "remove", "$JS.API.STREAM.DELETE.FP_MB_default", func(ctx context.Context) error {
+		return o.c.RemoveWorld(ctx, "default")
+	})
+	o.refused(t, "stream delete", "$JS.API.STREAM.DELETE.KV_fp_default", func(ctx context.Context) error {
+		return o.c.JetStream().DeleteStream(ctx, "KV_fp_default")
+	})
+	o.refused(t, "reset (bucket purge)", "$JS.API.STREAM.PURGE.KV_fp_default", func(ctx context.Context) error {
+		return o.c.ResetWorld(ctx, "default")
+	})
+	o.refused(t, "stream update", "$JS.API.STREAM.UPDATE.FP_MB_default", func(ctx context.Context) error {
+		_, err := o.c.JetStream().UpdateStream(ctx, jetstream.StreamConfig{Name: "FP_MB_default", Subjects: []string{">"}})
+		return err
+	})
+	after, err := o.w.Bucket.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before.State.LastSeq, after.State.LastSeq, "records, epochs and cursors survive")
+	require.Equal(t, before.State.Msgs, after.State.Msgs)
+}
+
+// TestAuth_OperatorDoesEverything: the operator force-seizes, resets,
+// removes and creates worlds.
+func TestAuth_OperatorDoesEverything(t *testing.T) {
+	a := startAuthed(t)
+	ctx := testutil.Ctx(t, 15*time.Second)
+	o := a.as(t, daemon.RoleOwner)
+	op := a.as(t, daemon.RoleOperator)
+	_, err := o.w.Ownership.Claim(ctx, "x", "node-a", time.Minute)
+	require.NoError(t, err)
+	l, err := op.w.Ownership.Seize(ctx, "x", "ops", time.Minute, true)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, l.Epoch)
+	require.NoError(t, op.c.ResetWorld(ctx, "default"))
+	st, err := op.w.Ownership.Owner(ctx, "x")
+	require.NoError(t, err)
+	require.False(t, st.Held)
+	require.NoError(t, op.c.RemoveWorld(ctx, "default"))
+	_, err = op.c.CreateWorld(ctx, "default", world.Config{})
+	require.NoError(t, err)
+	_, err = op.c.JetStream().Stream(ctx, "FP_MB_default")
+	require.NoError(t, err)
+}
