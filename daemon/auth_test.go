@@ -3,8 +3,10 @@ package daemon_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +22,9 @@ import (
 	"github.com/fencepost/fencepost/internal/testutil"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/server"
 	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/worker"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -282,4 +286,87 @@ func TestAuth_OperatorDoesEverything(t *testing.T) {
 	require.NoError(t, err)
 	_, err = op.c.JetStream().Stream(ctx, "FP_MB_default")
 	require.NoError(t, err)
+}
+
+// TestAuth_CredsSurviveARestart: a second start on the same data dir
+// reads the creds files instead of writing new ones.
+func TestAuth_CredsSurviveARestart(t *testing.T) {
+	a := startAuthed(t)
+	before, err := daemon.ReadCreds(daemon.CredsFile(a.dir, daemon.RoleProducer))
+	require.NoError(t, err)
+	a.shutdown(t)
+	s := startDaemon(t, a.dir, "--auth")
+	after, err := daemon.ReadCreds(daemon.CredsFile(a.dir, daemon.RoleProducer))
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+	nc, err := nats.Connect(s.d.ClientURL(), after.NATSOption())
+	require.NoError(t, err)
+	nc.Close()
+}
+
+// TestAuth_RefusedWithOtherAuthentication: --auth with --nats, or with a
+// nats-server config file that sets up users itself, is a config error.
+func TestAuth_RefusedWithOtherAuthentication(t *testing.T) {
+	_, err := daemon.Parse([]string{"--auth", "--nats", "nats://127.0.0.1:4222"}, io.Discard)
+	require.ErrorIs(t, err, daemon.ErrConfig)
+	require.ErrorContains(t, err, "auth")
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(`authorization { users: [ {user: a, password: b} ] }`), 0o600))
+	cfg, err := daemon.Parse([]string{"--auth", "--nats-config", conf, "--port", "-1", "--http", "off", "--data", t.TempDir()}, io.Discard)
+	require.NoError(t, err)
+	_, err = daemon.Start(cfg)
+	require.ErrorIs(t, err, server.ErrConfig)
+	require.ErrorContains(t, err, "configures authentication itself")
+}
+
+// TestAuth_OwnerRunsAWorkerAndDeadLetters: a worker (node lease, watch of
+// the records, ordered consumer on the mailboxes, drains) runs with the
+// owner's credentials; a message that always fails is dead-lettered, then
+// reposted and its dead letters purged, all without a permissions
+// violation.
+func TestAuth_OwnerRunsAWorkerAndDeadLetters(t *testing.T) {
+	a := startAuthed(t)
+	ctx := testutil.Ctx(t, 20*time.Second)
+	p := a.as(t, daemon.RoleProducer)
+	o := a.as(t, daemon.RoleOwner)
+	var mu sync.Mutex
+	var got []string
+	wk, err := worker.New(o.w, worker.Config{Node: "w1", Scan: 200 * time.Millisecond}, func(_ context.Context, m drain.Message) error {
+		if string(m.Body) == "poison" {
+			return fmt.Errorf("poison")
+		}
+		mu.Lock()
+		got = append(got, string(m.Body))
+		mu.Unlock()
+		return nil
+	})
+	require.NoError(t, err)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(wctx) }()
+	_, err = p.w.Queue.Send(ctx, "bad", []byte("poison"))
+	require.NoError(t, err)
+	_, err = p.w.Queue.Send(ctx, "good", []byte("fine"))
+	require.NoError(t, err)
+	servertest.CheckFor(t, 15*time.Second, 50*time.Millisecond, func() error {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		dl, err := o.w.Drainer.DeadLetters(ctx, "bad", 10)
+		if err != nil {
+			return err
+		}
+		if n != 1 || len(dl) != 1 {
+			return fmt.Errorf("handled %d, dead letters %d", n, len(dl))
+		}
+		return nil
+	})
+	stop()
+	require.NoError(t, <-done)
+	n, err := o.w.Drainer.Repost(ctx, o.w.Queue, "bad")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	_, err = o.w.Drainer.PurgeDeadLetters(ctx, "bad")
+	require.NoError(t, err)
+	require.Empty(t, o.violations(0))
 }
