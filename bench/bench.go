@@ -45,9 +45,13 @@ type Config struct {
 
 	IDs       int           // mailboxes, one owner each
 	Producers int           // posting goroutines
-	Duration  time.Duration // posting time of each side (ours, then raw)
-	BodySize  int           // bytes per message, at least 16
-	Window    int           // asynchronous sends in flight per producer
+	Duration  time.Duration // posting time of each side, over all rounds
+	// Rounds: the two sides alternate (ours, raw, ours, raw...) in this
+	// many rounds of Duration/Rounds each, so that both see the same
+	// machine state on a machine shared with other work.
+	Rounds   int
+	BodySize int // bytes per message, at least 16
+	Window   int // asynchronous sends in flight per producer
 	// MaxBacklog bounds posted-but-undelivered messages: producers wait
 	// above it, so that both sides run at their delivery capacity and the
 	// latency measures delivery, not an ever-growing queue.
@@ -69,17 +73,18 @@ type Config struct {
 
 // Progress is the state of a running side.
 type Progress struct {
-	Side      string // "fencepost" or "raw"
-	Elapsed   time.Duration
-	Duration  time.Duration // the posting time of the side
-	Sent      int64
-	Delivered int64
+	Side          string // "fencepost" or "raw"
+	Round, Rounds int    // this round (1-based) of how many
+	Elapsed       time.Duration
+	Duration      time.Duration // the posting time of the round
+	Sent          int64
+	Delivered     int64
 }
 
 // Sizes are the defaults of each size.
 var Sizes = map[string]Config{
-	SizeSmoke: {IDs: 8, Producers: 2, Duration: 8 * time.Second, BodySize: 128, Window: 128, MaxBacklog: 4000, Settle: 20 * time.Second, TTL: 5 * time.Second},
-	SizeFull:  {IDs: 32, Producers: 4, Duration: 60 * time.Second, BodySize: 128, Window: 256, MaxBacklog: 8000, Settle: 60 * time.Second, TTL: 5 * time.Second},
+	SizeSmoke: {IDs: 8, Producers: 2, Duration: 8 * time.Second, Rounds: 4, BodySize: 128, Window: 128, MaxBacklog: 4000, Settle: 20 * time.Second, TTL: 5 * time.Second},
+	SizeFull:  {IDs: 32, Producers: 4, Duration: 60 * time.Second, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 8000, Settle: 60 * time.Second, TTL: 5 * time.Second},
 }
 
 // Report is the outcome of a run. The JSON names are a contract for
@@ -89,6 +94,7 @@ type Report struct {
 	Size     string  `json:"size"`
 	IDs      int     `json:"ids"`
 	Seconds  float64 `json:"duration_s"` // posting time of each side
+	Rounds   int     `json:"rounds"`     // alternations of the two sides
 
 	Sent           int64   `json:"sent"`            // posts acknowledged by the stream
 	Delivered      int64   `json:"delivered"`       // handler calls that returned nil
@@ -150,6 +156,7 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	def(&c.IDs, d.IDs)
+	def(&c.Rounds, d.Rounds)
 	def(&c.Producers, d.Producers)
 	def(&c.BodySize, d.BodySize)
 	def(&c.Window, d.Window)
@@ -194,34 +201,48 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		defer c.Close()
 	}
-	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds()}
+	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds}
 	tag := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 	ids := make([]string, cfg.IDs)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("id-%d", i)
 	}
 
-	ours, err := runOurs(ctx, c, cfg, tag, ids)
+	ours, err := setupOurs(ctx, c, cfg, tag, ids)
 	if err != nil {
 		return rep, err
 	}
-	raw, err := runRaw(ctx, c, cfg, tag, ids)
+	defer ours.close()
+	raw, err := setupRaw(ctx, c, cfg, tag, ids)
 	if err != nil {
 		return rep, err
 	}
+	defer raw.close()
+	d := cfg.Duration / time.Duration(cfg.Rounds)
+	for i := range cfg.Rounds {
+		for _, r := range []*runner{ours, raw} {
+			if err := r.round(ctx, ids, i+1, d); err != nil {
+				return rep, err
+			}
+		}
+	}
+	ours.close()
+	raw.close()
+	ours.s.finish()
+	raw.s.finish()
 
-	rep.Sent, rep.Delivered = ours.sent, ours.delivered
-	rep.SendThroughput, rep.Throughput = ours.sendRate(), ours.deliverRate()
-	rep.RawSent, rep.RawDelivered = raw.sent, raw.delivered
-	rep.RawSendThroughput, rep.RawThroughput = raw.sendRate(), raw.deliverRate()
+	rep.Sent, rep.Delivered = ours.s.sent, ours.s.delivered
+	rep.SendThroughput, rep.Throughput = ours.s.sendRate(), ours.s.deliverRate()
+	rep.RawSent, rep.RawDelivered = raw.s.sent, raw.s.delivered
+	rep.RawSendThroughput, rep.RawThroughput = raw.s.sendRate(), raw.s.deliverRate()
 	if rep.RawThroughput > 0 {
 		rep.Ratio = round(rep.Throughput/rep.RawThroughput, 3)
 	}
-	rep.LatencyP50, rep.LatencyP99, rep.LatencyP999, rep.LatencyMax = ours.percentiles()
-	rep.RawLatencyP50, rep.RawLatencyP99, rep.RawLatencyP999, _ = raw.percentiles()
-	rep.DuplicatesPct = ours.duplicatesPct()
-	rep.Lost, rep.RawLost = ours.lost(), raw.lost()
-	rep.StaleCommits = ours.stale.Load()
+	rep.LatencyP50, rep.LatencyP99, rep.LatencyP999, rep.LatencyMax = ours.s.percentiles()
+	rep.RawLatencyP50, rep.RawLatencyP99, rep.RawLatencyP999, _ = raw.s.percentiles()
+	rep.DuplicatesPct = ours.s.duplicatesPct()
+	rep.Lost, rep.RawLost = ours.s.lost(), raw.s.lost()
+	rep.StaleCommits = ours.s.stale.Load()
 	return rep, nil
 }
 
@@ -230,8 +251,10 @@ type side struct {
 	name string
 	cfg  Config
 
-	start, stopPosting time.Time
-	lastDelivery       atomic.Int64 // unix nanos
+	roundStart           time.Time     // of the current round
+	round                int           // the current round, 1-based
+	postTime, activeTime time.Duration // sums over the rounds: posting; first post to last delivery
+	lastDelivery         atomic.Int64  // unix nanos
 
 	sent, delivered int64 // final figures
 	nSent           atomic.Int64
@@ -291,8 +314,8 @@ func (s *side) backlog() int64 { return s.nSent.Load() - s.nDelivered.Load() }
 
 // produce posts until the posting time ends; send posts one message and
 // returns a wait for its acknowledgement.
-func (s *side) produce(ctx context.Context, ids []string, send func(id string, body []byte) (func() error, error)) error {
-	deadline := s.start.Add(s.cfg.Duration)
+func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Duration) error {
+	deadline := s.roundStart.Add(d)
 	var wg sync.WaitGroup
 	errs := make(chan error, s.cfg.Producers)
 	for p := range s.cfg.Producers {
@@ -333,7 +356,7 @@ func (s *side) produce(ctx context.Context, ids []string, send func(id string, b
 		})
 	}
 	wg.Wait()
-	s.stopPosting = time.Now()
+	s.postTime += time.Since(s.roundStart)
 	select {
 	case err := <-errs:
 		return fmt.Errorf("bench: %s: send: %w", s.name, err)
@@ -366,14 +389,14 @@ func (s *side) allDelivered() bool {
 }
 
 // report calls the progress callback every 500 ms until stop is closed.
-func (s *side) report(stop <-chan struct{}) {
+func (s *side) report(stop <-chan struct{}, d time.Duration) {
 	if s.cfg.Progress == nil {
 		return
 	}
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	for {
-		s.cfg.Progress(Progress{Side: s.name, Elapsed: time.Since(s.start), Duration: s.cfg.Duration, Sent: s.nSent.Load(), Delivered: s.nDelivered.Load()})
+		s.cfg.Progress(Progress{Side: s.name, Round: s.round, Rounds: s.cfg.Rounds, Elapsed: time.Since(s.roundStart), Duration: d, Sent: s.nSent.Load(), Delivered: s.nDelivered.Load()})
 		select {
 		case <-stop:
 			return
@@ -387,7 +410,7 @@ func (s *side) finish() {
 }
 
 func (s *side) sendRate() float64 {
-	d := s.stopPosting.Sub(s.start).Seconds()
+	d := s.postTime.Seconds()
 	if d <= 0 {
 		return 0
 	}
@@ -395,13 +418,9 @@ func (s *side) sendRate() float64 {
 }
 
 // deliverRate is the deliveries per second from the first post to the
-// last delivery.
+// last delivery of each round.
 func (s *side) deliverRate() float64 {
-	last := s.lastDelivery.Load()
-	if last == 0 {
-		return 0
-	}
-	d := time.Unix(0, last).Sub(s.start).Seconds()
+	d := s.activeTime.Seconds()
 	if d <= 0 {
 		return 0
 	}
@@ -473,21 +492,82 @@ func (s *side) watchEpochs(ctx context.Context, own *ownership.Store) error {
 	return nil
 }
 
-// runOurs: a world of its own, one worker per id, producers using
-// SendAsync.
-func runOurs(ctx context.Context, c *client.Client, cfg Config, tag string, ids []string) (*side, error) {
+// sender posts one message and returns a wait for its acknowledgement.
+type sender func(id string, body []byte) (func() error, error)
+
+// runner is one side, set up and ready to run rounds.
+type runner struct {
+	s     *side
+	send  sender
+	errs  chan error // from the consuming side
+	stop  func()     // stops the consuming side and waits for it; idempotent
+	clean []func()   // removes what the side created, last first
+	once  sync.Once
+}
+
+func (r *runner) close() {
+	r.once.Do(func() {
+		r.stop()
+		for i := len(r.clean) - 1; i >= 0; i-- {
+			r.clean[i]()
+		}
+	})
+}
+
+// round posts for d, then waits until everything posted was delivered (or
+// Settle passed).
+func (r *runner) round(ctx context.Context, ids []string, n int, d time.Duration) error {
+	s := r.s
+	s.round = n
+	s.roundStart = time.Now()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { s.report(stop, d); close(done) }()
+	err := s.produce(ctx, ids, r.send, d)
+	if err == nil {
+		s.settle(ctx)
+	}
+	close(stop)
+	<-done
+	if last := time.Unix(0, s.lastDelivery.Load()); last.After(s.roundStart) {
+		s.activeTime += last.Sub(s.roundStart)
+	}
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-r.errs:
+		return fmt.Errorf("bench: %s: %w", s.name, err)
+	default:
+	}
+	return ctx.Err()
+}
+
+func removeWith(f func(ctx context.Context) error) func() {
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = f(ctx)
+	}
+}
+
+// setupOurs is the fencepost side: a world of its own, one worker per id,
+// producers using SendAsync.
+func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, ids []string) (_ *runner, err error) {
 	s := newSide("fencepost", cfg)
+	r := &runner{s: s, errs: make(chan error, len(ids)), stop: func() {}}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
 	w, err := c.CreateWorld(ctx, tag, world.Config{MaxMsgSize: 4096})
 	if err != nil {
 		return nil, fmt.Errorf("bench: create world: %w", err)
 	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.RemoveWorld(rctx, tag)
-	}()
+	r.clean = append(r.clean, removeWith(func(ctx context.Context) error { return c.RemoveWorld(ctx, tag) }))
 	wctx, cancelWatch := context.WithCancel(ctx)
-	defer cancelWatch()
+	r.clean = append(r.clean, cancelWatch)
 	if err := s.watchEpochs(wctx, w.Ownership); err != nil {
 		return nil, fmt.Errorf("bench: ownership watch: %w", err)
 	}
@@ -497,10 +577,9 @@ func runOurs(ctx context.Context, c *client.Client, cfg Config, tag string, ids 
 		s.deliver(m.Body)
 		return nil
 	}
-	wctx2, stopWorkers := context.WithCancel(ctx)
-	defer stopWorkers()
+	wkctx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	werrs := make(chan error, len(ids))
+	r.stop = func() { stopWorkers(); wg.Wait() }
 	wks := make([]*worker.Worker, len(ids))
 	for i, id := range ids {
 		wk, err := worker.New(w, worker.Config{Node: fmt.Sprintf("node-%d", i), TTL: cfg.TTL, IDs: []string{id}, Idle: time.Hour, Log: cfg.Log}, handler)
@@ -509,8 +588,8 @@ func runOurs(ctx context.Context, c *client.Client, cfg Config, tag string, ids 
 		}
 		wks[i] = wk
 		wg.Go(func() {
-			if err := wk.Run(wctx2); err != nil {
-				werrs <- err
+			if err := wk.Run(wkctx); err != nil {
+				r.errs <- fmt.Errorf("worker: %w", err)
 			}
 		})
 	}
@@ -535,41 +614,28 @@ func runOurs(ctx context.Context, c *client.Client, cfg Config, tag string, ids 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	s.start = time.Now()
-	go func() { s.report(stop); close(done) }()
-	perr := s.produce(ctx, ids, func(id string, body []byte) (func() error, error) {
+	r.send = func(id string, body []byte) (func() error, error) {
 		p, err := w.Queue.SendAsync(id, body)
 		if err != nil {
 			return nil, err
 		}
 		return func() error { _, err := p.Wait(ctx); return err }, nil
-	})
-	if perr == nil {
-		s.settle(ctx)
 	}
-	close(stop)
-	<-done
-	stopWorkers()
-	wg.Wait()
-	s.finish()
-	if perr != nil {
-		return nil, perr
-	}
-	select {
-	case err := <-werrs:
-		return nil, fmt.Errorf("bench: worker: %w", err)
-	default:
-	}
-	return s, ctx.Err()
+	return r, nil
 }
 
-// runRaw: a plain stream with one subject per id, producers using
-// PublishAsync, and one pull consumer per subject fetching batches and
-// acknowledging each batch once (AckAll on its last message).
-func runRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids []string) (*side, error) {
+// setupRaw is the baseline: a plain stream with one subject per id,
+// producers using PublishAsync, and one pull consumer per subject fetching
+// batches of up to 100 and acknowledging each batch once (AckAll on its
+// last message).
+func setupRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids []string) (_ *runner, err error) {
 	s := newSide("raw", cfg)
+	r := &runner{s: s, errs: make(chan error, len(ids)), stop: func() {}}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
 	js := c.JetStream()
 	name := "RAW_" + tag[len("bench-"):]
 	prefix := "fpbench.raw." + tag[len("bench-"):]
@@ -577,18 +643,13 @@ func runRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids [
 	if err != nil {
 		return nil, fmt.Errorf("bench: create raw stream: %w", err)
 	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = js.DeleteStream(rctx, name)
-	}()
+	r.clean = append(r.clean, removeWith(func(ctx context.Context) error { return js.DeleteStream(ctx, name) }))
 	cctx, stopConsumers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	cerrs := make(chan error, len(ids))
+	r.stop = func() { stopConsumers(); wg.Wait() }
 	for _, id := range ids {
 		cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: prefix + "." + id, AckPolicy: jetstream.AckAllPolicy, MaxAckPending: -1})
 		if err != nil {
-			stopConsumers()
 			return nil, fmt.Errorf("bench: raw consumer: %w", err)
 		}
 		wg.Go(func() {
@@ -596,7 +657,7 @@ func runRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids [
 				batch, err := cons.Fetch(100, jetstream.FetchMaxWait(250*time.Millisecond))
 				if err != nil {
 					if cctx.Err() == nil {
-						cerrs <- err
+						r.errs <- err
 					}
 					return
 				}
@@ -606,7 +667,7 @@ func runRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids [
 					last = m
 				}
 				if err := batch.Error(); err != nil && cctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-					cerrs <- err
+					r.errs <- err
 					return
 				}
 				if last != nil {
@@ -615,11 +676,7 @@ func runRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids [
 			}
 		})
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	s.start = time.Now()
-	go func() { s.report(stop); close(done) }()
-	perr := s.produce(ctx, ids, func(id string, body []byte) (func() error, error) {
+	r.send = func(id string, body []byte) (func() error, error) {
 		f, err := js.PublishAsync(prefix+"."+id, body)
 		if err != nil {
 			return nil, err
@@ -634,24 +691,8 @@ func runRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids [
 				return ctx.Err()
 			}
 		}, nil
-	})
-	if perr == nil {
-		s.settle(ctx)
 	}
-	close(stop)
-	<-done
-	stopConsumers()
-	wg.Wait()
-	s.finish()
-	if perr != nil {
-		return nil, perr
-	}
-	select {
-	case err := <-cerrs:
-		return nil, fmt.Errorf("bench: raw consume: %w", err)
-	default:
-	}
-	return s, ctx.Err()
+	return r, nil
 }
 
 func round(v float64, places int) float64 {

@@ -18,7 +18,7 @@ func TestSteadyTiny(t *testing.T) {
 	var progress int
 	rep, err := bench.Run(ctx, bench.Config{
 		Scenario: bench.ScenarioSteady, Size: bench.SizeSmoke,
-		IDs: 4, Producers: 1, Duration: 2 * time.Second, Window: 32, MaxBacklog: 500, Settle: 10 * time.Second,
+		IDs: 4, Producers: 1, Duration: 2 * time.Second, Rounds: 2, Window: 32, MaxBacklog: 500, Settle: 10 * time.Second,
 		Progress: func(bench.Progress) { progress++ },
 	})
 	if err != nil {

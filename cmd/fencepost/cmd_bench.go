@@ -92,7 +92,7 @@ func runBench(e *env, args []string) int {
 			if p.Elapsed > p.Duration {
 				phase = "settling"
 			}
-			fmt.Fprintf(e.err, "\r%-9s %-8s %5.1f/%.0fs  sent %-9d delivered %-9d", p.Side, phase, p.Elapsed.Seconds(), p.Duration.Seconds(), p.Sent, p.Delivered)
+			fmt.Fprintf(e.err, "\rround %d/%d  %-9s %-8s %4.1f/%.1fs  sent %-9d delivered %-9d", p.Round, p.Rounds, p.Side, phase, p.Elapsed.Seconds(), p.Duration.Seconds(), p.Sent, p.Delivered)
 		}
 	}
 	rep, err := bench.Run(ctx, cfg)
@@ -122,7 +122,7 @@ func runBench(e *env, args []string) int {
 }
 
 func printBenchTable(e *env, r bench.Report) {
-	fmt.Fprintf(e.out, "scenario %s, size %s: %d ids, %.0f s of posting per side\n\n", r.Scenario, r.Size, r.IDs, r.Seconds)
+	fmt.Fprintf(e.out, "scenario %s, size %s: %d ids, %.0f s of posting per side in %d alternating rounds\n\n", r.Scenario, r.Size, r.IDs, r.Seconds, r.Rounds)
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	ratio := func(a, b float64) string {
 		if b == 0 {
