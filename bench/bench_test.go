@@ -28,6 +28,9 @@ func TestSteadyTiny(t *testing.T) {
 	if rep.Lost != 0 || rep.RawLost != 0 || rep.StaleCommits != 0 || !rep.OK() {
 		t.Errorf("lost %d, raw lost %d, stale %d", rep.Lost, rep.RawLost, rep.StaleCommits)
 	}
+	if rep.StaleChecked != rep.Delivered {
+		t.Errorf("%d of %d deliveries checked for a stale epoch", rep.StaleChecked, rep.Delivered)
+	}
 	if rep.Sent == 0 || rep.Delivered < rep.Sent || rep.RawDelivered < rep.RawSent {
 		t.Errorf("sent %d delivered %d, raw sent %d delivered %d", rep.Sent, rep.Delivered, rep.RawSent, rep.RawDelivered)
 	}

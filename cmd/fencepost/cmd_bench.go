@@ -139,7 +139,7 @@ func printBenchTable(e *env, r bench.Report) {
 	fmt.Fprintf(tw, "messages sent\t%d\t%d\t\t\n", r.Sent, r.RawSent)
 	fmt.Fprintf(tw, "duplicates %%\t%.4f\t\t\t\n", r.DuplicatesPct)
 	fmt.Fprintf(tw, "lost\t%d\t%d\t\t\n", r.Lost, r.RawLost)
-	fmt.Fprintf(tw, "stale-epoch commits\t%d\t\t\t\n", r.StaleCommits)
+	fmt.Fprintf(tw, "stale-epoch commits\t%d of %d checked\t\t\t\n", r.StaleCommits, r.StaleChecked)
 	fmt.Fprintf(tw, "takeover gap p99 ms\t%.1f\t\t\t\n", r.TakeoverGapP99)
 	tw.Flush()
 }

@@ -1,0 +1,62 @@
+package bench_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCLI runs `fencepost bench` as a user would: a short steady run on the
+// default embedded server prints one JSON object with the contract's
+// fields and exits 0; an unimplemented scenario is a usage error (exit 2).
+func TestCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "fencepost")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/fencepost").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	run := func(args ...string) (string, string, int) {
+		cmd := exec.Command(bin, args...)
+		var so, se bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &so, &se
+		err := cmd.Run()
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			return so.String(), se.String(), ee.ExitCode()
+		case err != nil:
+			t.Fatal(err)
+		}
+		return so.String(), se.String(), 0
+	}
+
+	out, errOut, code := run("bench", "--scenario", "steady", "--size", "smoke", "--duration", "1s", "--ids", "2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "round 1/4") {
+		t.Errorf("no progress line on stderr: %q", errOut)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, out)
+	}
+	for _, k := range []string{"outcome", "scenario", "throughput", "raw_throughput", "ratio", "latency_p50_ms", "latency_p99_ms", "latency_p999_ms", "takeover_gap_p99_ms", "duplicates_pct", "lost", "stale_commits"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("no %q in %s", k, out)
+		}
+	}
+	if m["lost"] != 0.0 || m["stale_commits"] != 0.0 || m["takeover_gap_p99_ms"] != 0.0 || m["ratio"].(float64) <= 0 {
+		t.Errorf("lost %v stale %v gap %v ratio %v", m["lost"], m["stale_commits"], m["takeover_gap_p99_ms"], m["ratio"])
+	}
+
+	if _, _, code := run("bench", "--scenario", "takeover"); code != 2 {
+		t.Errorf("--scenario takeover: exit %d, want 2 (not implemented)", code)
+	}
+}
