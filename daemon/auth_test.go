@@ -370,3 +370,19 @@ func TestAuth_OwnerRunsAWorkerAndDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, o.violations(0))
 }
+
+// TestAuth_OwnerForceSeizeIsNotEnforced pins a known limit
+// (docs/security.md, Trust model, point 1): a forced seize is the same
+// conditional write on the record as a claim, so subject permissions do
+// not refuse it to an owner. When an operator-only path lands, this test
+// turns into a refusal.
+func TestAuth_OwnerForceSeizeIsNotEnforced(t *testing.T) {
+	a := startAuthed(t)
+	ctx := testutil.Ctx(t, 10*time.Second)
+	o := a.as(t, daemon.RoleOwner)
+	_, err := o.w.Ownership.Claim(ctx, "x", "node-a", time.Minute)
+	require.NoError(t, err)
+	l, err := o.w.Ownership.Seize(ctx, "x", "node-b", time.Minute, true)
+	require.NoError(t, err, "not enforced today")
+	require.EqualValues(t, 2, l.Epoch)
+}

@@ -1,0 +1,72 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/daemon"
+	"github.com/fencepost/fencepost/server/servertest"
+)
+
+// TestDaemon_AuthWithTheCLI runs `fencepostd --auth` and the real
+// `fencepost` CLI with the credentials it wrote: the producer sends but
+// cannot claim or reset; the owner claims; the operator resets.
+func TestDaemon_AuthWithTheCLI(t *testing.T) {
+	cli := filepath.Join(filepath.Dir(bin), "fencepost")
+	if out, err := exec.Command("go", "build", "-o", cli, "../fencepost").CombinedOutput(); err != nil {
+		t.Fatalf("build fencepost: %v\n%s", err, out)
+	}
+	port, data := freePort(t), t.TempDir()
+	d := startProc(t, "fencepostd", "--auth", "--port", fmt.Sprint(port), "--http-port", "0", "--data", data, "--log-level", "warn")
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	as := func(role string, args ...string) (int, string) {
+		c, err := daemon.ReadCreds(daemon.CredsFile(data, role))
+		if err != nil {
+			return -1, err.Error()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, cli, append(args, "--server", url, "--user", c.User, "--password", c.Password, "--timeout", "1s")...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		_ = cmd.Run()
+		t.Logf("%s: fencepost %s: exit %d: %s", role, strings.Join(args, " "), cmd.ProcessState.ExitCode(), strings.TrimSpace(out.String()))
+		return cmd.ProcessState.ExitCode(), out.String()
+	}
+	servertest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if code, out := as(daemon.RoleProducer, "send", "order-1", "hello"); code != 0 {
+			return fmt.Errorf("send: exit %d: %s", code, out)
+		}
+		return nil
+	})
+	for _, role := range daemon.Roles {
+		fi, err := os.Stat(daemon.CredsFile(data, role))
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	}
+	code, out := as(daemon.RoleProducer, "claim", "order-1", "--node", "evil")
+	require.NotZero(t, code, out)
+	require.Contains(t, out, `Permissions Violation for Publish to "$KV.fp_default.o.`)
+	code, out = as(daemon.RoleProducer, "reset", "--yes")
+	require.NotZero(t, code, out)
+	require.Contains(t, out, "Permissions Violation")
+	code, out = as(daemon.RoleOwner, "claim", "order-1", "--node", "n1")
+	require.Zero(t, code, out)
+	require.True(t, strings.HasPrefix(out, "claimed"), out)
+	code, out = as(daemon.RoleOwner, "world", "rm", "default", "--yes")
+	require.NotZero(t, code, out)
+	require.Contains(t, out, `Permissions Violation for Publish to "$JS.API.STREAM.DELETE.`)
+	code, out = as(daemon.RoleOperator, "reset", "--yes")
+	require.Zero(t, code, out)
+	require.Zero(t, d.stop(t, syscall.SIGTERM))
+}
