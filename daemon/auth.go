@@ -101,8 +101,11 @@ func rolePermissions(role, w string) *natsserver.Permissions {
 			p.Subscribe.Allow = append(p.Subscribe.Allow, s)
 		}
 	}
-	// Nothing to subscribe to but the inbox; an empty allow list would
-	// allow everything.
+	// Both roles have subjects on both sides: nats-server reads an empty
+	// allow list as "everything allowed".
+	if len(p.Publish.Allow) == 0 || len(p.Subscribe.Allow) == 0 {
+		panic("daemon: role " + role + " without subjects")
+	}
 	return p
 }
 
