@@ -4,11 +4,14 @@ package testutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/server/servertest"
@@ -61,6 +64,9 @@ func Start(t testing.TB, tg Target) *Env {
 
 var worldSeq atomic.Int64
 
+// errNoSuitablePeers is JetStream's "no suitable peers for placement".
+const errNoSuitablePeers jetstream.ErrorCode = 10005
+
 // World creates a fresh world with short test ttls (MinTTL 10ms) and the
 // replicas the target needs; cfg fields that are set override the test
 // defaults.
@@ -75,11 +81,22 @@ func (e *Env) World(t testing.TB, cfg world.Config) *client.World {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	name := fmt.Sprintf("t%d", worldSeq.Add(1))
-	w, err := e.Client.CreateWorld(ctx, name, cfg)
-	if err != nil {
+	for {
+		w, err := e.Client.CreateWorld(ctx, name, cfg)
+		if err == nil {
+			return w
+		}
+		// A cluster that just elected its meta leader may not know every
+		// peer yet: R3 placement fails until it does.
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == errNoSuitablePeers {
+			if ctx.Err() == nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+		}
 		t.Fatalf("create world %s: %v", name, err)
 	}
-	return w
 }
 
 // Ctx is a context that ends with the test (or after d).
