@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,12 +37,7 @@ func startAuthed(t *testing.T) *authed {
 	t.Helper()
 	dir := t.TempDir()
 	s := startDaemon(t, dir, "--auth")
-	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if code, body := s.get(t, "/readyz"); code != http.StatusOK {
-			return fmt.Errorf("readyz %d %s", code, body)
-		}
-		return nil
-	})
+	s.waitReady(t)
 	return &authed{started: s, dir: dir}
 }
 

@@ -6,9 +6,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
-	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,7 +17,6 @@ import (
 	"github.com/fencepost/fencepost/daemon"
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/testutil"
-	"github.com/fencepost/fencepost/server/servertest"
 )
 
 // TestAuth_TLSRequiredAndAPlainNATSPost: --auth with TLS required by the
@@ -31,16 +27,10 @@ import (
 func TestAuth_TLSRequiredAndAPlainNATSPost(t *testing.T) {
 	dir := t.TempDir()
 	ca, cert, key := writeTLS(t, dir)
-	conf := filepath.Join(dir, "nats.conf")
-	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, "tls { cert_file: %q, key_file: %q, ca_file: %q }\n", cert, key, ca), 0o600))
+	conf := writeTLSConf(t, dir, ca, cert, key)
 	data := t.TempDir()
 	s := startDaemon(t, data, "--auth", "--nats-config", conf)
-	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if code, body := s.get(t, "/readyz"); code != http.StatusOK {
-			return fmt.Errorf("readyz %d %s", code, body)
-		}
-		return nil
-	})
+	s.waitReady(t)
 	prod, err := daemon.ReadCreds(daemon.CredsFile(data, daemon.RoleProducer))
 	require.NoError(t, err)
 	own, err := daemon.ReadCreds(daemon.CredsFile(data, daemon.RoleOwner))

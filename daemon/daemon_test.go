@@ -107,6 +107,17 @@ func (s *started) shutdown(t *testing.T) {
 	}
 }
 
+// waitReady polls /readyz until it answers 200.
+func (s *started) waitReady(t *testing.T) {
+	t.Helper()
+	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if code, body := s.get(t, "/readyz"); code != http.StatusOK {
+			return fmt.Errorf("readyz %d %s", code, body)
+		}
+		return nil
+	})
+}
+
 func (s *started) get(t *testing.T, path string) (int, string) {
 	t.Helper()
 	resp, err := http.Get("http://" + s.d.HTTPAddr() + path)
@@ -171,12 +182,7 @@ func TestDaemon_MetricsFollowOperations(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &h))
 	require.Equal(t, "ok", h["status"])
 	require.Equal(t, true, h["jetstream"])
-	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if code, body := s.get(t, "/readyz"); code != http.StatusOK {
-			return fmt.Errorf("readyz %d %s", code, body)
-		}
-		return nil
-	})
+	s.waitReady(t)
 	code, body = s.get(t, "/jsz")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, `"streams"`, "nats-server monitoring on the same endpoint")
@@ -321,12 +327,7 @@ func TestDaemon_NATSConfigWithAuthorization(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "nats.conf")
 	require.NoError(t, os.WriteFile(conf, []byte(`authorization { users: [ {user: fencepostd, password: s3cret}, {user: app, password: app} ] }`), 0o600))
 	s := startDaemon(t, t.TempDir(), "--nats-config", conf, "--user", "fencepostd", "--password", "s3cret")
-	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if code, body := s.get(t, "/readyz"); code != http.StatusOK {
-			return fmt.Errorf("readyz %d %s", code, body)
-		}
-		return nil
-	})
+	s.waitReady(t)
 	_, err := client.Connect(s.d.ClientURL())
 	require.Error(t, err, "no user: refused")
 	c, err := client.Connect(s.d.ClientURL(), client.WithNATSOptions(nats.UserInfo("app", "app")))
@@ -344,12 +345,7 @@ func TestDaemon_ExternalNATS(t *testing.T) {
 	ext := servertest.New(t)
 	s := startDaemon(t, t.TempDir(), "--nats", ext.ClientURL(), "--world", "ext")
 	require.Nil(t, s.d.Server())
-	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if code, body := s.get(t, "/readyz"); code != http.StatusOK {
-			return fmt.Errorf("readyz %d %s", code, body)
-		}
-		return nil
-	})
+	s.waitReady(t)
 	code, _ := s.get(t, "/jsz")
 	require.Equal(t, http.StatusNotFound, code, "no embedded server, no nats-server monitoring")
 	s.waitMetric(t, `fencepost_world_records{world="ext"}`, 0)

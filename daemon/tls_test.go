@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/internal/testutil"
-	"github.com/fencepost/fencepost/server/servertest"
 )
 
 // TestDaemon_TLSFromNATSConfig: TLS set in the nats-server config file
@@ -29,15 +27,9 @@ import (
 func TestDaemon_TLSFromNATSConfig(t *testing.T) {
 	dir := t.TempDir()
 	ca, cert, key := writeTLS(t, dir)
-	conf := filepath.Join(dir, "nats.conf")
-	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, "tls { cert_file: %q, key_file: %q, ca_file: %q }\n", cert, key, ca), 0o600))
+	conf := writeTLSConf(t, dir, ca, cert, key)
 	s := startDaemon(t, t.TempDir(), "--nats-config", conf)
-	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if code, body := s.get(t, "/readyz"); code != http.StatusOK {
-			return fmt.Errorf("readyz %d %s", code, body)
-		}
-		return nil
-	})
+	s.waitReady(t)
 	_, err := client.Connect(s.d.ClientURL(), client.WithNATSOptions(nats.Timeout(2*time.Second)))
 	require.Error(t, err, "without the CA the server's certificate is not trusted")
 	c, err := client.Connect(s.d.ClientURL(), client.WithNATSOptions(nats.RootCAs(ca)))
@@ -50,6 +42,15 @@ func TestDaemon_TLSFromNATSConfig(t *testing.T) {
 }
 
 // writeTLS writes a CA and a server certificate for 127.0.0.1 signed by it.
+// writeTLSConf writes a nats-server config file that requires TLS with the
+// given files, and returns its path.
+func writeTLSConf(t *testing.T, dir, ca, cert, key string) string {
+	t.Helper()
+	conf := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, "tls { cert_file: %q, key_file: %q, ca_file: %q }\n", cert, key, ca), 0o600))
+	return conf
+}
+
 func writeTLS(t *testing.T, dir string) (ca, cert, key string) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
