@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // RecordVersion is the only ownership record version this code reads and
@@ -124,6 +125,10 @@ func (r *Record) validate() error {
 		return fmt.Errorf("%w: epoch 0 (epochs start at 1)", ErrCorruptRecord)
 	case r.State == StateHeld && ValidateNode(r.Node) != nil:
 		return fmt.Errorf("%w: held record with invalid node: %v", ErrCorruptRecord, ValidateNode(r.Node))
+	case !utf8.ValidString(r.Node):
+		// JSON cannot carry it: json.Marshal would write U+FFFD instead
+		// and the record read back would name another node.
+		return fmt.Errorf("%w: node %q is not valid UTF-8", ErrCorruptRecord, r.Node)
 	case r.TTLms < 0:
 		return fmt.Errorf("%w: negative ttl_ms", ErrCorruptRecord)
 	case r.State == StateHeld && r.Expires.IsZero():
