@@ -67,6 +67,8 @@ type Drainer struct {
 	// noRenew (tests only) stops the lock keeper: the drain behaves like a
 	// paused process whose lock lapses.
 	noRenew bool
+	// onCommit, when set, observes every stored commit.
+	onCommit func(Commit)
 }
 
 // New returns the drainer of an open world, using its ownership store.

@@ -79,6 +79,26 @@ func WithMetrics(m *metrics.Set) Option {
 	}
 }
 
+// Commit is a cursor write the broker stored, as an observer sees it.
+type Commit struct {
+	ID        string
+	Node      string
+	Epoch     uint64
+	Revision  uint64 // the ownership record revision the write expected
+	Cursor    uint64 // the cursor stored: the last message that left the mailbox
+	StreamSeq uint64 // the bucket stream sequence of the stored cursor write
+}
+
+// WithCommitObserver calls fn after every commit the broker acknowledged,
+// before the purge (the fault tests record every commit with it). fn runs
+// on the drain's goroutine and must be quick.
+func WithCommitObserver(fn func(Commit)) Option {
+	return func(d *Drainer) error {
+		d.onCommit = fn
+		return nil
+	}
+}
+
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option {
 	return func(d *Drainer) error {

@@ -409,8 +409,12 @@ func (r *run) commit(ctx context.Context, next Cursor, acked, dead int) error {
 		return err
 	}
 	for attempt := 1; ; attempt++ {
-		_, err := r.d.js.Publish(ctx, r.cursorSubj, data, r.a.fence.Expect())
+		ack, err := r.d.js.Publish(ctx, r.cursorSubj, data, r.a.fence.Expect())
 		if err == nil {
+			if r.d.onCommit != nil {
+				f := r.a.fence
+				r.d.onCommit(Commit{ID: r.a.id, Node: f.Node, Epoch: f.Epoch, Revision: f.Revision, Cursor: next.Seq, StreamSeq: ack.Sequence})
+			}
 			break
 		}
 		if !wrongLastSequence(err) {

@@ -53,6 +53,9 @@ type Config struct {
 	// Metrics records the worker's drains (nil: not recorded); the
 	// ownership store's counts come from client.WithMetrics.
 	Metrics *metrics.Set
+	// DrainOptions are added to the worker's drainer options (the fault
+	// tests observe commits with drain.WithCommitObserver).
+	DrainOptions []drain.Option
 }
 
 // Worker serves the mailboxes of one world as one node.
@@ -117,7 +120,8 @@ func New(w *client.World, cfg Config, h drain.Handler) (*Worker, error) {
 	}
 	// The drain lock of a worker that died lapses with its node lease, not
 	// after the 30 s default: a takeover waits for both.
-	dr, err := drain.New(w.World, w.Ownership, drain.WithLockTTL(ttl), drain.WithLogger(cfg.Log), drain.WithMetrics(cfg.Metrics))
+	dopts := append([]drain.Option{drain.WithLockTTL(ttl), drain.WithLogger(cfg.Log), drain.WithMetrics(cfg.Metrics)}, cfg.DrainOptions...)
+	dr, err := drain.New(w.World, w.Ownership, dopts...)
 	if err != nil {
 		return nil, err
 	}
