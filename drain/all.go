@@ -307,6 +307,9 @@ func (r *run) finishAll(ctx context.Context, scanErr error) (Result, error) {
 // sequences than any the scan saw. Ids whose cursor lies beyond the sweep
 // are purged one by one.
 func (d *Drainer) sweep(ctx context.Context, runs []*run, g sweep) {
+	if d.serverPurges() {
+		return
+	}
 	below := g.last + 1
 	if g.blocked != 0 {
 		below = min(below, g.blocked)

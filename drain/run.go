@@ -472,7 +472,7 @@ func (r *run) commitError(next Cursor, err error) error {
 // everything below the cursor, so one that is skipped because another is
 // in flight is made up by the next. finishPurge waits for the last one.
 func (r *run) purge(ctx context.Context) {
-	if r.deferPurge {
+	if r.deferPurge || r.d.serverPurges() {
 		return
 	}
 	if r.purging != nil {

@@ -29,7 +29,21 @@ type Config struct {
 	DedupeWindow       time.Duration `json:"dedupe_window"`
 	Replicas           int           `json:"replicas"`
 	Storage            Storage       `json:"storage"`
+	// Purge says who removes committed messages from the mailboxes:
+	// PurgeByOwner (the drain that committed them, the default) or
+	// PurgeByServer (fencepostd, from the stored cursors), for worlds whose
+	// owners may not purge (docs/security.md).
+	Purge PurgeMode `json:"purge,omitempty"`
 }
+
+// PurgeMode says who purges committed messages.
+type PurgeMode string
+
+// Purge modes.
+const (
+	PurgeByOwner  PurgeMode = "owner"
+	PurgeByServer PurgeMode = "server"
+)
 
 // Defaults are the settings of a world created without any.
 var Defaults = Config{
@@ -43,6 +57,7 @@ var Defaults = Config{
 	DedupeWindow:       2 * time.Minute,
 	Replicas:           1,
 	Storage:            FileStorage,
+	Purge:              PurgeByOwner,
 }
 
 // Hard limits on settings, whatever a world asks for.
@@ -88,6 +103,9 @@ func (c Config) WithDefaults() Config {
 	if c.Storage == "" {
 		c.Storage = d.Storage
 	}
+	if c.Purge == "" {
+		c.Purge = d.Purge
+	}
 	return c
 }
 
@@ -117,6 +135,8 @@ func (c Config) Validate() error {
 		return bad("replicas", "%d is not 1, 3 or 5", c.Replicas)
 	case c.Storage != FileStorage && c.Storage != MemoryStorage:
 		return bad("storage", "%q is neither %q nor %q", c.Storage, FileStorage, MemoryStorage)
+	case c.Purge != PurgeByOwner && c.Purge != PurgeByServer:
+		return bad("purge", "%q is neither %q nor %q", c.Purge, PurgeByOwner, PurgeByServer)
 	}
 	return nil
 }

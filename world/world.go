@@ -71,7 +71,32 @@ func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config
 	}); err != nil {
 		return nil, fmt.Errorf("world %q: create bucket: %w", name, err)
 	}
+	if err := denyRollups(ctx, js, name); err != nil {
+		return nil, err
+	}
 	return Open(ctx, js, name)
+}
+
+// denyRollups turns off the rollups a KV bucket allows by default: a
+// message with "Nats-Rollup: all" on any key would wipe the whole bucket,
+// every record and epoch with it, and the permission to write one key
+// (an owner's, docs/security.md) would be enough to send one. fencepost
+// never rolls up: it deletes keys with delete markers and resets a world
+// with a stream purge, an operator's API.
+func denyRollups(ctx context.Context, js jetstream.JetStream, name string) error {
+	s, err := js.Stream(ctx, wire.BucketStream(name))
+	if err != nil {
+		return fmt.Errorf("world %q: bucket stream: %w", name, err)
+	}
+	cfg := s.CachedInfo().Config
+	if !cfg.AllowRollup {
+		return nil
+	}
+	cfg.AllowRollup = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("world %q: turn off rollups on the bucket: %w", name, err)
+	}
+	return nil
 }
 
 // mailboxConfig is the mailbox stream of a world: one subject per id for

@@ -12,6 +12,7 @@ import (
 var (
 	wdCfg     world.Config
 	wdStorage string
+	wdPurge   string
 	wdYes     bool
 )
 
@@ -35,6 +36,7 @@ func init() {
 			fs.DurationVar(&wdCfg.DedupeWindow, "dedupe-window", 0, "add: window in which a repeated --msg-id is stored once (default 2m)")
 			fs.IntVar(&wdCfg.Replicas, "replicas", 0, "add: 1, 3 or 5 (default 1; 3 on a 3-node cluster)")
 			fs.StringVar(&wdStorage, "storage", "", "add: file or memory (default file)")
+			fs.StringVar(&wdPurge, "purge", "", "add: who removes committed messages: owner (the drain, default) or server (fencepostd; for worlds whose owners may not purge, docs/security.md)")
 			fs.BoolVar(&wdYes, "yes", false, "rm: confirm")
 		},
 		run: runWorld,
@@ -47,6 +49,7 @@ func runWorld(e *env, args []string) int {
 	}
 	sub, rest := args[0], args[1:]
 	wdCfg.Storage = world.Storage(wdStorage)
+	wdCfg.Purge = world.PurgeMode(wdPurge)
 	if sub != "add" && wdCfg != (world.Config{}) {
 		return e.usageErr("world", "settings flags go with add only")
 	}
@@ -175,7 +178,7 @@ func settingFields(c world.Config) []field {
 		f("min_ttl", c.MinTTL.String()), f("max_ttl", c.MaxTTL.String()), f("default_ttl", c.DefaultTTL.String()),
 		f("max_msg_size", c.MaxMsgSize), f("max_msgs", c.MaxMsgsPerMailbox), f("max_bytes", c.MaxBytesPerMailbox),
 		f("max_deliveries", c.MaxDeliveries), f("dedupe_window", c.DedupeWindow.String()),
-		f("replicas", c.Replicas), f("storage", string(c.Storage)),
+		f("replicas", c.Replicas), f("storage", string(c.Storage)), f("purge", string(c.Purge)),
 	}
 }
 
