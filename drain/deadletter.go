@@ -109,11 +109,22 @@ func decodeDeadLetter(id string, m *jetstream.RawStreamMsg) DeadLetter {
 		ID: id, Seq: m.Sequence, From: h.Get(queue.HeaderFrom), Body: m.Data,
 		Headers: queue.UserHeaders(h), Died: m.Time, Error: h.Get(HeaderDeadError), Node: h.Get(HeaderDeadNode),
 	}
-	dl.MailboxSeq, _ = strconv.ParseUint(h.Get(HeaderDeadSeq), 10, 64)
-	dl.Posted, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderDeadPosted))
-	dl.Deliveries, _ = strconv.Atoi(h.Get(HeaderDeadDeliveries))
-	dl.Epoch, _ = strconv.ParseUint(h.Get(HeaderDeadEpoch), 10, 64)
+	// A header that does not parse reads as zero (unknown), never as the
+	// clamped value strconv returns for a number out of range.
+	dl.MailboxSeq = orZero(strconv.ParseUint(h.Get(HeaderDeadSeq), 10, 64))
+	dl.Posted = orZero(time.Parse(time.RFC3339Nano, h.Get(HeaderDeadPosted)))
+	dl.Deliveries = orZero(strconv.Atoi(h.Get(HeaderDeadDeliveries)))
+	dl.Epoch = orZero(strconv.ParseUint(h.Get(HeaderDeadEpoch), 10, 64))
 	return dl
+}
+
+// orZero is v, or T's zero value if err is set.
+func orZero[T any](v T, err error) T {
+	if err != nil {
+		var zero T
+		return zero
+	}
+	return v
 }
 
 // Repost moves id's dead letters back into its mailbox, oldest first, at
