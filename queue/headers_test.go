@@ -3,6 +3,7 @@ package queue_test
 import (
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
@@ -63,5 +64,26 @@ func FuzzValidateFrom(f *testing.F) {
 		}
 		require.LessOrEqual(t, len(from), queue.MaxFromBytes)
 		require.False(t, strings.ContainsAny(from, "\r\n\x00"))
+	})
+}
+
+// FuzzValidateMsgID: an accepted message id is 1 to MaxMsgIDBytes of
+// UTF-8 without spaces or control characters (it is a header value and a
+// dedupe key); a refused one wraps ErrInvalidMessage and says "message id".
+func FuzzValidateMsgID(f *testing.F) {
+	for _, s := range []string{"order-42/retry", "", "a b", "a\u00a0b", "a\r\nNats-Expected-Stream: x", "\xff", strings.Repeat("x", queue.MaxMsgIDBytes+1), "日本"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		err := queue.ValidateMsgID(id)
+		valid := id != "" && len(id) <= queue.MaxMsgIDBytes && utf8.ValidString(id) &&
+			!strings.ContainsFunc(id, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) })
+		if valid != (err == nil) {
+			t.Fatalf("ValidateMsgID(%q) = %v, want valid=%v", id, err, valid)
+		}
+		if err != nil {
+			require.ErrorIs(t, err, queue.ErrInvalidMessage)
+			require.Contains(t, err.Error(), "message id")
+		}
 	})
 }
