@@ -175,13 +175,13 @@ func (r *Recorder) History() History {
 // Report is the outcome of Check. Each violation list holds at most
 // maxExamples descriptions; the counts are complete.
 type Report struct {
-	Sends, Posted, Refused, Unknown int
+	Sends, Posted, Refused, Unknown  int
 	Deliveries, Distinct, Duplicates int
 	Commits                          int
 	Takeovers                        int // per id, epochs seen after the first
 
 	Lost, Unexpected, StaleDeliveries, StaleCommits, Order, CursorBack int
-	Examples                                                          []string
+	Examples                                                           []string
 }
 
 const maxExamples = 20
