@@ -1,0 +1,191 @@
+// Package faults injects faults into a running fencepost deployment: a TCP
+// proxy between clients and the server that cuts, delays and refuses
+// connections. Its tests (faults_test.go) run producers, owner processes
+// and ownership clients against a real embedded nats-server while owners
+// are killed and paused, connections are cut and delayed, servers are
+// crashed and restarted and cluster members are killed, and check the
+// recorded history (internal/history). docs/reliability.md has the
+// figures.
+package faults
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Proxy forwards TCP connections from a local listener to a target
+// address. Faults: CutAll closes every open connection (both sides see a
+// reset or EOF), SetLatency delays every chunk of data in both directions
+// (order kept), Refuse closes new connections as soon as they are accepted
+// for a while.
+type Proxy struct {
+	ln      net.Listener
+	target  string
+	latency atomic.Int64 // nanoseconds
+	refuse  atomic.Int64 // unix nanos until which new connections are refused
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+
+	Accepted, Refused, Cut atomic.Int64
+}
+
+// NewProxy listens on a free loopback port and forwards to target.
+func NewProxy(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the proxy's listen address (host:port).
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// URL is a nats:// URL of the proxy.
+func (p *Proxy) URL() string { return "nats://" + p.Addr() }
+
+// SetLatency delays data in both directions by d from now on (0: none).
+func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// Refuse closes every new connection for d.
+func (p *Proxy) Refuse(d time.Duration) { p.refuse.Store(time.Now().Add(d).UnixNano()) }
+
+// CutAll closes every open connection and returns how many it closed.
+func (p *Proxy) CutAll() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+		n++
+	}
+	p.Cut.Add(int64(n) / 2)
+	return n / 2
+}
+
+// Close stops the proxy and closes every connection.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.ln.Close()
+	p.CutAll()
+	p.wg.Wait()
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if time.Now().UnixNano() < p.refuse.Load() {
+			p.Refused.Add(1)
+			c.Close()
+			continue
+		}
+		p.wg.Add(1)
+		go p.serve(c)
+	}
+}
+
+// track registers conns; false if the proxy closed meanwhile.
+func (p *Proxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *Proxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		delete(p.conns, c)
+		c.Close()
+	}
+}
+
+func (p *Proxy) serve(client net.Conn) {
+	defer p.wg.Done()
+	server, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+	if err != nil {
+		client.Close()
+		return
+	}
+	if !p.track(client, server) {
+		client.Close()
+		server.Close()
+		return
+	}
+	p.Accepted.Add(1)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); p.pipe(server, client) }()
+	go func() { defer wg.Done(); p.pipe(client, server) }()
+	wg.Wait()
+	p.untrack(client, server)
+}
+
+type chunk struct {
+	data []byte
+	due  time.Time
+}
+
+// pipe copies src to dst, each chunk held back until the latency set when
+// it was read has passed. When either side fails, both are closed.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	ch := make(chan chunk, 256)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c := range ch {
+			if d := time.Until(c.due); d > 0 {
+				time.Sleep(d)
+			}
+			if _, err := dst.Write(c.data); err != nil {
+				dst.Close()
+				src.Close()
+				for range ch {
+				}
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			ch <- chunk{append([]byte(nil), buf[:n]...), time.Now().Add(time.Duration(p.latency.Load()))}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				dst.Close()
+			}
+			break
+		}
+	}
+	close(ch)
+	<-done
+	// Half-close is not forwarded: a NATS connection that ends on one side
+	// is over, so close both.
+	dst.Close()
+	src.Close()
+}

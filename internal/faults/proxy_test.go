@@ -1,0 +1,157 @@
+package faults
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// echoServer echoes every line back.
+func echoServer(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, msg string) (string, error) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(msg + "\n")); err != nil {
+		return "", err
+	}
+	line, err := r.ReadString('\n')
+	return line, err
+}
+
+func TestProxy_Forwards(t *testing.T) {
+	p, err := NewProxy(echoServer(t))
+	require.NoError(t, err)
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for _, m := range []string{"a", "bb", "ccc"} {
+		got, err := roundTrip(t, c, r, m)
+		require.NoError(t, err)
+		require.Equal(t, m+"\n", got)
+	}
+	require.EqualValues(t, 1, p.Accepted.Load())
+}
+
+func TestProxy_Latency(t *testing.T) {
+	p, err := NewProxy(echoServer(t))
+	require.NoError(t, err)
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	r := bufio.NewReader(c)
+	_, err = roundTrip(t, c, r, "warm")
+	require.NoError(t, err)
+	p.SetLatency(100 * time.Millisecond)
+	start := time.Now()
+	got, err := roundTrip(t, c, r, "slow")
+	require.NoError(t, err)
+	require.Equal(t, "slow\n", got)
+	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond, "both directions delayed")
+	// Order is kept under latency: many lines, each echoed in order.
+	for i := 0; i < 20; i++ {
+		_, err := c.Write([]byte{byte('a' + i), '\n'})
+		require.NoError(t, err)
+	}
+	for i := 0; i < 20; i++ {
+		line, err := r.ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, string([]byte{byte('a' + i), '\n'}), line)
+	}
+	p.SetLatency(0)
+	start = time.Now()
+	_, err = roundTrip(t, c, r, "fast")
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 100*time.Millisecond)
+}
+
+func TestProxy_CutAll(t *testing.T) {
+	p, err := NewProxy(echoServer(t))
+	require.NoError(t, err)
+	defer p.Close()
+	var conns []net.Conn
+	for i := 0; i < 3; i++ {
+		c, err := net.Dial("tcp", p.Addr())
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = roundTrip(t, c, bufio.NewReader(c), "x")
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	require.Equal(t, 3, p.CutAll())
+	for _, c := range conns {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		require.Error(t, err, "a cut connection ends")
+		require.False(t, isTimeout(err), "ended by the cut, not by the deadline")
+	}
+	// New connections work again.
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = roundTrip(t, c, bufio.NewReader(c), "again")
+	require.NoError(t, err)
+}
+
+func TestProxy_Refuse(t *testing.T) {
+	p, err := NewProxy(echoServer(t))
+	require.NoError(t, err)
+	defer p.Close()
+	p.Refuse(300 * time.Millisecond)
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	_, err = roundTrip(t, c, bufio.NewReader(c), "x")
+	require.Error(t, err, "refused while refusing")
+	c.Close()
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_, err = roundTrip(t, c, bufio.NewReader(c), "y")
+		return err == nil
+	}, 5*time.Second, 20*time.Millisecond)
+	require.GreaterOrEqual(t, p.Refused.Load(), int64(1))
+}
+
+func TestProxy_TargetDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	p, err := NewProxy(addr)
+	require.NoError(t, err)
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = roundTrip(t, c, bufio.NewReader(c), "x")
+	require.Error(t, err, "no target: the client's connection is closed")
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
