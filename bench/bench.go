@@ -1,11 +1,27 @@
 // Package bench is fencepost's benchmark harness: it runs a scenario
 // against a NATS server, and the raw JetStream baseline (publish plus pull
 // consume, no ownership) on the same server with the same load, and reports
-// delivery throughput, end-to-end latency, duplicates, lost messages and
-// stale-epoch commits.
+// delivery throughput, end-to-end latency, takeover gaps, duplicates, lost
+// messages and stale-epoch commits.
 //
-// Only the steady scenario exists so far: producers post to N ids, and one
-// worker per id (worker.Worker restricted to that id) drains it; no faults.
+// Scenarios:
+//
+//   - steady: producers post to N ids, one in-process worker per id, no
+//     faults;
+//   - takeover: the owners are separate processes (a worker.Worker each, see
+//     OwnerMain); on a schedule one is killed (SIGKILL), paused past its ttl
+//     (SIGSTOP, then SIGCONT: it wakes fenced), or has its ids force-seized
+//     by another node; a standby process takes over;
+//   - handoff: the same, with graceful stops (SIGTERM: every id released at
+//     once) for a standby to pick up;
+//   - fan-in: 10,000 ids with a few messages each (one per id per round),
+//     drained by a pool of in-process workers.
+//
+// The two sides alternate in rounds on the same server. Safety is checked
+// from the outside (see ledger): every commit the broker accepted is
+// matched with the deliveries reported by the handlers, and after the run
+// the parent drains whatever is left, so that "lost" means posted and never
+// delivered.
 package bench
 
 import (
@@ -15,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -25,6 +42,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/server"
 	"github.com/fencepost/fencepost/worker"
@@ -33,22 +51,31 @@ import (
 
 // Scenarios and sizes.
 const (
-	ScenarioSteady = "steady"
-	SizeSmoke      = "smoke"
-	SizeFull       = "full"
+	ScenarioSteady   = "steady"
+	ScenarioTakeover = "takeover"
+	ScenarioHandoff  = "handoff"
+	ScenarioFanIn    = "fan-in"
+	SizeSmoke        = "smoke"
+	SizeFull         = "full"
 )
 
-// Config is one run. Zero fields take the size's defaults (see Sizes).
+// Scenarios lists the scenarios in the order of the documentation.
+var Scenarios = []string{ScenarioSteady, ScenarioTakeover, ScenarioHandoff, ScenarioFanIn}
+
+// Config is one run. Zero fields take the scenario's and size's defaults
+// (see ScenarioSizes).
 type Config struct {
-	Scenario string // only "steady" so far
+	Scenario string // steady, takeover, handoff or fan-in
 	Size     string // "smoke" or "full"; sets the zero fields below
 
-	IDs       int           // mailboxes, one owner each
+	IDs       int           // mailboxes
 	Producers int           // posting goroutines
-	Duration  time.Duration // posting time of each side, over all rounds
+	Duration  time.Duration // posting time of each side, over all rounds (not fan-in)
 	// Rounds: the two sides alternate (ours, raw, ours, raw...) in this
 	// many rounds of Duration/Rounds each, so that both see the same
-	// machine state on a machine shared with other work.
+	// machine state on a machine shared with other work. In fan-in a
+	// round posts one message to every id (so Rounds is the messages per
+	// id) and takes as long as it takes.
 	Rounds   int
 	BodySize int // bytes per message, at least 16
 	Window   int // asynchronous sends in flight per producer
@@ -60,6 +87,17 @@ type Config struct {
 	Settle time.Duration
 	TTL    time.Duration // the workers' node lease ttl
 
+	// Takeover and handoff: Owners owner processes run OwnerExe (default:
+	// this executable, which must call OwnerMain when IsOwnerProcess); a
+	// fault every FaultEvery while ours posts, of the kinds in Faults in
+	// turn (default kill, stop, seize; handoff: term).
+	Owners     int
+	FaultEvery time.Duration
+	Faults     []string
+	OwnerExe   string
+	// Workers is the pool size of fan-in (in-process workers).
+	Workers int
+
 	// Progress, if set, is called about twice a second while a side runs.
 	Progress func(Progress)
 	// Log is the workers' logger (nil: a discarding one).
@@ -67,6 +105,8 @@ type Config struct {
 
 	// Where to run: Client if set, else URL if set, else an embedded
 	// server with its store in a temporary directory, removed at the end.
+	// Owner processes connect to URL (or the Client's connected URL)
+	// without credentials.
 	Client *client.Client
 	URL    string
 }
@@ -76,15 +116,34 @@ type Progress struct {
 	Side          string // "fencepost" or "raw"
 	Round, Rounds int    // this round (1-based) of how many
 	Elapsed       time.Duration
-	Duration      time.Duration // the posting time of the round
+	Duration      time.Duration // the posting time of the round (0 in fan-in)
 	Sent          int64
 	Delivered     int64
+	Takeovers     int64   // faults injected so far
+	Done          float64 // fraction of the whole run, 0..1 (an estimate)
 }
 
-// Sizes are the defaults of each size.
-var Sizes = map[string]Config{
-	SizeSmoke: {IDs: 8, Producers: 2, Duration: 8 * time.Second, Rounds: 4, BodySize: 128, Window: 128, MaxBacklog: 4000, Settle: 20 * time.Second, TTL: 5 * time.Second},
-	SizeFull:  {IDs: 32, Producers: 4, Duration: 60 * time.Second, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 8000, Settle: 60 * time.Second, TTL: 5 * time.Second},
+// Sizes are the defaults of the steady scenario's sizes.
+var Sizes = ScenarioSizes[ScenarioSteady]
+
+// ScenarioSizes are the defaults of each scenario and size.
+var ScenarioSizes = map[string]map[string]Config{
+	ScenarioSteady: {
+		SizeSmoke: {IDs: 8, Producers: 2, Duration: 8 * time.Second, Rounds: 4, BodySize: 128, Window: 128, MaxBacklog: 4000, Settle: 20 * time.Second, TTL: 5 * time.Second},
+		SizeFull:  {IDs: 32, Producers: 4, Duration: 60 * time.Second, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 8000, Settle: 60 * time.Second, TTL: 5 * time.Second},
+	},
+	ScenarioTakeover: {
+		SizeSmoke: {IDs: 8, Producers: 2, Duration: 12 * time.Second, Rounds: 3, BodySize: 128, Window: 128, MaxBacklog: 4000, Settle: 20 * time.Second, TTL: time.Second, Owners: 3, FaultEvery: 2 * time.Second},
+		SizeFull:  {IDs: 32, Producers: 4, Duration: 120 * time.Second, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 8000, Settle: 60 * time.Second, TTL: time.Second, Owners: 4, FaultEvery: 2 * time.Second},
+	},
+	ScenarioHandoff: {
+		SizeSmoke: {IDs: 8, Producers: 2, Duration: 12 * time.Second, Rounds: 3, BodySize: 128, Window: 128, MaxBacklog: 4000, Settle: 20 * time.Second, TTL: time.Second, Owners: 3, FaultEvery: 2 * time.Second},
+		SizeFull:  {IDs: 32, Producers: 4, Duration: 120 * time.Second, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 8000, Settle: 60 * time.Second, TTL: time.Second, Owners: 4, FaultEvery: 2 * time.Second},
+	},
+	ScenarioFanIn: {
+		SizeSmoke: {IDs: 10000, Producers: 2, Rounds: 3, BodySize: 128, Window: 256, MaxBacklog: 20000, Settle: 60 * time.Second, TTL: 5 * time.Second, Workers: 4},
+		SizeFull:  {IDs: 10000, Producers: 4, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 20000, Settle: 120 * time.Second, TTL: 5 * time.Second, Workers: 4},
+	},
 }
 
 // Report is the outcome of a run. The JSON names are a contract for
@@ -93,8 +152,10 @@ type Report struct {
 	Scenario string  `json:"scenario"`
 	Size     string  `json:"size"`
 	IDs      int     `json:"ids"`
-	Seconds  float64 `json:"duration_s"` // posting time of each side
+	Seconds  float64 `json:"duration_s"` // posting time of each side (fan-in: 0)
 	Rounds   int     `json:"rounds"`     // alternations of the two sides
+	Owners   int     `json:"owners,omitempty"`
+	TTLms    int64   `json:"ttl_ms"`
 
 	Sent           int64   `json:"sent"`            // posts acknowledged by the stream
 	Delivered      int64   `json:"delivered"`       // handler calls that returned nil
@@ -116,36 +177,66 @@ type Report struct {
 	RawLatencyP99  float64 `json:"raw_latency_p99_ms"`
 	RawLatencyP999 float64 `json:"raw_latency_p999_ms"`
 
-	// Takeover gaps: 0 in steady (no takeover happens).
-	TakeoverGapP50 float64 `json:"takeover_gap_p50_ms"`
-	TakeoverGapP99 float64 `json:"takeover_gap_p99_ms"`
-	TakeoverGapMax float64 `json:"takeover_gap_max_ms"`
+	// Takeovers is the number of faults injected; the gaps run from each
+	// fault to the first delivery of each of the victim's ids under a newer
+	// epoch, over all kinds (0 when no takeover happened), and per kind in
+	// TakeoverGaps.
+	Takeovers      int                 `json:"takeovers"`
+	TakeoverGapP50 float64             `json:"takeover_gap_p50_ms"`
+	TakeoverGapP99 float64             `json:"takeover_gap_p99_ms"`
+	TakeoverGapMax float64             `json:"takeover_gap_max_ms"`
+	TakeoverGaps   map[string]GapStats `json:"takeover_gaps,omitempty"`
+	Faults         []Fault             `json:"faults,omitempty"`
+	// UnplannedExits counts owner processes that ended without a fault
+	// (each was replaced).
+	UnplannedExits int64 `json:"unplanned_exits,omitempty"`
 
 	DuplicatesPct float64 `json:"duplicates_pct"` // extra deliveries / distinct messages delivered, in %
-	Lost          int64   `json:"lost"`           // sent but never delivered: must be 0
+	Lost          int64   `json:"lost"`           // sent but never delivered, even by the final drain: must be 0
 	RawLost       int64   `json:"raw_lost"`
-	StaleCommits  int64   `json:"stale_commits"` // must be 0
-	// StaleChecked is how many deliveries were compared with the epoch the
-	// ownership watch had seen for their id (the others came before the
-	// watch reported the claim, and were not checked).
-	StaleChecked int64 `json:"stale_checked"`
+	// FinalDrained is how many messages the parent's final drain (after
+	// the owners stopped) delivered: not lost, but not delivered in time.
+	FinalDrained int64 `json:"final_drained"`
+	// StaleCommits counts commits the broker accepted under an epoch that
+	// had not delivered the messages they removed: must be 0.
+	StaleCommits   int64 `json:"stale_commits"`
+	CommitsChecked int64 `json:"commits_checked"`
+	// StaleDeliveries counts handler calls that started after a newer
+	// epoch of their id was stored (allowed: at-least-once; their commits
+	// are refused). StaleChecked is how many deliveries were checked.
+	StaleDeliveries int64    `json:"stale_deliveries"`
+	StaleChecked    int64    `json:"stale_checked"`
+	StaleExamples   []string `json:"stale_examples,omitempty"`
+
+	// Timeline is per second of the run, for the chart.
+	Timeline []Second `json:"-"`
+}
+
+// Second is one second of a run: deliveries and latency p99 of each side.
+type Second struct {
+	At           float64 // seconds since the start
+	Delivered    int64
+	P99          float64 // ms; 0 without deliveries
+	RawDelivered int64
+	RawP99       float64
 }
 
 // OK says whether the run kept its safety promises: nothing lost and no
-// delivery under a stale epoch.
+// commit under a stale epoch.
 func (r Report) OK() bool { return r.Lost == 0 && r.StaleCommits == 0 }
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Scenario == "" {
 		c.Scenario = ScenarioSteady
 	}
-	if c.Scenario != ScenarioSteady {
-		return c, fmt.Errorf("bench: scenario %q: only %q is implemented", c.Scenario, ScenarioSteady)
+	sizes, ok := ScenarioSizes[c.Scenario]
+	if !ok {
+		return c, fmt.Errorf("bench: scenario %q: use steady, takeover, handoff or fan-in", c.Scenario)
 	}
 	if c.Size == "" {
 		c.Size = SizeSmoke
 	}
-	d, ok := Sizes[c.Size]
+	d, ok := sizes[c.Size]
 	if !ok {
 		return c, fmt.Errorf("bench: size %q: use smoke or full", c.Size)
 	}
@@ -165,16 +256,37 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.BodySize, d.BodySize)
 	def(&c.Window, d.Window)
 	def(&c.MaxBacklog, d.MaxBacklog)
+	def(&c.Owners, d.Owners)
+	def(&c.Workers, d.Workers)
 	defD(&c.Duration, d.Duration)
 	defD(&c.Settle, d.Settle)
 	defD(&c.TTL, d.TTL)
+	defD(&c.FaultEvery, d.FaultEvery)
 	c.BodySize = max(c.BodySize, 16)
+	if c.Scenario == ScenarioFanIn {
+		c.Duration = 0
+	}
+	if c.Scenario == ScenarioTakeover || c.Scenario == ScenarioHandoff {
+		for _, k := range c.Faults {
+			if k != FaultKill && k != FaultStop && k != FaultSeize && k != FaultTerm {
+				return c, fmt.Errorf("bench: fault %q: use kill, stop, seize or term", k)
+			}
+		}
+		if c.OwnerExe == "" {
+			exe, err := os.Executable()
+			if err != nil {
+				return c, fmt.Errorf("bench: the owner executable: %w", err)
+			}
+			c.OwnerExe = exe
+		}
+	}
 	return c, nil
 }
 
-// Run runs cfg's scenario: fencepost first, then the raw baseline with the
-// same load, on the same server. It creates a world and a stream of its own
-// (named after the start time) and removes them at the end.
+// Run runs cfg's scenario: fencepost and the raw baseline with the same
+// load, in alternating rounds, on the same server. It creates a world and a
+// stream of its own (named after the start time) and removes them at the
+// end.
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -184,8 +296,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	c := cfg.Client
+	url := cfg.URL
 	if c == nil {
-		url := cfg.URL
 		if url == "" {
 			dir, err := os.MkdirTemp("", "fencepost-bench-")
 			if err != nil {
@@ -204,34 +316,47 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			return Report{}, err
 		}
 		defer c.Close()
+	} else if url == "" {
+		url = c.Conn().ConnectedUrl()
 	}
-	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds}
+	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, TTLms: cfg.TTL.Milliseconds()}
+	if cfg.Scenario == ScenarioTakeover || cfg.Scenario == ScenarioHandoff {
+		rep.Owners = cfg.Owners
+	}
 	tag := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 	ids := make([]string, cfg.IDs)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("id-%d", i)
 	}
+	start := time.Now()
 
-	ours, err := setupOurs(ctx, c, cfg, tag, ids)
+	ours, err := setupOurs(ctx, c, cfg, tag, ids, url, start)
 	if err != nil {
 		return rep, err
 	}
 	defer ours.close()
-	raw, err := setupRaw(ctx, c, cfg, tag, ids)
+	raw, err := setupRaw(ctx, c, cfg, tag, ids, start)
 	if err != nil {
 		return rep, err
 	}
 	defer raw.close()
 	d := cfg.Duration / time.Duration(cfg.Rounds)
+	steps := 2 * cfg.Rounds
 	for i := range cfg.Rounds {
-		for _, r := range []*runner{ours, raw} {
+		for j, r := range []*runner{ours, raw} {
+			r.s.step, r.s.steps = 2*i+j, steps
 			if err := r.round(ctx, ids, i+1, d); err != nil {
 				return rep, err
 			}
 		}
 	}
-	ours.close()
+	ours.halt()
 	raw.close()
+	if ours.final != nil {
+		if err := ours.final(ctx, &rep); err != nil {
+			return rep, err
+		}
+	}
 	ours.s.finish()
 	raw.s.finish()
 
@@ -246,43 +371,70 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.RawLatencyP50, rep.RawLatencyP99, rep.RawLatencyP999, _ = raw.s.percentiles()
 	rep.DuplicatesPct = ours.s.duplicatesPct()
 	rep.Lost, rep.RawLost = ours.s.lost(), raw.s.lost()
-	rep.StaleCommits, rep.StaleChecked = ours.s.stale.Load(), ours.s.checked.Load()
+	rep.Timeline = timeline(ours.s, raw.s)
 	return rep, nil
+}
+
+// timeline merges the per-second figures of the two sides.
+func timeline(ours, raw *side) []Second {
+	ours.mu.Lock()
+	defer ours.mu.Unlock()
+	raw.mu.Lock()
+	defer raw.mu.Unlock()
+	n := max(len(ours.secs), len(raw.secs))
+	out := make([]Second, n)
+	ms := func(us int64) float64 { return round(float64(us)/1000, 3) }
+	for i := range out {
+		out[i].At = float64(i)
+		if i < len(ours.secs) && ours.secs[i] != nil {
+			out[i].Delivered = ours.secs[i].n
+			out[i].P99 = ms(ours.secs[i].h.ValueAtQuantile(99))
+		}
+		if i < len(raw.secs) && raw.secs[i] != nil {
+			out[i].RawDelivered = raw.secs[i].n
+			out[i].RawP99 = ms(raw.secs[i].h.ValueAtQuantile(99))
+		}
+	}
+	return out
 }
 
 // side is the bookkeeping of one side of a run (ours or raw).
 type side struct {
-	name string
-	cfg  Config
+	name  string
+	cfg   Config
+	start time.Time // of the run: the timeline's origin
 
+	step, steps          int           // this round of both sides, of how many (progress)
 	roundStart           time.Time     // of the current round
 	round                int           // the current round, 1-based
 	postTime, activeTime time.Duration // sums over the rounds: posting; first post to last delivery
 	lastDelivery         atomic.Int64  // unix nanos
+	takeovers            func() int64  // faults so far, or nil
 
 	sent, delivered int64 // final figures
 	nSent           atomic.Int64
 	nDelivered      atomic.Int64
+	distinct        atomic.Int64 // messages delivered at least once
 	nextMsg         atomic.Uint64
 
-	mu      sync.Mutex
-	hist    *hdrhistogram.Histogram // microseconds
-	count   map[uint64]int32        // deliveries per message number
-	posted  map[uint64]bool         // message numbers the stream acknowledged
-	stale   atomic.Int64
-	checked atomic.Int64 // deliveries compared with a watched epoch
-	epochMu sync.Mutex
-	epoch   map[string]uint64 // newest epoch the ownership watch saw per id
+	mu     sync.Mutex
+	hist   *hdrhistogram.Histogram // microseconds
+	count  []int32                 // deliveries per message number
+	posted []bool                  // message numbers the stream acknowledged
+	secs   []*second               // per second since start
 }
 
-func newSide(name string, cfg Config) *side {
+type second struct {
+	n int64
+	h *hdrhistogram.Histogram // microseconds, 2 significant digits
+}
+
+func newSide(name string, cfg Config, start time.Time) *side {
 	return &side{
-		name:   name,
-		cfg:    cfg,
-		hist:   hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 3),
-		count:  map[uint64]int32{},
-		posted: map[uint64]bool{},
-		epoch:  map[string]uint64{},
+		name:  name,
+		cfg:   cfg,
+		start: start,
+		hist:  hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 3),
 	}
 }
 
@@ -295,32 +447,78 @@ func (s *side) body() ([]byte, uint64) {
 	return b, n
 }
 
-// delivered records one successful delivery of body.
+// deliver records one successful delivery of body, now.
 func (s *side) deliver(body []byte) {
-	now := time.Now()
 	if len(body) < 16 {
 		return
 	}
-	n := binary.BigEndian.Uint64(body[0:8])
+	s.deliverAt(binary.BigEndian.Uint64(body[0:8]), int64(binary.BigEndian.Uint64(body[8:16])), time.Now().UnixNano())
+}
+
+// deliverAt records a delivery of message n, sent at sent, handled at at
+// (unix nanos). It says whether it was the message's first delivery.
+func (s *side) deliverAt(n uint64, sent, at int64) bool {
 	if n == 0 {
-		return // a warm-up message
+		return false // a warm-up message
 	}
-	sentAt := int64(binary.BigEndian.Uint64(body[8:16]))
-	lat := max(now.UnixNano()-sentAt, 0) / int64(time.Microsecond)
+	lat := max(max(at-sent, 0)/int64(time.Microsecond), 1)
+	sec := max(int((at-s.start.UnixNano())/int64(time.Second)), 0)
 	s.mu.Lock()
-	_ = s.hist.RecordValue(max(lat, 1))
+	_ = s.hist.RecordValue(lat)
+	if n >= uint64(len(s.count)) {
+		s.count = grow(s.count, n)
+	}
 	s.count[n]++
+	first := s.count[n] == 1
+	for sec >= len(s.secs) {
+		s.secs = append(s.secs, nil)
+	}
+	b := s.secs[sec]
+	if b == nil {
+		b = &second{h: hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 2)}
+		s.secs[sec] = b
+	}
+	b.n++
+	_ = b.h.RecordValue(lat)
 	s.mu.Unlock()
 	s.nDelivered.Add(1)
-	s.lastDelivery.Store(now.UnixNano())
+	if first {
+		s.distinct.Add(1)
+	}
+	if at > s.lastDelivery.Load() {
+		s.lastDelivery.Store(at)
+	}
+	return first
+}
+
+func grow[T any](v []T, n uint64) []T {
+	g := make([]T, max(2*len(v), int(n)+1, 1024))
+	copy(g, v)
+	return g
+}
+
+func (s *side) markPosted(n uint64) {
+	s.mu.Lock()
+	if n >= uint64(len(s.posted)) {
+		s.posted = grow(s.posted, n)
+	}
+	s.posted[n] = true
+	s.mu.Unlock()
+	s.nSent.Add(1)
 }
 
 func (s *side) backlog() int64 { return s.nSent.Load() - s.nDelivered.Load() }
 
-// produce posts until the posting time ends; send posts one message and
-// returns a wait for its acknowledgement.
+// produce posts until the posting time d ends, or in fan-in (d == 0) one
+// message to every id, in an order shuffled per round.
 func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Duration) error {
 	deadline := s.roundStart.Add(d)
+	order := ids
+	if d == 0 {
+		order = make([]string, len(ids))
+		copy(order, ids)
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, s.cfg.Producers)
 	for p := range s.cfg.Producers {
@@ -331,16 +529,25 @@ func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Du
 			}
 			fl := make([]inflight, 0, s.cfg.Window)
 			k := p
-			for time.Now().Before(deadline) && ctx.Err() == nil {
+			more := func() bool {
+				if d == 0 {
+					return k < len(order)
+				}
+				return time.Now().Before(deadline)
+			}
+			for more() && ctx.Err() == nil {
 				if s.backlog() > int64(s.cfg.MaxBacklog) {
 					time.Sleep(200 * time.Microsecond)
 					continue
 				}
 				fl = fl[:0]
 				for range s.cfg.Window {
+					if d == 0 && k >= len(order) {
+						break
+					}
 					b, n := s.body()
-					wait, err := send(ids[k%len(ids)], b)
-					k++
+					wait, err := send(order[k%len(order)], b)
+					k += s.cfg.Producers
 					if err != nil {
 						errs <- err
 						return
@@ -352,10 +559,7 @@ func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Du
 						errs <- err
 						return
 					}
-					s.mu.Lock()
-					s.posted[f.n] = true
-					s.mu.Unlock()
-					s.nSent.Add(1)
+					s.markPosted(f.n)
 				}
 			}
 		})
@@ -370,8 +574,7 @@ func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Du
 	}
 }
 
-// settle waits until every posted message was delivered or Settle passed,
-// reporting progress all along.
+// settle waits until every posted message was delivered or Settle passed.
 func (s *side) settle(ctx context.Context) {
 	deadline := time.Now().Add(s.cfg.Settle)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
@@ -383,25 +586,35 @@ func (s *side) settle(ctx context.Context) {
 }
 
 func (s *side) allDelivered() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for n := range s.posted {
-		if s.count[n] == 0 {
-			return false
-		}
+	if s.distinct.Load() < s.nSent.Load() {
+		return false
 	}
-	return true
+	return s.lost() == 0
 }
 
 // report calls the progress callback every 500 ms until stop is closed.
-func (s *side) report(stop <-chan struct{}, d time.Duration) {
+func (s *side) report(stop <-chan struct{}, d time.Duration, ids int) {
 	if s.cfg.Progress == nil {
 		return
 	}
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
+	sent0 := s.nSent.Load()
 	for {
-		s.cfg.Progress(Progress{Side: s.name, Round: s.round, Rounds: s.cfg.Rounds, Elapsed: time.Since(s.roundStart), Duration: d, Sent: s.nSent.Load(), Delivered: s.nDelivered.Load()})
+		p := Progress{Side: s.name, Round: s.round, Rounds: s.cfg.Rounds, Elapsed: time.Since(s.roundStart), Duration: d, Sent: s.nSent.Load(), Delivered: s.nDelivered.Load()}
+		if s.takeovers != nil {
+			p.Takeovers = s.takeovers()
+		}
+		frac := 0.0
+		if d > 0 {
+			frac = min(p.Elapsed.Seconds()/d.Seconds(), 1)
+		} else if ids > 0 {
+			frac = min(float64(p.Sent-sent0)/float64(ids), 1)
+		}
+		if s.steps > 0 {
+			p.Done = (float64(s.step) + frac) / float64(s.steps)
+		}
+		s.cfg.Progress(p)
 		select {
 		case <-stop:
 			return
@@ -459,45 +672,12 @@ func (s *side) lost() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var n int64
-	for m := range s.posted {
-		if s.count[m] == 0 {
+	for m, p := range s.posted {
+		if p && (m >= len(s.count) || s.count[m] == 0) {
 			n++
 		}
 	}
 	return n
-}
-
-// checkEpoch counts a delivery whose fence is older than the newest epoch
-// the ownership watch has seen for its id: a handler running for a holder
-// that was already replaced (its commit would be stale).
-func (s *side) checkEpoch(id string, epoch uint64) {
-	s.epochMu.Lock()
-	cur := s.epoch[id]
-	s.epochMu.Unlock()
-	if cur > 0 {
-		s.checked.Add(1)
-	}
-	if epoch < cur {
-		s.stale.Add(1)
-	}
-}
-
-func (s *side) watchEpochs(ctx context.Context, own *ownership.Store) error {
-	ch, err := own.Watch(ctx, "")
-	if err != nil {
-		return err
-	}
-	go func() {
-		for ev := range ch {
-			if ev.Epoch == 0 || ev.ID == "" {
-				continue
-			}
-			s.epochMu.Lock()
-			s.epoch[ev.ID] = max(s.epoch[ev.ID], ev.Epoch)
-			s.epochMu.Unlock()
-		}
-	}()
-	return nil
 }
 
 // sender posts one message and returns a wait for its acknowledgement.
@@ -505,33 +685,47 @@ type sender func(id string, body []byte) (func() error, error)
 
 // runner is one side, set up and ready to run rounds.
 type runner struct {
-	s     *side
-	send  sender
-	errs  chan error // from the consuming side
-	stop  func()     // stops the consuming side and waits for it; idempotent
-	clean []func()   // removes what the side created, last first
-	once  sync.Once
+	s      *side
+	send   sender
+	errs   chan error                                                  // from the consuming side
+	during func(ctx context.Context, start time.Time, d time.Duration) // runs beside each round's posting, or nil
+	stop   func()                                                      // stops the consuming side and waits for it; idempotent
+	final  func(ctx context.Context, rep *Report) error                // after stop: the final drain and the checks
+	clean  []func()                                                    // removes what the side created, last first
+	once   sync.Once
+	halted sync.Once
 }
 
+// halt stops the consuming side.
+func (r *runner) halt() { r.halted.Do(r.stop) }
+
+// close stops the consuming side and removes what the side created.
 func (r *runner) close() {
 	r.once.Do(func() {
-		r.stop()
+		r.halt()
 		for i := len(r.clean) - 1; i >= 0; i-- {
 			r.clean[i]()
 		}
 	})
 }
 
-// round posts for d, then waits until everything posted was delivered (or
-// Settle passed).
+// round posts for d (fan-in: once to every id), then waits until
+// everything posted was delivered (or Settle passed).
 func (r *runner) round(ctx context.Context, ids []string, n int, d time.Duration) error {
 	s := r.s
 	s.round = n
 	s.roundStart = time.Now()
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	go func() { s.report(stop, d); close(done) }()
+	go func() { s.report(stop, d, len(ids)); close(done) }()
+	var faults sync.WaitGroup
+	if r.during != nil {
+		fctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		faults.Go(func() { r.during(fctx, s.roundStart, d) })
+	}
 	err := s.produce(ctx, ids, r.send, d)
+	faults.Wait()
 	if err == nil {
 		s.settle(ctx)
 	}
@@ -559,71 +753,60 @@ func removeWith(f func(ctx context.Context) error) func() {
 	}
 }
 
-// setupOurs is the fencepost side: a world of its own, one worker per id,
-// producers using SendAsync.
-func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, ids []string) (_ *runner, err error) {
-	s := newSide("fencepost", cfg)
-	r := &runner{s: s, errs: make(chan error, len(ids)), stop: func() {}}
+// setupOurs is the fencepost side: a world of its own, the ledger that
+// follows it, the owners of the scenario, producers using SendAsync.
+func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, ids []string, url string, start time.Time) (_ *runner, err error) {
+	s := newSide("fencepost", cfg, start)
+	r := &runner{s: s, errs: make(chan error, len(ids)+16), stop: func() {}}
 	defer func() {
 		if err != nil {
 			r.close()
 		}
 	}()
-	w, err := c.CreateWorld(ctx, tag, world.Config{MaxMsgSize: 4096})
+	w, err := c.CreateWorld(ctx, tag, world.Config{MaxMsgSize: 4096, MinTTL: min(cfg.TTL, time.Second)})
 	if err != nil {
 		return nil, fmt.Errorf("bench: create world: %w", err)
 	}
 	r.clean = append(r.clean, removeWith(func(ctx context.Context) error { return c.RemoveWorld(ctx, tag) }))
-	wctx, cancelWatch := context.WithCancel(ctx)
-	r.clean = append(r.clean, cancelWatch)
-	if err := s.watchEpochs(wctx, w.Ownership); err != nil {
-		return nil, fmt.Errorf("bench: ownership watch: %w", err)
+	led := newLedger(tag)
+	lctx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
+	r.clean = append(r.clean, stopLedger)
+	if err := led.follow(lctx, w.World); err != nil {
+		return nil, err
 	}
 
-	handler := func(_ context.Context, m drain.Message) error {
-		if len(m.Body) < 16 || binary.BigEndian.Uint64(m.Body) == 0 {
-			return nil // a warm-up message
-		}
-		s.checkEpoch(m.ID, m.Fence.Epoch)
-		s.deliver(m.Body)
-		return nil
-	}
-	wkctx, stopWorkers := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	r.stop = func() { stopWorkers(); wg.Wait() }
-	wks := make([]*worker.Worker, len(ids))
-	for i, id := range ids {
-		wk, err := worker.New(w, worker.Config{Node: fmt.Sprintf("node-%d", i), TTL: cfg.TTL, IDs: []string{id}, Idle: time.Hour, Log: cfg.Log}, handler)
-		if err != nil {
+	var ps *procSet
+	switch cfg.Scenario {
+	case ScenarioTakeover, ScenarioHandoff:
+		ps = newProcSet(cfg, s, led, w, url)
+		r.stop = ps.stop
+		s.takeovers = ps.nFaults.Load
+		if err := ps.start(ctx); err != nil {
 			return nil, err
 		}
-		wks[i] = wk
-		wg.Go(func() {
-			if err := wk.Run(wkctx); err != nil {
-				r.errs <- fmt.Errorf("worker: %w", err)
+		r.during = ps.during
+		go func() {
+			for err := range ps.errs {
+				r.errs <- err
 			}
-		})
-	}
-	// Warm-up: one message per id (number 0, not counted), then wait until
-	// every worker holds its id, so that the figures are of the steady
-	// state, not of the first claims.
-	for _, id := range ids {
-		if _, err := w.Queue.Send(ctx, id, make([]byte, 16)); err != nil {
-			return nil, fmt.Errorf("bench: warm-up send: %w", err)
+		}()
+		// Warm-up: one message per id (number 0, not counted), then wait
+		// until an owner holds every id.
+		if err := warmUp(ctx, w, ids, func() bool {
+			recs := led.holders()
+			for _, id := range ids {
+				if !recs[id].held {
+					return false
+				}
+			}
+			return true
+		}); err != nil {
+			return nil, err
 		}
-	}
-	for i := 0; ; i++ {
-		all := true
-		for _, wk := range wks {
-			all = all && len(wk.Held()) == 1
+	default:
+		if err := startWorkers(ctx, w, cfg, ids, s, led, r); err != nil {
+			return nil, err
 		}
-		if all {
-			break
-		}
-		if i > 3000 || ctx.Err() != nil {
-			return nil, errors.New("bench: the workers did not claim their ids within 30 s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	r.send = func(id string, body []byte) (func() error, error) {
 		p, err := w.Queue.SendAsync(id, body)
@@ -632,15 +815,180 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 		}
 		return func() error { _, err := p.Wait(ctx); return err }, nil
 	}
+	r.final = func(ctx context.Context, rep *Report) error {
+		n, err := finalDrain(ctx, w, s, led, cfg.TTL)
+		if err != nil {
+			return err
+		}
+		rep.FinalDrained = n
+		if err := led.caughtUp(ctx, w.World); err != nil {
+			return fmt.Errorf("bench: the ledger did not catch up with the bucket stream: %w", err)
+		}
+		v, err := led.check()
+		if err != nil {
+			return err
+		}
+		rep.StaleCommits, rep.CommitsChecked = v.staleCommits, v.commits
+		rep.StaleDeliveries, rep.StaleChecked = v.staleDeliveries, v.measuredDeliveries
+		rep.StaleExamples = v.staleCommitExamples
+		if ps != nil {
+			gaps := ps.gapStats()
+			all := gaps["all"]
+			rep.Takeovers = all.Faults
+			rep.TakeoverGapP50, rep.TakeoverGapP99, rep.TakeoverGapMax = all.P50, all.P99, all.Max
+			delete(gaps, "all")
+			rep.TakeoverGaps = gaps
+			ps.mu.Lock()
+			rep.Faults = append([]Fault(nil), ps.faults...)
+			ps.mu.Unlock()
+			rep.UnplannedExits = ps.unplanned.Load()
+		}
+		return nil
+	}
 	return r, nil
+}
+
+// handle is the handler of the in-process workers.
+func handle(s *side, led *ledger) drain.Handler {
+	return func(_ context.Context, m drain.Message) error {
+		at := time.Now().UnixNano()
+		var n uint64
+		var sent int64
+		if len(m.Body) >= 16 {
+			n, sent = binary.BigEndian.Uint64(m.Body[0:8]), int64(binary.BigEndian.Uint64(m.Body[8:16]))
+		}
+		led.delivery(m.ID, m.Seq, m.Fence.Epoch, at, n != 0)
+		s.deliverAt(n, sent, at)
+		return nil
+	}
+}
+
+// startWorkers starts the in-process workers: one per id (steady), or a
+// pool of cfg.Workers serving every id (fan-in).
+func startWorkers(ctx context.Context, w *client.World, cfg Config, ids []string, s *side, led *ledger, r *runner) error {
+	wkctx, stopWorkers := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	r.stop = func() { stopWorkers(); wg.Wait() }
+	var wks []*worker.Worker
+	if cfg.Scenario == ScenarioFanIn {
+		for i := range cfg.Workers {
+			wk, err := worker.New(w, worker.Config{Node: fmt.Sprintf("pool-%d", i), TTL: cfg.TTL, Idle: time.Hour, Log: cfg.Log}, handle(s, led))
+			if err != nil {
+				return err
+			}
+			wks = append(wks, wk)
+		}
+	} else {
+		for i, id := range ids {
+			wk, err := worker.New(w, worker.Config{Node: fmt.Sprintf("node-%d", i), TTL: cfg.TTL, IDs: []string{id}, Idle: time.Hour, Log: cfg.Log}, handle(s, led))
+			if err != nil {
+				return err
+			}
+			wks = append(wks, wk)
+		}
+	}
+	for _, wk := range wks {
+		wg.Go(func() {
+			if err := wk.Run(wkctx); err != nil {
+				r.errs <- fmt.Errorf("worker: %w", err)
+			}
+		})
+	}
+	if cfg.Scenario == ScenarioFanIn {
+		// Claiming the ids is part of fan-in's work: wait for the node
+		// leases only.
+		return pollUntil(ctx, 30*time.Second, func() bool {
+			for _, wk := range wks {
+				if wk.Session() == nil {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	// Warm-up: one message per id (number 0, not counted), then wait until
+	// every worker holds its id, so that the figures are of the steady
+	// state, not of the first claims.
+	return warmUp(ctx, w, ids, func() bool {
+		for _, wk := range wks {
+			if len(wk.Held()) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func warmUp(ctx context.Context, w *client.World, ids []string, ready func() bool) error {
+	for _, id := range ids {
+		if _, err := w.Queue.Send(ctx, id, make([]byte, 16)); err != nil {
+			return fmt.Errorf("bench: warm-up send: %w", err)
+		}
+	}
+	if err := pollUntil(ctx, 30*time.Second, ready); err != nil {
+		return errors.New("bench: the owners did not claim their ids within 30 s")
+	}
+	return nil
+}
+
+// finalDrain drains, as the node "bench-final", every mailbox that still
+// holds messages once the owners stopped, and returns how many messages it
+// delivered for the first time.
+func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl time.Duration) (int64, error) {
+	const node = "bench-final"
+	info, err := w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(w.Name)))
+	if err != nil {
+		return 0, fmt.Errorf("bench: final drain: %w", err)
+	}
+	prefix := "fp." + w.Name + ".mb."
+	var first int64
+	h := func(_ context.Context, m drain.Message) error {
+		at := time.Now().UnixNano()
+		if len(m.Body) < 16 {
+			return nil
+		}
+		n, sent := binary.BigEndian.Uint64(m.Body[0:8]), int64(binary.BigEndian.Uint64(m.Body[8:16]))
+		led.delivery(m.ID, m.Seq, m.Fence.Epoch, at, n != 0)
+		if s.deliverAt(n, sent, at) {
+			first++
+		}
+		return nil
+	}
+	for subj, cnt := range info.State.Subjects {
+		if cnt == 0 || len(subj) <= len(prefix) {
+			continue
+		}
+		id, err := wire.DecodeID(subj[len(prefix):])
+		if err != nil {
+			continue
+		}
+		deadline := time.Now().Add(2*ttl + 35*time.Second)
+		for {
+			l, err := w.Ownership.Claim(ctx, id, node, ttl)
+			if err == nil {
+				_, err = w.Drainer.DrainLease(ctx, l, h)
+				_ = w.Ownership.Release(ctx, id, node)
+				if err == nil {
+					break
+				}
+			}
+			retry := errors.Is(err, ownership.ErrHeld) || errors.Is(err, drain.ErrContended) || errors.Is(err, ownership.ErrFree) || errors.Is(err, ownership.ErrFenced)
+			if !retry || time.Now().After(deadline) || ctx.Err() != nil {
+				return first, fmt.Errorf("bench: final drain of %q: %w", id, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return first, nil
 }
 
 // setupRaw is the baseline: a plain stream with one subject per id,
 // producers using PublishAsync, and one pull consumer per subject fetching
 // batches of up to 100 and acknowledging each batch once (AckAll on its
-// last message).
-func setupRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids []string) (_ *runner, err error) {
-	s := newSide("raw", cfg)
+// last message). In fan-in, one pull consumer of every subject fetches
+// batches of up to 1000 instead.
+func setupRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids []string, start time.Time) (_ *runner, err error) {
+	s := newSide("raw", cfg, start)
 	r := &runner{s: s, errs: make(chan error, len(ids)), stop: func() {}}
 	defer func() {
 		if err != nil {
@@ -658,14 +1006,21 @@ func setupRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids
 	cctx, stopConsumers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	r.stop = func() { stopConsumers(); wg.Wait() }
-	for _, id := range ids {
-		cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: prefix + "." + id, AckPolicy: jetstream.AckAllPolicy, MaxAckPending: -1})
+	filters, batchSize := make([]string, len(ids)), 100
+	for i, id := range ids {
+		filters[i] = prefix + "." + id
+	}
+	if cfg.Scenario == ScenarioFanIn {
+		filters, batchSize = []string{prefix + ".*"}, 1000
+	}
+	for _, filter := range filters {
+		cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: filter, AckPolicy: jetstream.AckAllPolicy, MaxAckPending: -1})
 		if err != nil {
 			return nil, fmt.Errorf("bench: raw consumer: %w", err)
 		}
 		wg.Go(func() {
 			for cctx.Err() == nil {
-				batch, err := cons.Fetch(100, jetstream.FetchMaxWait(250*time.Millisecond))
+				batch, err := cons.Fetch(batchSize, jetstream.FetchMaxWait(250*time.Millisecond))
 				if err != nil {
 					if cctx.Err() == nil {
 						r.errs <- err

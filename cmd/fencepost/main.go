@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"sort"
+
+	"github.com/fencepost/fencepost/bench"
 )
 
 // Exit codes (SPEC section 6). Public contract: never change one.
@@ -38,7 +40,14 @@ var commands = map[string]*command{}
 
 func register(name string, c *command) { commands[name] = c }
 
-func main() { os.Exit(run(os.Args[1:])) }
+func main() {
+	// fencepost bench starts this executable as its owner processes
+	// (takeover and handoff scenarios); not a command.
+	if bench.IsOwnerProcess() {
+		os.Exit(bench.OwnerMain())
+	}
+	os.Exit(run(os.Args[1:]))
+}
 
 func run(argv []string) int {
 	if len(argv) == 0 || argv[0] == "-h" || argv[0] == "--help" || argv[0] == "help" {

@@ -1,0 +1,305 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/world"
+)
+
+// ledger checks fencing from the outside, against the broker's own order.
+//
+// It follows the world's bucket stream, where the ownership records and
+// the delivery cursors are subjects of one stream: the stream order is the
+// order in which the broker accepted the writes. A cursor write (a commit)
+// that moved id's cursor to seq S was accepted while id's record was the
+// last record write before it in that order, at epoch E. The drain that
+// wrote it delivered S to its handler before committing, and every
+// delivery is reported (by the handler, before it returns) with its epoch.
+// So a commit is legitimate only if S was delivered under E; a commit
+// whose S was delivered only under older epochs is a stale commit: a
+// fenced-out owner removed messages. It is checked once every delivery
+// report is in (reports and the stream are read independently).
+//
+// A stale delivery is a handler call under epoch e that started (by the
+// handler's clock) after the broker stored a record of a newer epoch for
+// the id (by the server's timestamp; both are this machine's clock). That
+// is allowed by at-least-once delivery (a paused owner's batch, or a
+// forced seize of a live owner, is handed out until the refused commit
+// stops it), and is reported, not failed.
+type ledger struct {
+	world string
+
+	mu       sync.Mutex
+	lastSeq  uint64               // of the bucket stream, processed
+	cur      map[string]recState  // current record per id
+	newer    map[string][]epochAt // record writes per id that raised the epoch, in order
+	cursor   map[string]uint64    // last cursor per id
+	commits  []commit
+	byEpoch  []uint32            // stream seq of a mailbox message -> an epoch that delivered it
+	more     map[uint64][]uint32 // other epochs that delivered the same message
+	times    map[idEpoch][]int64 // handler start times (unix nanos) per holding
+	measured int64               // deliveries reported that count (not warm-ups)
+	err      error
+}
+
+type recState struct {
+	epoch uint64
+	node  string
+	held  bool
+}
+
+type epochAt struct {
+	epoch uint64
+	at    int64 // unix nanos, the server's timestamp of the write
+}
+
+type commit struct {
+	id    string
+	seq   uint64 // the cursor written
+	epoch uint64 // of the record the broker checked it against
+	held  bool
+}
+
+type idEpoch struct {
+	id    string
+	epoch uint64
+}
+
+func newLedger(worldName string) *ledger {
+	return &ledger{
+		world:  worldName,
+		cur:    map[string]recState{},
+		newer:  map[string][]epochAt{},
+		cursor: map[string]uint64{},
+		more:   map[uint64][]uint32{},
+		times:  map[idEpoch][]int64{},
+	}
+}
+
+// follow consumes the world's bucket stream from its start until ctx ends.
+func (l *ledger) follow(ctx context.Context, w *world.World) error {
+	cons, err := w.Bucket.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return fmt.Errorf("bench: follow the bucket stream: %w", err)
+	}
+	recPrefix := "$KV." + wire.Bucket(l.world) + "." + wire.RecordPrefix
+	curPrefix := "$KV." + wire.Bucket(l.world) + "." + wire.CursorPrefix
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			return
+		}
+		subj := m.Subject()
+		op := m.Headers().Get("KV-Operation")
+		switch {
+		case strings.HasPrefix(subj, recPrefix):
+			id, err := wire.DecodeID(subj[len(recPrefix):])
+			if err != nil {
+				break
+			}
+			if op != "" {
+				l.record(id, recState{}, md.Timestamp)
+				break
+			}
+			rec, err := wire.DecodeRecord(m.Data())
+			if err != nil {
+				l.fail(fmt.Errorf("bench: record of %q: %w", id, err))
+				break
+			}
+			l.record(id, recState{epoch: rec.Epoch, node: rec.Node, held: rec.State == wire.StateHeld}, md.Timestamp)
+		case strings.HasPrefix(subj, curPrefix) && op == "":
+			id, err := wire.DecodeID(subj[len(curPrefix):])
+			if err != nil {
+				break
+			}
+			var c struct {
+				Seq uint64 `json:"seq"`
+			}
+			if err := json.Unmarshal(m.Data(), &c); err != nil {
+				l.fail(fmt.Errorf("bench: cursor of %q: %w", id, err))
+				break
+			}
+			l.cursorWrite(id, c.Seq)
+		}
+		l.mu.Lock()
+		l.lastSeq = md.Sequence.Stream
+		l.mu.Unlock()
+	})
+	if err != nil {
+		return fmt.Errorf("bench: follow the bucket stream: %w", err)
+	}
+	context.AfterFunc(ctx, cc.Stop)
+	return nil
+}
+
+func (l *ledger) fail(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.err = err
+	}
+}
+
+// record is a write of id's ownership record, in stream order.
+func (l *ledger) record(id string, r recState, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.epoch > l.cur[id].epoch {
+		l.newer[id] = append(l.newer[id], epochAt{r.epoch, at.UnixNano()})
+	}
+	l.cur[id] = r
+}
+
+// cursorWrite is a commit of id's cursor to seq, in stream order: checked
+// against the record the broker held at that point.
+func (l *ledger) cursorWrite(id string, seq uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seq <= l.cursor[id] {
+		return // a failure count, not a move of the cursor
+	}
+	l.cursor[id] = seq
+	r := l.cur[id]
+	l.commits = append(l.commits, commit{id: id, seq: seq, epoch: r.epoch, held: r.held})
+}
+
+// delivery is a handler call for id's message at stream sequence seq,
+// under epoch, that started at (unix nanos). counted: a measured message
+// (not a warm-up).
+func (l *ledger) delivery(id string, seq, epoch uint64, at int64, counted bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seq >= uint64(len(l.byEpoch)) {
+		n := max(2*len(l.byEpoch), int(seq)+1, 1024)
+		grown := make([]uint32, n)
+		copy(grown, l.byEpoch)
+		l.byEpoch = grown
+	}
+	switch e := uint32(epoch); {
+	case l.byEpoch[seq] == 0:
+		l.byEpoch[seq] = e
+	case l.byEpoch[seq] != e:
+		found := false
+		for _, o := range l.more[seq] {
+			found = found || o == e
+		}
+		if !found {
+			l.more[seq] = append(l.more[seq], e)
+		}
+	}
+	k := idEpoch{id, epoch}
+	l.times[k] = append(l.times[k], at)
+	if counted {
+		l.measured++
+	}
+}
+
+// holders is the current record of every id.
+func (l *ledger) holders() map[string]recState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]recState, len(l.cur))
+	for id, r := range l.cur {
+		out[id] = r
+	}
+	return out
+}
+
+// caughtUp waits until the ledger processed the bucket stream up to its
+// last message at the time of the call.
+func (l *ledger) caughtUp(ctx context.Context, w *world.World) error {
+	info, err := w.Bucket.Info(ctx)
+	if err != nil {
+		return err
+	}
+	last := info.State.LastSeq
+	return pollUntil(ctx, 30*time.Second, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.lastSeq >= last
+	})
+}
+
+// verdict is what the ledger found.
+type verdict struct {
+	staleCommits, commits           int64
+	staleDeliveries, deliveries     int64
+	staleCommitExamples             []string
+	measuredDeliveries, takeoverIDs int64
+}
+
+// check runs the checks; call it once every delivery report is in and the
+// ledger caught up with the bucket stream.
+func (l *ledger) check() (verdict, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var v verdict
+	for _, c := range l.commits {
+		v.commits++
+		ok := c.held && c.seq < uint64(len(l.byEpoch)) && l.byEpoch[c.seq] == uint32(c.epoch)
+		if !ok && c.held {
+			for _, e := range l.more[c.seq] {
+				ok = ok || e == uint32(c.epoch)
+			}
+		}
+		if !ok {
+			v.staleCommits++
+			if len(v.staleCommitExamples) < 5 {
+				delivered := []uint32{}
+				if c.seq < uint64(len(l.byEpoch)) && l.byEpoch[c.seq] != 0 {
+					delivered = append(delivered, l.byEpoch[c.seq])
+				}
+				delivered = append(delivered, l.more[c.seq]...)
+				v.staleCommitExamples = append(v.staleCommitExamples, fmt.Sprintf("%q cursor %d accepted under epoch %d (held %v), delivered under %v", c.id, c.seq, c.epoch, c.held, delivered))
+			}
+		}
+	}
+	for k, ts := range l.times {
+		v.deliveries += int64(len(ts))
+		var since int64 // when a newer epoch than k.epoch was stored
+		for _, n := range l.newer[k.id] {
+			if n.epoch > k.epoch {
+				since = n.at
+				break
+			}
+		}
+		if since == 0 {
+			continue
+		}
+		for _, t := range ts {
+			if t > since {
+				v.staleDeliveries++
+			}
+		}
+	}
+	v.measuredDeliveries = l.measured
+	for _, n := range l.newer {
+		if len(n) > 1 {
+			v.takeoverIDs++
+		}
+	}
+	return v, l.err
+}
+
+// pollUntil polls cond every 10 ms until it holds, ctx ends or d passes.
+func pollUntil(ctx context.Context, d time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: condition not met within %v", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}

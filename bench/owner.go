@@ -1,0 +1,194 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/worker"
+)
+
+// OwnerEnv is the environment variable that turns a process into a bench
+// owner: the takeover and handoff scenarios start Config.OwnerExe with it
+// set to a JSON owner spec. A main (or a test's TestMain) that may be
+// started that way checks IsOwnerProcess first and exits with OwnerMain.
+const OwnerEnv = "FENCEPOST_BENCH_OWNER"
+
+// ownerSpec is what an owner process is told.
+type ownerSpec struct {
+	URL   string `json:"url"`
+	World string `json:"world"`
+	Node  string `json:"node"`
+	TTLms int64  `json:"ttl_ms"`
+}
+
+// IsOwnerProcess says whether this process was started as a bench owner.
+func IsOwnerProcess() bool { return os.Getenv(OwnerEnv) != "" }
+
+// OwnerMain runs a bench owner process and returns its exit code: a
+// worker.Worker serving every id of the bench world, whose handler reports
+// each delivery on stdout, one line written with one unbuffered write
+// before the handler returns:
+//
+//	d ID SEQ EPOCH MSG SENT_NS HANDLER_NS
+//
+// (MSG and SENT_NS from the message body, HANDLER_NS the handler's start).
+// It prints "r" once it holds its node lease, and "f CAUSE" before it exits
+// with code 3 on a self-fence. It stops gracefully (releasing every id at
+// once) on SIGTERM or SIGINT or when stdin closes, so that owners do not
+// outlive their parent.
+func OwnerMain() int {
+	var spec ownerSpec
+	if err := json.Unmarshal([]byte(os.Getenv(OwnerEnv)), &spec); err != nil {
+		fmt.Fprintf(os.Stderr, "bench owner: %s: %v\n", OwnerEnv, err)
+		return exitOwnerError
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", spec.Node)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stop()
+	}()
+	c, err := client.Connect(spec.URL, client.WithTimeout(30*time.Second), client.WithLogger(log))
+	if err != nil {
+		log.Error("connect", "error", err)
+		return exitOwnerError
+	}
+	defer c.Close()
+	w, err := c.World(ctx, spec.World)
+	if err != nil {
+		log.Error("open world", "error", err)
+		return exitOwnerError
+	}
+	out := os.Stdout
+	handler := func(_ context.Context, m drain.Message) error {
+		at := time.Now().UnixNano()
+		var n, sent uint64
+		if len(m.Body) >= 16 {
+			n, sent = binary.BigEndian.Uint64(m.Body[0:8]), binary.BigEndian.Uint64(m.Body[8:16])
+		}
+		b := make([]byte, 0, 96)
+		b = append(b, "d "...)
+		b = append(b, m.ID...)
+		for _, v := range []uint64{m.Seq, m.Fence.Epoch, n, sent, uint64(at)} {
+			b = append(b, ' ')
+			b = strconv.AppendUint(b, v, 10)
+		}
+		b = append(b, '\n')
+		// The parent must know of the delivery before it can be committed:
+		// if the report cannot be written, the message is not acknowledged.
+		_, err := out.Write(b)
+		return err
+	}
+	wk, err := worker.New(w, worker.Config{Node: spec.Node, TTL: time.Duration(spec.TTLms) * time.Millisecond, Idle: time.Hour, Log: log}, handler)
+	if err != nil {
+		log.Error("worker", "error", err)
+		return exitOwnerError
+	}
+	go func() {
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for wk.Session() == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		_, _ = out.Write([]byte("r\n"))
+	}()
+	err = wk.Run(ctx)
+	var cause fencing.Cause
+	switch {
+	case errors.As(err, &cause):
+		_, _ = fmt.Fprintf(out, "f %s\n", string(cause))
+		return exitOwnerFenced
+	case err != nil:
+		log.Error("worker", "error", err)
+		return exitOwnerError
+	}
+	return 0
+}
+
+// Exit codes of an owner process.
+const (
+	exitOwnerError  = 1
+	exitOwnerFenced = 3
+)
+
+// ownerLine is one parsed line of an owner's stdout.
+type ownerLine struct {
+	kind                    byte // 'd', 'r', 'f'
+	id                      string
+	seq, epoch, n, sent, at uint64
+	text                    string // the cause of 'f'
+}
+
+// parseOwnerLine parses one line (without its newline).
+func parseOwnerLine(s string) (ownerLine, error) {
+	if s == "" {
+		return ownerLine{}, errors.New("empty line")
+	}
+	l := ownerLine{kind: s[0]}
+	switch s[0] {
+	case 'r':
+		return l, nil
+	case 'f':
+		if len(s) > 2 {
+			l.text = s[2:]
+		}
+		return l, nil
+	case 'd':
+	default:
+		return l, fmt.Errorf("unknown line %q", s)
+	}
+	f := splitFields(s)
+	if len(f) != 7 {
+		return l, fmt.Errorf("delivery line %q: %d fields", s, len(f))
+	}
+	l.id = f[1]
+	for i, p := range []*uint64{&l.seq, &l.epoch, &l.n, &l.sent, &l.at} {
+		v, err := strconv.ParseUint(f[i+2], 10, 64)
+		if err != nil {
+			return l, fmt.Errorf("delivery line %q: %w", s, err)
+		}
+		*p = v
+	}
+	return l, nil
+}
+
+func splitFields(s string) []string {
+	out := make([]string, 0, 7)
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == ' ' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}
+
+// scanLines calls f for each line of r until EOF.
+func scanLines(r io.Reader, f func(string)) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f(sc.Text())
+	}
+	return sc.Err()
+}

@@ -1,0 +1,456 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/ownership"
+)
+
+// Fault kinds of the takeover and handoff scenarios.
+const (
+	FaultKill  = "kill"  // SIGKILL: a crash, the lease lapses after its ttl
+	FaultStop  = "stop"  // SIGSTOP past the ttl, then SIGCONT: the woken owner must be fenced
+	FaultSeize = "seize" // another node force-seizes the owner's ids (then releases them)
+	FaultTerm  = "term"  // SIGTERM: a graceful stop that releases every id at once (handoff)
+)
+
+// Fault is one injected fault.
+type Fault struct {
+	At    float64 `json:"at_s"` // seconds since the run started
+	Kind  string  `json:"kind"`
+	Node  string  `json:"node"`
+	IDs   int     `json:"ids"`    // ids the victim held at the fault
+	GapMs float64 `json:"gap_ms"` // the longest takeover gap of those ids; -1: not measured
+}
+
+// GapStats summarises the takeover gaps of one fault kind: from the fault
+// (signal sent, or seize written) to the first delivery of each of the
+// victim's ids under a newer epoch.
+type GapStats struct {
+	Faults     int     `json:"faults"`
+	Samples    int     `json:"samples"`    // ids taken over
+	Unmeasured int     `json:"unmeasured"` // ids with no delivery under a newer epoch
+	P50        float64 `json:"p50_ms"`
+	P99        float64 `json:"p99_ms"`
+	Max        float64 `json:"max_ms"`
+}
+
+type gapSample struct {
+	id    string
+	epoch uint64 // at the fault
+	at    int64  // the fault, unix nanos
+	kind  string
+	fault int   // index in procSet.faults
+	first int64 // the first delivery under a newer epoch, unix nanos; 0: none yet
+}
+
+// proc is one owner process.
+type proc struct {
+	node    string
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	ready   chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	planned atomic.Bool // a fault or the shutdown ends it
+	fenced  atomic.Value
+	stderr  *tail
+	exit    error
+}
+
+// procSet runs the owner processes of a takeover or handoff run, and the
+// faults.
+type procSet struct {
+	cfg   Config
+	spec  ownerSpec
+	s     *side
+	led   *ledger
+	w     *client.World
+	kinds []string
+	errs  chan error
+
+	mu        sync.Mutex
+	procs     map[string]*proc
+	n         int
+	gaps      map[string][]*gapSample
+	samples   []*gapSample
+	faults    []Fault
+	closing   bool
+	nFaults   atomic.Int64
+	unplanned atomic.Int64
+	readers   sync.WaitGroup
+	conts     sync.WaitGroup // SIGCONTs to come
+}
+
+func newProcSet(cfg Config, s *side, led *ledger, w *client.World, url string) *procSet {
+	kinds := []string{FaultKill, FaultStop, FaultSeize}
+	if cfg.Scenario == ScenarioHandoff {
+		kinds = []string{FaultTerm}
+	}
+	if len(cfg.Faults) > 0 {
+		kinds = cfg.Faults
+	}
+	return &procSet{
+		cfg: cfg, s: s, led: led, w: w, kinds: kinds,
+		spec:  ownerSpec{URL: url, World: w.Name, TTLms: cfg.TTL.Milliseconds()},
+		errs:  make(chan error, 16),
+		procs: map[string]*proc{},
+		gaps:  map[string][]*gapSample{},
+	}
+}
+
+func (ps *procSet) report(err error) {
+	select {
+	case ps.errs <- err:
+	default:
+	}
+}
+
+// spawn starts an owner process and waits until it holds its node lease.
+func (ps *procSet) spawn(ctx context.Context) (*proc, error) {
+	ps.mu.Lock()
+	ps.n++
+	node := fmt.Sprintf("owner-%d", ps.n)
+	ps.mu.Unlock()
+	spec := ps.spec
+	spec.Node = node
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(ps.cfg.OwnerExe)
+	cmd.Env = append(os.Environ(), OwnerEnv+"="+string(b))
+	p := &proc{node: node, cmd: cmd, ready: make(chan struct{}), done: make(chan struct{}), stderr: &tail{max: 16 << 10}}
+	cmd.Stderr = p.stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: start an owner (%s): %w", ps.cfg.OwnerExe, err)
+	}
+	ps.mu.Lock()
+	ps.procs[node] = p
+	ps.mu.Unlock()
+	ps.readers.Add(1)
+	go func() {
+		defer ps.readers.Done()
+		if err := scanLines(stdout, func(line string) { ps.onLine(p, line) }); err != nil {
+			ps.report(fmt.Errorf("bench: reading owner %s: %w", node, err))
+		}
+		p.exit = cmd.Wait()
+		close(p.done)
+		ps.exited(p)
+	}()
+	select {
+	case <-p.ready:
+		return p, nil
+	case <-p.done:
+		return nil, fmt.Errorf("bench: owner %s exited before it was ready (%v): %s", node, p.exit, p.stderr.String())
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(60 * time.Second):
+		return nil, fmt.Errorf("bench: owner %s not ready within 60 s: %s", node, p.stderr.String())
+	}
+}
+
+func (ps *procSet) onLine(p *proc, line string) {
+	l, err := parseOwnerLine(line)
+	if err != nil {
+		ps.report(fmt.Errorf("bench: owner %s: %w", p.node, err))
+		return
+	}
+	switch l.kind {
+	case 'r':
+		p.once.Do(func() { close(p.ready) })
+	case 'f':
+		p.fenced.Store(l.text)
+	case 'd':
+		ps.s.deliverAt(l.n, int64(l.sent), int64(l.at))
+		ps.led.delivery(l.id, l.seq, l.epoch, int64(l.at), l.n != 0)
+		ps.observe(l.id, l.epoch, int64(l.at))
+	}
+}
+
+// exited handles the end of an owner process: one that no fault or
+// shutdown ended is replaced, and counted.
+func (ps *procSet) exited(p *proc) {
+	ps.mu.Lock()
+	delete(ps.procs, p.node)
+	closing := ps.closing
+	ps.mu.Unlock()
+	if p.planned.Load() || closing {
+		return
+	}
+	ps.unplanned.Add(1)
+	ps.cfg.Log.Warn("bench: an owner exited unexpectedly; starting a replacement", "node", p.node, "exit", p.exit, "fenced", p.fenced.Load(), "stderr", p.stderr.String())
+	go func() {
+		if _, err := ps.spawn(context.Background()); err != nil {
+			ps.report(err)
+		}
+	}()
+}
+
+// observe records a delivery for the open takeover gaps of id.
+func (ps *procSet) observe(id string, epoch uint64, at int64) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, g := range ps.gaps[id] {
+		if epoch > g.epoch && at >= g.at && (g.first == 0 || at < g.first) {
+			g.first = at
+		}
+	}
+}
+
+// victim picks a running owner that holds at least one id, and its ids.
+func (ps *procSet) victim() (*proc, map[string]uint64) {
+	recs := ps.led.holders()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	held := map[string]map[string]uint64{}
+	for id, r := range recs {
+		if p, ok := ps.procs[r.node]; ok && r.held && !p.planned.Load() {
+			if held[r.node] == nil {
+				held[r.node] = map[string]uint64{}
+			}
+			held[r.node][id] = r.epoch
+		}
+	}
+	nodes := make([]string, 0, len(held))
+	for n := range held {
+		nodes = append(nodes, n)
+	}
+	if len(nodes) == 0 {
+		return nil, nil
+	}
+	sort.Strings(nodes)
+	n := nodes[rand.IntN(len(nodes))]
+	return ps.procs[n], held[n]
+}
+
+// fault injects the next fault: a standby is started first (except for a
+// seize, which needs none), then a victim holding ids is picked and hit.
+func (ps *procSet) fault(ctx context.Context) error {
+	kind := ps.kinds[int(ps.nFaults.Load())%len(ps.kinds)]
+	if kind != FaultSeize {
+		if _, err := ps.spawn(ctx); err != nil {
+			return err
+		}
+	}
+	p, held := ps.victim()
+	if p == nil {
+		ps.cfg.Log.Warn("bench: no owner holds an id; fault skipped", "kind", kind)
+		return nil
+	}
+	at := time.Now()
+	switch kind {
+	case FaultKill, FaultStop, FaultTerm:
+		p.planned.Store(true)
+		sig := map[string]syscall.Signal{FaultKill: syscall.SIGKILL, FaultStop: syscall.SIGSTOP, FaultTerm: syscall.SIGTERM}[kind]
+		if err := p.cmd.Process.Signal(sig); err != nil {
+			return fmt.Errorf("bench: %s %s: %w", kind, p.node, err)
+		}
+		if kind == FaultStop {
+			ps.conts.Add(1)
+			time.AfterFunc(ps.stopFor(), func() {
+				defer ps.conts.Done()
+				_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			})
+		}
+	case FaultSeize:
+		for id := range held {
+			if err := ps.seize(ctx, id); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("bench: unknown fault %q", kind)
+	}
+	ps.nFaults.Add(1)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.faults = append(ps.faults, Fault{At: at.Sub(ps.s.start).Seconds(), Kind: kind, Node: p.node, IDs: len(held), GapMs: -1})
+	for id, e := range held {
+		g := &gapSample{id: id, epoch: e, at: at.UnixNano(), kind: kind, fault: len(ps.faults) - 1}
+		ps.gaps[id] = append(ps.gaps[id], g)
+		ps.samples = append(ps.samples, g)
+	}
+	return nil
+}
+
+// stopFor is how long a stopped owner stays stopped: well past its ttl, so
+// that its ids are taken over before it wakes.
+func (ps *procSet) stopFor() time.Duration { return ps.cfg.TTL*3/2 + 300*time.Millisecond }
+
+// seize force-seizes id as another node ("bench-operator") and releases
+// it, so that a standby worker claims it.
+func (ps *procSet) seize(ctx context.Context, id string) error {
+	const node = "bench-operator"
+	for try := 0; ; try++ {
+		_, err := ps.w.Ownership.Seize(ctx, id, node, ps.cfg.TTL, true)
+		switch {
+		case err == nil:
+			if err := ps.w.Ownership.Release(ctx, id, node); err != nil {
+				return fmt.Errorf("bench: release after the seize of %q: %w", id, err)
+			}
+			return nil
+		case errors.Is(err, ownership.ErrContended) && try < 10:
+			continue
+		case errors.Is(err, ownership.ErrFree):
+			return nil // released meanwhile: nothing to seize
+		default:
+			return fmt.Errorf("bench: seize %q: %w", id, err)
+		}
+	}
+}
+
+// during injects a fault every cfg.FaultEvery while a round of d posts.
+func (ps *procSet) during(ctx context.Context, start time.Time, d time.Duration) {
+	every := ps.cfg.FaultEvery
+	for k := 0; ; k++ {
+		at := start.Add(every/2 + time.Duration(k)*every)
+		if at.After(start.Add(d - every/4)) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(at)):
+		}
+		if err := ps.fault(ctx); err != nil {
+			ps.report(err)
+			return
+		}
+	}
+}
+
+// start starts cfg.Owners owner processes.
+func (ps *procSet) start(ctx context.Context) error {
+	for range ps.cfg.Owners {
+		if _, err := ps.spawn(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stop wakes stopped owners, stops every owner gracefully (SIGKILL after
+// 15 s) and waits until their reports are read.
+func (ps *procSet) stop() {
+	ps.conts.Wait()
+	ps.mu.Lock()
+	ps.closing = true
+	all := make([]*proc, 0, len(ps.procs))
+	for _, p := range ps.procs {
+		all = append(all, p)
+	}
+	ps.mu.Unlock()
+	for _, p := range all {
+		p.planned.Store(true)
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.stdin.Close()
+	}
+	for _, p := range all {
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	ps.readers.Wait()
+}
+
+// gapStats summarises the gaps per fault kind and overall (key "all"),
+// and sets each fault's longest gap.
+func (ps *procSet) gapStats() map[string]GapStats {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	byKind := map[string][]float64{}
+	out := map[string]GapStats{}
+	for _, f := range ps.faults {
+		for _, k := range []string{f.Kind, "all"} {
+			st := out[k]
+			st.Faults++
+			out[k] = st
+		}
+	}
+	for _, g := range ps.samples {
+		for _, k := range []string{g.kind, "all"} {
+			st := out[k]
+			st.Samples++
+			if g.first == 0 {
+				st.Unmeasured++
+			}
+			out[k] = st
+		}
+		if g.first == 0 {
+			continue
+		}
+		ms := float64(g.first-g.at) / 1e6
+		byKind[g.kind] = append(byKind[g.kind], ms)
+		byKind["all"] = append(byKind["all"], ms)
+		if f := &ps.faults[g.fault]; ms > f.GapMs {
+			f.GapMs = round(ms, 1)
+		}
+	}
+	for k, v := range byKind {
+		st := out[k]
+		st.P50, st.P99, st.Max = quantile(v, 0.50), quantile(v, 0.99), quantile(v, 1)
+		out[k] = st
+	}
+	return out
+}
+
+// quantile is the nearest-rank q-quantile of v, rounded to 0.1 ms.
+func quantile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.999999) - 1
+	i = min(max(i, 0), len(s)-1)
+	return round(s[i], 1)
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
