@@ -43,10 +43,10 @@ type ledger struct {
 	newer    map[string][]epochAt // record writes per id that raised the epoch, in order
 	cursor   map[string]uint64    // last cursor per id
 	commits  []commit
-	byEpoch  []uint32            // stream seq of a mailbox message -> an epoch that delivered it
-	more     map[uint64][]uint32 // other epochs that delivered the same message
-	times    map[idEpoch][]int64 // handler start times (unix nanos) per holding
-	measured int64               // deliveries reported that count (not warm-ups)
+	byEpoch  []deliveredBy            // stream seq of a mailbox message -> an epoch that delivered it
+	more     map[uint64][]deliveredBy // other epochs that delivered the same message
+	times    map[idEpoch][]int64      // handler start times (unix nanos) per holding
+	measured int64                    // deliveries reported that count (not warm-ups)
 	err      error
 }
 
@@ -66,7 +66,20 @@ type commit struct {
 	seq   uint64 // the cursor written
 	epoch uint64 // of the record the broker checked it against
 	held  bool
+	at    int64 // the server's timestamp of the write, unix nanos
 }
+
+// deliveredBy is the first delivery of a message under an epoch.
+type deliveredBy struct {
+	epoch uint32
+	at    int64 // handler start, unix nanos
+}
+
+// clockTolerance is how much later than a commit's server timestamp the
+// delivery it covers may be stamped by the handler: both clocks are this
+// machine's (an embedded or local server), so only the granularity of the
+// two readings. A remote server's clock skew would need more.
+const clockTolerance = 2 * time.Millisecond
 
 type idEpoch struct {
 	id    string
@@ -79,7 +92,7 @@ func newLedger(worldName string) *ledger {
 		cur:    map[string]recState{},
 		newer:  map[string][]epochAt{},
 		cursor: map[string]uint64{},
-		more:   map[uint64][]uint32{},
+		more:   map[uint64][]deliveredBy{},
 		times:  map[idEpoch][]int64{},
 	}
 }
@@ -127,7 +140,7 @@ func (l *ledger) follow(ctx context.Context, w *world.World) error {
 				l.fail(fmt.Errorf("bench: cursor of %q: %w", id, err))
 				break
 			}
-			l.cursorWrite(id, c.Seq)
+			l.cursorWrite(id, c.Seq, md.Timestamp)
 		}
 		l.mu.Lock()
 		l.lastSeq = md.Sequence.Stream
@@ -160,7 +173,7 @@ func (l *ledger) record(id string, r recState, at time.Time) {
 
 // cursorWrite is a commit of id's cursor to seq, in stream order: checked
 // against the record the broker held at that point.
-func (l *ledger) cursorWrite(id string, seq uint64) {
+func (l *ledger) cursorWrite(id string, seq uint64, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if seq <= l.cursor[id] {
@@ -168,7 +181,7 @@ func (l *ledger) cursorWrite(id string, seq uint64) {
 	}
 	l.cursor[id] = seq
 	r := l.cur[id]
-	l.commits = append(l.commits, commit{id: id, seq: seq, epoch: r.epoch, held: r.held})
+	l.commits = append(l.commits, commit{id: id, seq: seq, epoch: r.epoch, held: r.held, at: at.UnixNano()})
 }
 
 // delivery is a handler call for id's message at stream sequence seq,
@@ -178,21 +191,23 @@ func (l *ledger) delivery(id string, seq, epoch uint64, at int64, counted bool) 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if seq >= uint64(len(l.byEpoch)) {
-		n := max(2*len(l.byEpoch), int(seq)+1, 1024)
-		grown := make([]uint32, n)
-		copy(grown, l.byEpoch)
-		l.byEpoch = grown
+		l.byEpoch = grow(l.byEpoch, seq)
 	}
 	switch e := uint32(epoch); {
-	case l.byEpoch[seq] == 0:
-		l.byEpoch[seq] = e
-	case l.byEpoch[seq] != e:
+	case l.byEpoch[seq].epoch == 0:
+		l.byEpoch[seq] = deliveredBy{e, at}
+	case l.byEpoch[seq].epoch == e:
+		l.byEpoch[seq].at = min(l.byEpoch[seq].at, at)
+	default:
 		found := false
-		for _, o := range l.more[seq] {
-			found = found || o == e
+		for i, o := range l.more[seq] {
+			if o.epoch == e {
+				found = true
+				l.more[seq][i].at = min(o.at, at)
+			}
 		}
 		if !found {
-			l.more[seq] = append(l.more[seq], e)
+			l.more[seq] = append(l.more[seq], deliveredBy{e, at})
 		}
 	}
 	k := idEpoch{id, epoch}
@@ -244,21 +259,21 @@ func (l *ledger) check() (verdict, error) {
 	var v verdict
 	for _, c := range l.commits {
 		v.commits++
-		ok := c.held && c.seq < uint64(len(l.byEpoch)) && l.byEpoch[c.seq] == uint32(c.epoch)
-		if !ok && c.held {
-			for _, e := range l.more[c.seq] {
-				ok = ok || e == uint32(c.epoch)
-			}
+		var by []deliveredBy
+		if c.seq < uint64(len(l.byEpoch)) && l.byEpoch[c.seq].epoch != 0 {
+			by = append(by, l.byEpoch[c.seq])
+		}
+		by = append(by, l.more[c.seq]...)
+		ok := false
+		for _, d := range by {
+			// Delivered under the record's epoch before the broker stored
+			// the commit.
+			ok = ok || (c.held && d.epoch == uint32(c.epoch) && d.at <= c.at+int64(clockTolerance))
 		}
 		if !ok {
 			v.staleCommits++
 			if len(v.staleCommitExamples) < 5 {
-				delivered := []uint32{}
-				if c.seq < uint64(len(l.byEpoch)) && l.byEpoch[c.seq] != 0 {
-					delivered = append(delivered, l.byEpoch[c.seq])
-				}
-				delivered = append(delivered, l.more[c.seq]...)
-				v.staleCommitExamples = append(v.staleCommitExamples, fmt.Sprintf("%q cursor %d accepted under epoch %d (held %v), delivered under %v", c.id, c.seq, c.epoch, c.held, delivered))
+				v.staleCommitExamples = append(v.staleCommitExamples, fmt.Sprintf("%q cursor %d accepted under epoch %d (held %v) at %d, delivered (epoch, at) %v", c.id, c.seq, c.epoch, c.held, c.at, by))
 			}
 		}
 	}
