@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -221,6 +222,11 @@ func (s *Store) Seize(ctx context.Context, id, node string, ttl time.Duration, f
 	if err != nil {
 		return nil, err
 	}
+	if force {
+		if err := s.forceAuthority(ctx, id, node, ttl); err != nil {
+			return nil, err
+		}
+	}
 	v, start, err := s.run(ctx, "seize", id, freshRead, true, func(v view, now time.Time) (*wire.Record, error) {
 		if !v.present() || v.rec.State == wire.StateFree {
 			return nil, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
@@ -234,6 +240,30 @@ func (s *Store) Seize(ctx context.Context, id, node string, ttl time.Duration, f
 		return nil, err
 	}
 	return s.lease(id, v, start, ttl), nil
+}
+
+// forceAuthority writes the force key of id (wire.ForceKey) before a
+// forced seize touches the record: who forces, when, for how long. Subject
+// permissions cannot tell a forced seize from a claim (both are the same
+// conditional write on the record), but they can refuse this key, which
+// only the operator role may write (docs/security.md). Without that
+// permission the server refuses this write and the seize stops here,
+// before the record. The key is also the audit trail of the last forced
+// seize of each id.
+func (s *Store) forceAuthority(ctx context.Context, id, node string, ttl time.Duration) error {
+	body, err := json.Marshal(struct {
+		V    int       `json:"v"`
+		Node string    `json:"node"`
+		At   time.Time `json:"at"`
+		TTL  string    `json:"ttl"`
+	}{1, node, time.Now().UTC(), ttl.String()})
+	if err != nil {
+		return err
+	}
+	if _, err := s.kv.Put(ctx, wire.ForceKey(id), body); err != nil {
+		return fmt.Errorf("ownership: forced seize of %q: write its force key (operator only): %w", id, err)
+	}
+	return nil
 }
 
 func (s *Store) checkOwnerArgs(id, node string, ttl time.Duration) (time.Duration, error) {

@@ -179,8 +179,12 @@ func TestEpoch_AfterRecordDeleted(t *testing.T) {
 		l, err := s.Claim(ctx, "del", "b", time.Minute)
 		require.NoError(t, err)
 		require.Greater(t, l.Epoch, last)
-		// A purge (no history at all) likewise.
-		require.NoError(t, w.KV.Purge(ctx, wire.RecordKey("del")))
+		// A KV purge would leave no history at all: the bucket refuses it
+		// (it is a rollup), and the epochs go on. (Only an operator's
+		// stream purge of the record's subject, a per-id reset outside the
+		// protocol, can remove the history: docs/security.md.)
+		require.ErrorContains(t, w.KV.Purge(ctx, wire.RecordKey("del")), "rollup not permitted")
+		require.NoError(t, s.Release(ctx, "del", "b"))
 		l2, err := s.Claim(ctx, "del", "c", time.Minute)
 		require.NoError(t, err)
 		require.Greater(t, l2.Epoch, l.Epoch)

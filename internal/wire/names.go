@@ -98,6 +98,11 @@ const (
 	CursorPrefix = "c." // delivery cursor of an id (mailbox issue)
 	LockPrefix   = "l." // drain lock of an id (mailbox issue)
 	NodePrefix   = "n." // node lease (lease issue)
+	// ForcePrefix keys the last forced seize of an id: written before the
+	// record by every forced seize, and a key only the operator role may
+	// write, so the server refuses a forced seize to anyone else
+	// (docs/security.md).
+	ForcePrefix = "f."
 )
 
 // RecordKey is the bucket key of id's ownership record.
@@ -108,6 +113,9 @@ func CursorKey(id string) string { return CursorPrefix + EncodeID(id) }
 
 // LockKey is the bucket key of id's drain lock.
 func LockKey(id string) string { return LockPrefix + EncodeID(id) }
+
+// ForceKey is the bucket key of id's last forced seize.
+func ForceKey(id string) string { return ForcePrefix + EncodeID(id) }
 
 // NodeKey is the bucket key of a node lease.
 func NodeKey(node string) string { return NodePrefix + EncodeID(node) }
