@@ -91,10 +91,15 @@ type Recorder struct {
 	deliveries []Delivery
 	commits    []Commit
 	ops        []OwnOp
+	delivered  map[string]bool // keys delivered
+	lastNode   map[string]string
+	pending    map[string]bool // keys posted and not delivered yet
 }
 
 // NewRecorder returns an empty recorder.
-func NewRecorder() *Recorder { return &Recorder{byProducer: map[string]int{}} }
+func NewRecorder() *Recorder {
+	return &Recorder{byProducer: map[string]int{}, delivered: map[string]bool{}, pending: map[string]bool{}, lastNode: map[string]string{}}
+}
 
 // SendInvoked records the start of a send and returns its handle for
 // SendDone.
@@ -111,12 +116,18 @@ func (r *Recorder) SendDone(h int, o Outcome, seq uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sends[h].Outcome, r.sends[h].Seq, r.sends[h].Returned = o, seq, time.Now()
+	if k := r.sends[h].Key; o == Posted && !r.delivered[k] {
+		r.pending[k] = true
+	}
 }
 
 // Deliver records a delivery.
 func (r *Recorder) Deliver(d Delivery) {
 	r.mu.Lock()
 	r.deliveries = append(r.deliveries, d)
+	r.delivered[d.Key] = true
+	r.lastNode[d.ID] = d.Node
+	delete(r.pending, d.Key)
 	r.mu.Unlock()
 }
 
@@ -139,22 +150,24 @@ func (r *Recorder) Counts() (sends, posted, deliveries int) {
 	return len(r.sends), posted, len(r.deliveries)
 }
 
+// Holders are the nodes that made the last delivery of some id, with the
+// number of such ids.
+func (r *Recorder) Holders() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for _, n := range r.lastNode {
+		out[n]++
+	}
+	return out
+}
+
 // Undelivered is the number of posted sends not delivered yet (the final
 // drain waits for it to reach 0).
 func (r *Recorder) Undelivered() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	seen := make(map[string]bool, len(r.deliveries))
-	for _, d := range r.deliveries {
-		seen[d.Key] = true
-	}
-	n := 0
-	for _, s := range r.sends {
-		if s.Outcome == Posted && !seen[s.Key] {
-			n++
-		}
-	}
-	return n
+	return len(r.pending)
 }
 
 // History is a copy of what was recorded.

@@ -1,0 +1,629 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/history"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/queue"
+	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/worker"
+	"github.com/fencepost/fencepost/world"
+)
+
+// Fault kinds.
+const (
+	OwnerKill    = "owner-kill"    // SIGKILL of an owner process
+	OwnerStop    = "owner-stop"    // SIGSTOP of an owner past its ttl, then SIGCONT
+	ProxyCut     = "proxy-cut"     // every client connection cut
+	ProxyLatency = "proxy-latency" // latency on every client connection
+	ProxyRefuse  = "proxy-refuse"  // new client connections refused
+	ServerCrash  = "server-crash"  // SIGKILL of the server process, restart on its store
+	NodeKill     = "node-kill"     // a cluster member stopped and restarted (stream leaders first)
+)
+
+// Deployments.
+const (
+	Single         = "single"          // one in-process server
+	ServerAlways   = "server-always"   // a server process, fsync on every write
+	ServerInterval = "server-interval" // a server process, fsync every second (fencepostd's default)
+	Cluster        = "cluster"         // three in-process servers, R3 world
+)
+
+type scenario struct {
+	Name   string
+	Deploy string
+	Proxy  bool     // clients (producers, owners, ownership clients) through the proxy
+	Faults []string // injected in this order
+	Gap    time.Duration
+	IDs    int
+	Owners int
+	TTL    time.Duration
+	Pace   time.Duration // producer pause between sends
+	Lin    int           // ownership clients
+	// Backlog caps undelivered messages (producers wait above it).
+	Backlog int
+	Final   time.Duration // how long the final drain may take
+	Work    time.Duration // an owner's handler takes this long per message
+}
+
+// outcome is what one run measured.
+type outcome struct {
+	Report          history.Report
+	Lin             history.LinResult
+	Faults          map[string]int
+	Takeovers       map[string]int // by the fault in force when the new epoch first acted
+	StaleWoken      int            // owners that were paused and self-fenced on waking
+	Fences          int64
+	OwnerStarts     int64
+	Duration        time.Duration
+	ServerRestarted int
+}
+
+type deployment struct {
+	t       testing.TB
+	kind    string
+	node    *servertest.Node
+	proc    *serverProc
+	cluster *servertest.Cluster
+	proxy   *Proxy
+	world   string
+	admin   *client.Client // direct, for setup, leader lookups and the final drain
+}
+
+// direct is the servers' own URL.
+func (d *deployment) direct() string {
+	switch {
+	case d.node != nil:
+		return d.node.ClientURL()
+	case d.proc != nil:
+		return d.proc.URL()
+	default:
+		return d.cluster.URL()
+	}
+}
+
+// url is the URL the clients under test use.
+func (d *deployment) url() string {
+	if d.proxy != nil {
+		return d.proxy.URL()
+	}
+	return d.direct()
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+var worldSeq atomic.Int64
+
+func deploy(t testing.TB, sc scenario) *deployment {
+	t.Helper()
+	d := &deployment{t: t, kind: sc.Deploy}
+	switch sc.Deploy {
+	case Single:
+		d.node = servertest.New(t)
+	case ServerAlways, ServerInterval:
+		d.proc = &serverProc{store: t.TempDir(), port: freePort(t), sync: map[string]string{ServerAlways: "always", ServerInterval: "interval"}[sc.Deploy]}
+		if err := d.proc.start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(d.proc.crash)
+	case Cluster:
+		d.cluster = servertest.NewCluster(t, 3)
+	}
+	if sc.Proxy {
+		target := strings.TrimPrefix(d.direct(), "nats://")
+		p, err := NewProxy(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		d.proxy = p
+	}
+	c, err := client.Connect(d.direct(), client.WithTimeout(10*time.Second), client.WithLogger(quiet), natsOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	d.admin = c
+	d.world = fmt.Sprintf("f%d", worldSeq.Add(1))
+	cfg := world.Config{MinTTL: 10 * time.Millisecond}
+	if d.cluster != nil {
+		cfg.Replicas = 3
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		_, err := c.CreateWorld(ctx, d.world, cfg)
+		if err == nil {
+			break
+		}
+		var apiErr *jetstream.APIError
+		if ctx.Err() != nil || !(errors.As(err, &apiErr) && apiErr.ErrorCode == 10005) {
+			t.Fatalf("create world: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return d
+}
+
+// connect opens a client of the deployment for a component under test.
+func (d *deployment) connect() (*client.Client, *client.World, error) {
+	c, err := client.Connect(d.url(), client.WithTimeout(2*time.Second), client.WithLogger(quiet), natsOpts())
+	if err != nil {
+		return nil, nil, err
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		w, err := c.World(ctx, d.world)
+		cancel()
+		if err == nil {
+			return c, w, nil
+		}
+		if time.Now().After(deadline) {
+			c.Close()
+			return nil, nil, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitWorld polls until the world answers through the admin client.
+func (d *deployment) waitWorld(total time.Duration) error {
+	deadline := time.Now().Add(total)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		w, err := d.admin.World(ctx, d.world)
+		if err == nil {
+			_, err = w.Ownership.Owner(ctx, "probe")
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// leaderOf is the server name of the stream's leader.
+func (d *deployment) leaderOf(stream string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s, err := d.admin.JetStream().Stream(ctx, stream)
+	if err != nil {
+		return ""
+	}
+	if ci := s.CachedInfo().Cluster; ci != nil {
+		return ci.Leader
+	}
+	return ""
+}
+
+func ids(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("mb-%d", i)
+	}
+	return out
+}
+
+// run is one fault run: producers post (one per id, each send acknowledged
+// before the next), owner processes drain, ownership clients operate on ids
+// of their own, the faults are injected on a schedule, then everything is
+// healed, the producers stop, a final full drain runs, and the history is
+// checked.
+func run(t testing.TB, sc scenario) outcome {
+	start := time.Now()
+	d := deploy(t, sc)
+	rec := history.NewRecorder()
+	mbIDs := ids(sc.IDs)
+	res := outcome{Faults: map[string]int{}, Takeovers: map[string]int{}}
+
+	// Owner processes.
+	own := startOwners(t, rec, sc.Owners, sc.TTL, "FP_URL="+d.url(), "FP_WORLD="+d.world, "FP_IDS="+strings.Join(mbIDs, ","), fmt.Sprintf("FP_WORK=%v", sc.Work))
+	ownersStopped := false
+	defer func() {
+		if !ownersStopped {
+			own.stop()
+		}
+	}()
+
+	// Producers.
+	prodCtx, stopProducers := context.WithCancel(context.Background())
+	defer stopProducers()
+	var prodWG sync.WaitGroup
+	var prodErr atomic.Value
+	for i, id := range mbIDs {
+		c, w, err := d.connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		prodWG.Add(1)
+		go func() {
+			defer prodWG.Done()
+			produce(prodCtx, w, rec, fmt.Sprintf("p%d", i), id, sc.Pace, sc.Backlog)
+		}()
+	}
+	_ = prodErr
+
+	// Ownership clients on ids of their own, with plain leases.
+	linCtx, stopLin := context.WithCancel(context.Background())
+	defer stopLin()
+	var linWG sync.WaitGroup
+	for i := 0; i < sc.Lin; i++ {
+		c, w, err := d.connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		linWG.Add(1)
+		go func() {
+			defer linWG.Done()
+			ownershipClient(linCtx, w, rec, i)
+		}()
+	}
+
+	// Wait until the owners deliver, then inject the faults.
+	waitUntil(60*time.Second, func() bool { _, _, n := rec.Counts(); return n > 0 })
+	type faultAt struct {
+		at   time.Time
+		kind string
+	}
+	var faults []faultAt
+	var mu sync.Mutex
+	note := func(kind string) {
+		mu.Lock()
+		faults = append(faults, faultAt{time.Now(), kind})
+		mu.Unlock()
+		res.Faults[kind]++
+	}
+	nodeKills := 0
+	for i, kind := range sc.Faults {
+		time.Sleep(sc.Gap) // the schedule: faults are spaced in time
+		switch kind {
+		case OwnerKill:
+			if p := own.pick(rand.IntN(16)); p != nil {
+				note(kind)
+				p.cmd.Process.Signal(syscall.SIGKILL)
+			}
+		case OwnerStop:
+			p := own.pick(rand.IntN(16))
+			if p == nil {
+				continue
+			}
+			note(kind)
+			holder := p.active.Load() > 0
+			p.cmd.Process.Signal(syscall.SIGSTOP)
+			time.Sleep(sc.TTL + sc.TTL/2 + time.Duration(rand.IntN(500))*time.Millisecond)
+			p.cmd.Process.Signal(syscall.SIGCONT)
+			// The stale owner wakes up: its lease has lapsed, it must
+			// self-fence (and the checker verifies it committed nothing
+			// under its old epoch after a newer one acted).
+			// (An owner that had delivered nothing may not have had its
+			// node lease yet: it has nothing to fence.)
+			select {
+			case <-p.exited:
+				if c, _ := p.fence.Load().(string); strings.Contains(c, "fence") {
+					res.StaleWoken++
+				} else if holder {
+					t.Errorf("owner %s woke up and stopped without a self-fence: %q", p.node, c)
+				}
+			case <-time.After(20 * time.Second):
+				if holder {
+					t.Errorf("owner %s (%d deliveries) woke up past its ttl and did not self-fence", p.node, p.active.Load())
+				}
+			}
+		case ProxyCut:
+			note(kind)
+			d.proxy.CutAll()
+		case ProxyLatency:
+			note(kind)
+			d.proxy.SetLatency(time.Duration(50+rand.IntN(250)) * time.Millisecond)
+			time.Sleep(sc.Gap)
+			d.proxy.SetLatency(0)
+		case ProxyRefuse:
+			note(kind)
+			// Longer than the ttl: the owners lose their leases.
+			dur := sc.TTL + time.Duration(rand.IntN(1000))*time.Millisecond
+			d.proxy.Refuse(dur)
+			d.proxy.CutAll()
+			time.Sleep(dur)
+		case ServerCrash:
+			note(kind)
+			d.proc.crash()
+			time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond)
+			if err := d.proc.start(); err != nil {
+				t.Fatalf("restart the server: %v", err)
+			}
+			res.ServerRestarted++
+			if err := d.waitWorld(60 * time.Second); err != nil {
+				t.Fatalf("world after a server restart: %v", err)
+			}
+		case NodeKill:
+			var victim *servertest.Node
+			target := []string{wire.BucketStream(d.world), wire.MailboxStream(d.world), ""}[nodeKills%3]
+			nodeKills++
+			leader := ""
+			if target != "" {
+				leader = d.leaderOf(target)
+			}
+			for _, n := range d.cluster.Nodes {
+				if n.Name() == leader {
+					victim = n
+				}
+			}
+			if victim == nil {
+				victim = d.cluster.Nodes[i%3]
+			}
+			note(kind)
+			victim.Server.Stop()
+			time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
+			victim.Restart(t)
+			// Never two members down: wait until it is current again.
+			if !waitUntil(60*time.Second, func() bool { return victim.JetStreamIsCurrent() }) {
+				t.Fatalf("%s did not catch up after its restart", victim.Name())
+			}
+			if err := d.waitWorld(60 * time.Second); err != nil {
+				t.Fatalf("world after a node restart: %v", err)
+			}
+		}
+	}
+	time.Sleep(sc.Gap)
+
+	// Heal, stop the producers and the ownership clients.
+	if d.proxy != nil {
+		d.proxy.SetLatency(0)
+		d.proxy.Refuse(0)
+	}
+	stopProducers()
+	stopLin()
+	prodWG.Wait()
+	linWG.Wait()
+
+	// Let the owners deliver what they can, then stop them and drain
+	// everything in a final full drain.
+	waitUntil(sc.Final, func() bool { return rec.Undelivered() == 0 })
+	own.stop()
+	ownersStopped = true
+	final := finalDrain(t, d, rec, mbIDs, sc)
+
+	h := rec.History()
+	res.Report = history.Check(h)
+	res.Lin = history.CheckOwnership(h.Ops, 2*time.Minute)
+	res.Fences = own.Fences.Load()
+	res.OwnerStarts = own.Starts.Load()
+	res.Duration = time.Since(start)
+
+	// Takeovers by the fault in force when the new epoch first acted.
+	firstAct := map[[2]any]time.Time{}
+	for _, dl := range h.Deliveries {
+		k := [2]any{dl.ID, dl.Epoch}
+		if at, ok := firstAct[k]; !ok || dl.At.Before(at) {
+			firstAct[k] = dl.At
+		}
+	}
+	firstEpoch := map[string]uint64{}
+	for k := range firstAct {
+		id, e := k[0].(string), k[1].(uint64)
+		if f, ok := firstEpoch[id]; !ok || e < f {
+			firstEpoch[id] = e
+		}
+	}
+	for k, at := range firstAct {
+		if k[1].(uint64) == firstEpoch[k[0].(string)] {
+			continue
+		}
+		kind := "none"
+		for _, f := range faults {
+			if f.at.Before(at) {
+				kind = f.kind
+			}
+		}
+		if at.After(final) {
+			kind = "final-drain"
+		}
+		res.Takeovers[kind]++
+	}
+	if own.BadLines.Load() > 0 {
+		t.Errorf("%d unreadable report lines", own.BadLines.Load())
+	}
+	t.Logf("%s: owner exits: %s", sc.Name, own.causes())
+	return res
+}
+
+// produce posts to id until ctx ends, one send at a time. Each key is sent
+// with its own message id and retried (same message id, so at most one copy
+// is stored) while the outcome is unknown or the send is refused
+// transiently, for up to 30 s.
+func produce(ctx context.Context, w *client.World, rec *history.Recorder, producer, id string, pace time.Duration, backlog int) {
+	for n := 1; ctx.Err() == nil; n++ {
+		for backlog > 0 && rec.Undelivered() > backlog && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		key := fmt.Sprintf("%s-%d", producer, n)
+		h := rec.SendInvoked(producer, id, key)
+		o, seq := send(w, id, key)
+		rec.SendDone(h, o, seq)
+		if pace > 0 {
+			time.Sleep(pace)
+		}
+	}
+}
+
+func send(w *client.World, id, key string) (history.Outcome, uint64) {
+	unknown := false
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		p, err := w.Queue.Send(ctx, id, []byte(key), queue.WithMsgID(key))
+		cancel()
+		if err == nil {
+			return history.Posted, p.Seq
+		}
+		if errors.Is(err, queue.ErrUnknown) {
+			unknown = true
+		}
+		if errors.Is(err, queue.ErrFull) || errors.Is(err, queue.ErrTooLarge) || time.Now().After(deadline) {
+			if unknown {
+				return history.Unknown, 0
+			}
+			return history.Refused, 0
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ownershipClient runs random ownership operations on two ids of its own
+// (shared with the other ownership clients), with ttls short enough to
+// lapse during the run, and records each with its call and return times.
+func ownershipClient(ctx context.Context, w *client.World, rec *history.Recorder, n int) {
+	node := fmt.Sprintf("lin-%d", n)
+	linIDs := []string{"lin-a", "lin-b"}
+	kinds := []history.OpKind{history.OpClaim, history.OpClaim, history.OpRenew, history.OpRenew, history.OpRelease, history.OpSeize, history.OpForceSeize, history.OpOwner, history.OpOwner}
+	ttls := []time.Duration{150 * time.Millisecond, 400 * time.Millisecond, time.Second}
+	for ctx.Err() == nil {
+		octx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		out := rec.Own(octx, w.Ownership, kinds[rand.IntN(len(kinds))], linIDs[rand.IntN(len(linIDs))], node, ttls[rand.IntN(len(ttls))])
+		cancel()
+		pause := time.Duration(10+rand.IntN(60)) * time.Millisecond
+		if out.Res == history.ResUnknown || out.Res == history.ResFailed {
+			pause = 300 * time.Millisecond // few operations of unknown outcome: they widen the search
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
+}
+
+// finalDrain serves every mailbox id with an in-process worker (direct
+// connection, no faults) until each mailbox is empty, and returns when it
+// started.
+func finalDrain(t testing.TB, d *deployment, rec *history.Recorder, mbIDs []string, sc scenario) time.Time {
+	started := time.Now()
+	c, err := client.Connect(d.direct(), client.WithTimeout(5*time.Second), client.WithLogger(quiet), natsOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := c.World(ctx, d.world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(_ context.Context, m drain.Message) error {
+		rec.Deliver(history.Delivery{ID: m.ID, Key: string(m.Body), Seq: m.Seq, Node: m.Fence.Node, Epoch: m.Fence.Epoch, Revision: m.Fence.Revision, At: time.Now()})
+		return nil
+	}
+	obs := drain.WithCommitObserver(func(cm drain.Commit) {
+		rec.Commit(history.Commit{ID: cm.ID, Node: cm.Node, Epoch: cm.Epoch, Revision: cm.Revision, Cursor: cm.Cursor, StreamSeq: cm.StreamSeq, At: time.Now()})
+	})
+	wk, err := worker.New(w, worker.Config{Node: "final", TTL: sc.TTL, IDs: mbIDs, Log: quiet, DrainOptions: []drain.Option{obs}}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(ctx) }()
+	// Empty: no message left in any mailbox after its cursor. Purges run
+	// after commits, so wait for the stream itself to be empty of them.
+	empty := waitUntil(sc.Final, func() bool {
+		ictx, icancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer icancel()
+		info, err := w.Mailbox.Info(ictx, jetstream.WithSubjectFilter(wire.MailboxFilter(d.world)))
+		if err != nil {
+			return false
+		}
+		for _, n := range info.State.Subjects {
+			if n > 0 {
+				return false
+			}
+		}
+		return rec.Undelivered() == 0
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("final worker: %v", err)
+	}
+	if !empty {
+		t.Errorf("final drain: mailboxes not empty after %v (%d posted messages undelivered)", sc.Final, rec.Undelivered())
+	}
+	return started
+}
+
+// waitUntil polls fn until it is true or total passed.
+func waitUntil(total time.Duration, fn func() bool) bool {
+	deadline := time.Now().Add(total)
+	for !fn() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// verify fails the test unless the run kept every invariant.
+func verify(t testing.TB, sc scenario, res outcome) {
+	t.Helper()
+	rep := res.Report
+	t.Logf("%s: %s", sc.Name, summary(res))
+	if rep.Lost+rep.Unexpected+rep.StaleCommits+rep.StaleDeliveries+rep.Order+rep.CursorBack != 0 {
+		t.Errorf("%s: invariants violated:\n%s", sc.Name, rep)
+	}
+	if res.Lin.Result != porcupine.Ok {
+		t.Errorf("%s: ownership history not linearizable: %s (%d ops, %d unknown)", sc.Name, res.Lin.Result, res.Lin.Ops, res.Lin.Unknown)
+	}
+	if rep.Posted == 0 || rep.Deliveries == 0 {
+		t.Errorf("%s: nothing happened: %s", sc.Name, rep)
+	}
+	for _, f := range sc.Faults {
+		if res.Faults[f] == 0 {
+			t.Errorf("%s: fault %s was never injected", sc.Name, f)
+		}
+	}
+}
+
+func summary(res outcome) string {
+	kinds := func(m map[string]int) string {
+		var ks []string
+		for k := range m {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		var b []string
+		for _, k := range ks {
+			b = append(b, fmt.Sprintf("%s=%d", k, m[k]))
+		}
+		return strings.Join(b, ",")
+	}
+	return fmt.Sprintf("%v | faults %s | takeovers %s | stale owners woken and fenced %d | self-fences %d, owner starts %d | ownership ops %d (unknown %d): %s | %s",
+		res.Duration.Round(time.Millisecond), kinds(res.Faults), kinds(res.Takeovers), res.StaleWoken, res.Fences, res.OwnerStarts,
+		res.Lin.Ops, res.Lin.Unknown, res.Lin.Result, res.Report)
+}
