@@ -18,10 +18,26 @@ vet:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+# Every fuzz target (docs/fuzzing.md), one at a time, each for FUZZTIME
+# (1000000x: a million executions; or a duration such as 60s), with
+# FUZZPAR workers. The corpus kept in <pkg>/testdata/fuzz runs as seeds in
+# `make test` too.
+FUZZTIME ?= 1000000x
+FUZZPAR ?= 1
+FUZZ_TARGETS := \
+	internal/wire:FuzzIDCodec internal/wire:FuzzDecodeID internal/wire:FuzzDecodeRecord \
+	internal/wire:FuzzEncodeRecord internal/wire:FuzzValidateWorld \
+	queue:FuzzValidateHeader queue:FuzzValidateFrom queue:FuzzValidateMsgID \
+	drain:FuzzDecodeCursor drain:FuzzDecodeLock drain:FuzzDecodeDeadLetter \
+	world:FuzzDecodeConfigMeta world:FuzzConfigValidate \
+	daemon:FuzzDecodeConfig daemon:FuzzConfigDuration daemon:FuzzParseFlags
+
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzIDCodec -fuzztime 30s ./internal/wire/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeID -fuzztime 30s ./internal/wire/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 30s ./internal/wire/
+	@set -e; for pt in $(FUZZ_TARGETS); do \
+		pkg=$${pt%%:*}; t=$${pt##*:}; \
+		echo "== $$t ./$$pkg/ ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPAR) ./$$pkg/; \
+	done
 
 # Start the server on the embedded default (127.0.0.1:4222, ./data).
 run:
