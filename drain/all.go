@@ -233,7 +233,9 @@ func (d *Drainer) scan(ctx context.Context, runs []*run, g *sweep) error {
 // scanOne delivers one message of the scan to the run's handler, with the
 // rules of handle; a failure below the limit takes the run out of the scan.
 func (r *run) scanOne(m *jetstream.RawStreamMsg) {
-	if r.ctx.Err() != nil || (r.o.max > 0 && r.res.Count+r.scanAcked+r.scanDead >= r.o.max) {
+	// A run whose authority ran out leaves the scan: it goes on alone,
+	// where handle reads the record again before it hands out anything.
+	if r.ctx.Err() != nil || !r.a.valid() || (r.o.max > 0 && r.res.Count+r.scanAcked+r.scanDead >= r.o.max) {
 		r.diverted = true
 		return
 	}

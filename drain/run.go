@@ -327,6 +327,22 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 		if m.Sequence <= next.Seq {
 			continue // committed; its purge has not reached this replica
 		}
+		// Hand out nothing once the drain was stopped (a self-fence
+		// cancels it) or its authority ran out while it worked through
+		// the batch: a holder paused or cut off mid-batch would otherwise
+		// deliver the rest after a newer holder did (SPEC section 5: every
+		// route refuses work on a lapsed lease). What was acknowledged is
+		// committed if the holding still allows.
+		if err := r.stillHolder(ctx); err != nil {
+			if next.Seq > r.cur.Seq {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				if cerr := r.commit(cctx, next, acked, dead); cerr != nil {
+					return false, cerr
+				}
+			}
+			return false, err
+		}
 		delivery := r.cur.failuresOf(m.Sequence) + 1
 		r.res.Deliveries++
 		herr := r.h(ctx, r.message(m, delivery))
@@ -368,6 +384,25 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 		return false, nil
 	}
 	return false, r.commit(ctx, next, acked, dead)
+}
+
+// stillHolder says whether the drain may hand out another message: not
+// stopped, and its authority still valid by the local clock, or valid
+// again after reading the record (a keeper may have renewed the lease).
+func (r *run) stillHolder(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if r.a.valid() {
+		return nil
+	}
+	if err := r.reauthorize(ctx); err != nil {
+		return err
+	}
+	if !r.a.valid() {
+		return &ownership.FreeError{ID: r.a.id, LastEpoch: r.a.epoch}
+	}
+	return nil
 }
 
 func (r *run) message(m *jetstream.RawStreamMsg, delivery int) Message {
