@@ -77,11 +77,14 @@ type Config struct {
 	// round posts one message to every id (so Rounds is the messages per
 	// id) and takes as long as it takes.
 	Rounds   int
-	BodySize int // bytes per message, at least 16
+	BodySize int // bytes per message, at least 20
 	Window   int // asynchronous sends in flight per producer
-	// MaxBacklog bounds posted-but-undelivered messages: producers wait
-	// above it, so that both sides run at their delivery capacity and the
-	// latency measures delivery, not an ever-growing queue.
+	// MaxBacklog bounds posted-but-undelivered messages, MaxBacklog/IDs per
+	// id: producers skip an id above its share (and wait when every id is),
+	// so that both sides run at their delivery capacity, the latency
+	// measures delivery, not an ever-growing queue, and an id stalled by a
+	// takeover does not stop the posts to the others. In fan-in the bound
+	// is on the total.
 	MaxBacklog int
 	// Settle bounds the wait, after posting stops, for the last deliveries.
 	Settle time.Duration
@@ -262,7 +265,7 @@ func (c Config) withDefaults() (Config, error) {
 	defD(&c.Settle, d.Settle)
 	defD(&c.TTL, d.TTL)
 	defD(&c.FaultEvery, d.FaultEvery)
-	c.BodySize = max(c.BodySize, 16)
+	c.BodySize = max(c.BodySize, 20)
 	if c.Scenario == ScenarioFanIn {
 		c.Duration = 0
 	}
@@ -417,6 +420,9 @@ type side struct {
 	distinct        atomic.Int64 // messages delivered at least once
 	nextMsg         atomic.Uint64
 
+	ids   map[string]int // id -> index
+	perID []idCounts
+
 	mu     sync.Mutex
 	hist   *hdrhistogram.Histogram // microseconds
 	count  []int32                 // deliveries per message number
@@ -424,40 +430,53 @@ type side struct {
 	secs   []*second               // per second since start
 }
 
+// idCounts are one id's messages sent (counted when sent, not when
+// acknowledged) and delivered at least once.
+type idCounts struct{ sent, delivered atomic.Int64 }
+
 type second struct {
 	n int64
 	h *hdrhistogram.Histogram // microseconds, 2 significant digits
 }
 
-func newSide(name string, cfg Config, start time.Time) *side {
-	return &side{
+func newSide(name string, cfg Config, start time.Time, ids []string) *side {
+	s := &side{
 		name:  name,
 		cfg:   cfg,
 		start: start,
 		hist:  hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 3),
+		ids:   make(map[string]int, len(ids)),
+		perID: make([]idCounts, len(ids)),
 	}
+	for i, id := range ids {
+		s.ids[id] = i
+	}
+	return s
 }
 
-// body builds a message: its number, the send time, padding.
-func (s *side) body() ([]byte, uint64) {
+// body builds a message to the id at index idx: its number, the send
+// time, the index, padding.
+func (s *side) body(idx int) ([]byte, uint64) {
 	n := s.nextMsg.Add(1)
 	b := make([]byte, s.cfg.BodySize)
 	binary.BigEndian.PutUint64(b[0:8], n)
 	binary.BigEndian.PutUint64(b[8:16], uint64(time.Now().UnixNano()))
+	binary.BigEndian.PutUint32(b[16:20], uint32(idx))
 	return b, n
 }
 
 // deliver records one successful delivery of body, now.
 func (s *side) deliver(body []byte) {
-	if len(body) < 16 {
+	if len(body) < 20 {
 		return
 	}
-	s.deliverAt(binary.BigEndian.Uint64(body[0:8]), int64(binary.BigEndian.Uint64(body[8:16])), time.Now().UnixNano())
+	s.deliverAt(int(binary.BigEndian.Uint32(body[16:20])), binary.BigEndian.Uint64(body[0:8]), int64(binary.BigEndian.Uint64(body[8:16])), time.Now().UnixNano())
 }
 
-// deliverAt records a delivery of message n, sent at sent, handled at at
-// (unix nanos). It says whether it was the message's first delivery.
-func (s *side) deliverAt(n uint64, sent, at int64) bool {
+// deliverAt records a delivery of message n to the id at index idx, sent
+// at sent, handled at at (unix nanos). It says whether it was the
+// message's first delivery.
+func (s *side) deliverAt(idx int, n uint64, sent, at int64) bool {
 	if n == 0 {
 		return false // a warm-up message
 	}
@@ -484,6 +503,9 @@ func (s *side) deliverAt(n uint64, sent, at int64) bool {
 	s.nDelivered.Add(1)
 	if first {
 		s.distinct.Add(1)
+		if idx >= 0 && idx < len(s.perID) {
+			s.perID[idx].delivered.Add(1)
+		}
 	}
 	if at > s.lastDelivery.Load() {
 		s.lastDelivery.Store(at)
@@ -509,14 +531,17 @@ func (s *side) markPosted(n uint64) {
 
 func (s *side) backlog() int64 { return s.nSent.Load() - s.nDelivered.Load() }
 
+func (s *side) idBacklog(i int) int64 { return s.perID[i].sent.Load() - s.perID[i].delivered.Load() }
+
 // produce posts until the posting time d ends, or in fan-in (d == 0) one
 // message to every id, in an order shuffled per round.
 func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Duration) error {
 	deadline := s.roundStart.Add(d)
-	order := ids
+	order := make([]int, len(ids))
+	for i := range order {
+		order[i] = i
+	}
 	if d == 0 {
-		order = make([]string, len(ids))
-		copy(order, ids)
 		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	}
 	var wg sync.WaitGroup
@@ -535,8 +560,26 @@ func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Du
 				}
 				return time.Now().Before(deadline)
 			}
+			perID := int64(max(s.cfg.MaxBacklog/len(ids), 1))
+			// next is the index of the next id to post to, or -1 when
+			// every id is at its backlog share.
+			next := func() int {
+				if d == 0 {
+					i := order[k]
+					k += s.cfg.Producers
+					return i
+				}
+				for range len(order) {
+					i := order[k%len(order)]
+					k++
+					if s.idBacklog(i) < perID {
+						return i
+					}
+				}
+				return -1
+			}
 			for more() && ctx.Err() == nil {
-				if s.backlog() > int64(s.cfg.MaxBacklog) {
+				if d == 0 && s.backlog() > int64(s.cfg.MaxBacklog) {
 					time.Sleep(200 * time.Microsecond)
 					continue
 				}
@@ -545,9 +588,13 @@ func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Du
 					if d == 0 && k >= len(order) {
 						break
 					}
-					b, n := s.body()
-					wait, err := send(order[k%len(order)], b)
-					k += s.cfg.Producers
+					i := next()
+					if i < 0 {
+						break
+					}
+					b, n := s.body(i)
+					s.perID[i].sent.Add(1)
+					wait, err := send(ids[i], b)
 					if err != nil {
 						errs <- err
 						return
@@ -560,6 +607,9 @@ func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Du
 						return
 					}
 					s.markPosted(f.n)
+				}
+				if len(fl) == 0 {
+					time.Sleep(200 * time.Microsecond)
 				}
 			}
 		})
@@ -756,7 +806,7 @@ func removeWith(f func(ctx context.Context) error) func() {
 // setupOurs is the fencepost side: a world of its own, the ledger that
 // follows it, the owners of the scenario, producers using SendAsync.
 func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, ids []string, url string, start time.Time) (_ *runner, err error) {
-	s := newSide("fencepost", cfg, start)
+	s := newSide("fencepost", cfg, start, ids)
 	r := &runner{s: s, errs: make(chan error, len(ids)+16), stop: func() {}}
 	defer func() {
 		if err != nil {
@@ -858,7 +908,7 @@ func handle(s *side, led *ledger) drain.Handler {
 			n, sent = binary.BigEndian.Uint64(m.Body[0:8]), int64(binary.BigEndian.Uint64(m.Body[8:16]))
 		}
 		led.delivery(m.ID, m.Seq, m.Fence.Epoch, at, n != 0)
-		s.deliverAt(n, sent, at)
+		s.deliverAt(s.ids[m.ID], n, sent, at)
 		return nil
 	}
 }
@@ -949,7 +999,7 @@ func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl 
 		}
 		n, sent := binary.BigEndian.Uint64(m.Body[0:8]), int64(binary.BigEndian.Uint64(m.Body[8:16]))
 		led.delivery(m.ID, m.Seq, m.Fence.Epoch, at, n != 0)
-		if s.deliverAt(n, sent, at) {
+		if s.deliverAt(s.ids[m.ID], n, sent, at) {
 			first++
 		}
 		return nil
@@ -988,7 +1038,7 @@ func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl 
 // last message). In fan-in, one pull consumer of every subject fetches
 // batches of up to 1000 instead.
 func setupRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids []string, start time.Time) (_ *runner, err error) {
-	s := newSide("raw", cfg, start)
+	s := newSide("raw", cfg, start, ids)
 	r := &runner{s: s, errs: make(chan error, len(ids)), stop: func() {}}
 	defer func() {
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,7 +13,8 @@ import (
 
 // TestCLI runs `fencepost bench` as a user would: a short steady run on the
 // default embedded server prints one JSON object with the contract's
-// fields and exits 0; an unimplemented scenario is a usage error (exit 2).
+// fields and exits 0; an unknown scenario is a usage error (exit 2); a
+// short takeover run writes its chart.
 func TestCLI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -56,7 +58,34 @@ func TestCLI(t *testing.T) {
 		t.Errorf("lost %v stale %v gap %v ratio %v", m["lost"], m["stale_commits"], m["takeover_gap_p99_ms"], m["ratio"])
 	}
 
-	if _, _, code := run("bench", "--scenario", "takeover"); code != 2 {
-		t.Errorf("--scenario takeover: exit %d, want 2 (not implemented)", code)
+	if _, _, code := run("bench", "--scenario", "nope"); code != 2 {
+		t.Errorf("--scenario nope: exit %d, want 2", code)
+	}
+
+	// A takeover run through the real binary, which starts itself as the
+	// owner processes: the takeover fields and a chart.
+	chart := filepath.Join(t.TempDir(), "takeover.svg")
+	out, errOut, code = run("bench", "--scenario", "takeover", "--duration", "3s", "--rounds", "1", "--ids", "3", "--json", "--chart", chart)
+	if code != 0 {
+		t.Fatalf("takeover: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	m = map[string]any{}
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, out)
+	}
+	for _, k := range []string{"takeovers", "takeover_gap_p50_ms", "takeover_gap_p99_ms", "takeover_gap_max_ms", "send_throughput", "stale_deliveries", "commits_checked", "takeover_gaps", "faults"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("no %q in %s", k, out)
+		}
+	}
+	if m["scenario"] != "takeover" || m["lost"] != 0.0 || m["stale_commits"] != 0.0 || m["takeovers"].(float64) < 1 || m["takeover_gap_p99_ms"].(float64) <= 0 {
+		t.Errorf("scenario %v lost %v stale %v takeovers %v gap %v", m["scenario"], m["lost"], m["stale_commits"], m["takeovers"], m["takeover_gap_p99_ms"])
+	}
+	svg, err := os.ReadFile(chart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "stroke-dasharray") {
+		t.Errorf("chart without takeover markers: %.300s", svg)
 	}
 }

@@ -47,6 +47,10 @@ type GapStats struct {
 	P50        float64 `json:"p50_ms"`
 	P99        float64 `json:"p99_ms"`
 	Max        float64 `json:"max_ms"`
+	// The part of the gap until the broker stored the new holder's claim
+	// (the rest is the new holder's first drain getting to its handler).
+	ClaimP50 float64 `json:"claim_p50_ms"`
+	ClaimP99 float64 `json:"claim_p99_ms"`
 }
 
 type gapSample struct {
@@ -183,7 +187,11 @@ func (ps *procSet) onLine(p *proc, line string) {
 	case 'f':
 		p.fenced.Store(l.text)
 	case 'd':
-		ps.s.deliverAt(l.n, int64(l.sent), int64(l.at))
+		idx, ok := ps.s.ids[l.id]
+		if !ok {
+			idx = -1
+		}
+		ps.s.deliverAt(idx, l.n, int64(l.sent), int64(l.at))
 		ps.led.delivery(l.id, l.seq, l.epoch, int64(l.at), l.n != 0)
 		ps.observe(l.id, l.epoch, int64(l.at))
 	}
@@ -385,7 +393,21 @@ func (ps *procSet) gapStats() map[string]GapStats {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	byKind := map[string][]float64{}
+	claims := map[string][]float64{}
 	out := map[string]GapStats{}
+	claimed := func(g *gapSample) (float64, bool) {
+		ps.led.mu.Lock()
+		defer ps.led.mu.Unlock()
+		for _, n := range ps.led.newer[g.id] {
+			if n.epoch > g.epoch && n.at >= g.at-int64(clockTolerance) {
+				if g.kind == FaultSeize && n.epoch == g.epoch+1 {
+					continue // the seizing operator's own epoch
+				}
+				return float64(n.at-g.at) / 1e6, true
+			}
+		}
+		return 0, false
+	}
 	for _, f := range ps.faults {
 		for _, k := range []string{f.Kind, "all"} {
 			st := out[k]
@@ -408,6 +430,10 @@ func (ps *procSet) gapStats() map[string]GapStats {
 		ms := float64(g.first-g.at) / 1e6
 		byKind[g.kind] = append(byKind[g.kind], ms)
 		byKind["all"] = append(byKind["all"], ms)
+		if c, ok := claimed(g); ok {
+			claims[g.kind] = append(claims[g.kind], c)
+			claims["all"] = append(claims["all"], c)
+		}
 		if f := &ps.faults[g.fault]; ms > f.GapMs {
 			f.GapMs = round(ms, 1)
 		}
@@ -415,6 +441,7 @@ func (ps *procSet) gapStats() map[string]GapStats {
 	for k, v := range byKind {
 		st := out[k]
 		st.P50, st.P99, st.Max = quantile(v, 0.50), quantile(v, 0.99), quantile(v, 1)
+		st.ClaimP50, st.ClaimP99 = quantile(claims[k], 0.50), quantile(claims[k], 0.99)
 		out[k] = st
 	}
 	return out

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"sort"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -22,22 +25,26 @@ var (
 	flagBenchEmbedded bool
 	flagBenchIDs      int
 	flagBenchDuration time.Duration
+	flagBenchRounds   int
 	flagBenchQuiet    bool
+	flagBenchChart    string
 	benchFlags        *flagSet // to tell whether --server was given
 )
 
 func init() {
 	register("bench", &command{
-		usage: "bench [--scenario steady] [--size smoke|full] [--embedded | --server URL]",
+		usage: "bench [--scenario steady|takeover|handoff|fan-in] [--size smoke|full] [--chart FILE]",
 		short: "benchmark delivery beside raw JetStream on the same server; exit 1 if a message was lost or committed under a stale epoch",
 		flags: func(fs *flagSet) {
 			benchFlags = fs
-			fs.StringVar(&flagBenchScenario, "scenario", bench.ScenarioSteady, "scenario: steady (takeover, handoff and fan-in are not implemented yet)")
-			fs.StringVar(&flagBenchSize, "size", bench.SizeSmoke, "size: smoke (about 20-30 s) or full (a few minutes)")
+			fs.StringVar(&flagBenchScenario, "scenario", bench.ScenarioSteady, "scenario: steady, takeover (owner processes killed, stopped past their ttl, force-seized), handoff (graceful stops) or fan-in (10,000 ids, a pool of workers)")
+			fs.StringVar(&flagBenchSize, "size", bench.SizeSmoke, "size: smoke (about 30 s) or full (a few minutes)")
 			fs.BoolVar(&flagBenchEmbedded, "embedded", true, "run an embedded server with its store in a temporary directory; the default unless --server is given")
 			fs.IntVar(&flagBenchIDs, "ids", 0, "mailboxes (default: the size's)")
-			fs.DurationVar(&flagBenchDuration, "duration", 0, "posting time of each side (default: the size's)")
-			fs.BoolVar(&flagBenchQuiet, "quiet", false, "no progress line on stderr")
+			fs.DurationVar(&flagBenchDuration, "duration", 0, "posting time of each side (default: the size's; not fan-in)")
+			fs.IntVar(&flagBenchRounds, "rounds", 0, "alternations of the two sides (default: the size's; fan-in: messages per id)")
+			fs.BoolVar(&flagBenchQuiet, "quiet", false, "no progress on stderr")
+			fs.StringVar(&flagBenchChart, "chart", "", "write an SVG chart of throughput and latency p99 per second, takeovers marked, to this file")
 		},
 		run: runBench,
 	})
@@ -47,10 +54,11 @@ func runBench(e *env, args []string) int {
 	if len(args) != 0 {
 		return e.usageErr("bench", "takes no arguments, got %d", len(args))
 	}
-	if flagBenchScenario != bench.ScenarioSteady {
-		return e.usageErr("bench", "--scenario %q: only steady is implemented so far", flagBenchScenario)
+	sizes, ok := bench.ScenarioSizes[flagBenchScenario]
+	if !ok {
+		return e.usageErr("bench", "--scenario %q: use %s", flagBenchScenario, strings.Join(bench.Scenarios, ", "))
 	}
-	if _, ok := bench.Sizes[flagBenchSize]; !ok {
+	if _, ok := sizes[flagBenchSize]; !ok {
 		return e.usageErr("bench", "--size %q: use smoke or full", flagBenchSize)
 	}
 	serverGiven, embeddedGiven := false, false
@@ -72,11 +80,12 @@ func runBench(e *env, args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := bench.Config{Scenario: flagBenchScenario, Size: flagBenchSize, IDs: flagBenchIDs, Duration: flagBenchDuration, Log: e.log}
+	cfg := bench.Config{Scenario: flagBenchScenario, Size: flagBenchSize, IDs: flagBenchIDs, Duration: flagBenchDuration, Rounds: flagBenchRounds, Log: e.log}
 	where := "an embedded server"
 	if !embedded {
 		// The user's server, with the connection flags (creds, TLS) of every
 		// command, and a longer JetStream timeout than a single operation's.
+		// Owner processes connect to the URL alone.
 		e.clientOpts = append(e.clientOpts, client.WithTimeout(max(e.timeout, 30*time.Second)))
 		c, err := e.client()
 		if err != nil {
@@ -85,22 +94,27 @@ func runBench(e *env, args []string) int {
 		cfg.Client = c
 		where = e.server
 	}
+	var pr *benchProgress
 	if !flagBenchQuiet {
 		fmt.Fprintf(e.err, "bench %s (%s) on %s\n", cfg.Scenario, cfg.Size, where)
-		cfg.Progress = func(p bench.Progress) {
-			phase := "posting"
-			if p.Elapsed > p.Duration {
-				phase = "settling"
-			}
-			fmt.Fprintf(e.err, "\rround %d/%d  %-9s %-8s %4.1f/%.1fs  sent %-9d delivered %-9d", p.Round, p.Rounds, p.Side, phase, p.Elapsed.Seconds(), p.Duration.Seconds(), p.Sent, p.Delivered)
-		}
+		f, isFile := e.err.(*os.File)
+		pr = &benchProgress{out: e.err, tty: isFile && isTerminal(f)}
+		cfg.Progress = pr.show
 	}
 	rep, err := bench.Run(ctx, cfg)
-	if !flagBenchQuiet {
-		fmt.Fprintln(e.err)
+	if pr != nil {
+		pr.end()
 	}
 	if err != nil {
 		return e.fail(err)
+	}
+	if flagBenchChart != "" {
+		if err := writeChart(flagBenchChart, rep); err != nil {
+			return e.fail(err)
+		}
+		if !flagBenchQuiet {
+			fmt.Fprintf(e.err, "chart written to %s\n", flagBenchChart)
+		}
 	}
 	if e.json {
 		b, err := json.Marshal(struct {
@@ -116,13 +130,90 @@ func runBench(e *env, args []string) int {
 	}
 	if !rep.OK() {
 		fmt.Fprintf(e.err, "fencepost bench: FAILED: %d lost, %d stale-epoch commits (both must be 0)\n", rep.Lost, rep.StaleCommits)
+		for _, ex := range rep.StaleExamples {
+			fmt.Fprintf(e.err, "  stale commit: %s\n", ex)
+		}
 		return exitError
 	}
 	return exitOK
 }
 
+func writeChart(path string, rep bench.Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("bench: --chart: %w", err)
+	}
+	if err := bench.WriteSVG(f, rep); err != nil {
+		f.Close()
+		return fmt.Errorf("bench: --chart: %w", err)
+	}
+	return f.Close()
+}
+
+func isTerminal(f *os.File) bool {
+	if f == nil {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// benchProgress shows the run's progress on stderr: a bar redrawn in place
+// on a terminal, otherwise a plain line when a side's round starts and
+// every 5 s.
+type benchProgress struct {
+	out       io.Writer
+	tty       bool
+	last      time.Time
+	lastRound string
+	drawn     bool
+}
+
+func (p *benchProgress) show(s bench.Progress) {
+	phase := "posting"
+	if s.Duration > 0 && s.Elapsed > s.Duration {
+		phase = "settling"
+	}
+	timing := fmt.Sprintf("%4.1fs", s.Elapsed.Seconds())
+	if s.Duration > 0 {
+		timing = fmt.Sprintf("%4.1f/%.1fs", s.Elapsed.Seconds(), s.Duration.Seconds())
+	}
+	line := fmt.Sprintf("round %d/%d  %-9s %-8s %s  sent %-9d delivered %-9d", s.Round, s.Rounds, s.Side, phase, timing, s.Sent, s.Delivered)
+	if s.Takeovers > 0 {
+		line += fmt.Sprintf(" takeovers %d", s.Takeovers)
+	}
+	if p.tty {
+		const width = 24
+		fill := int(s.Done*width + 0.5)
+		fill = min(max(fill, 0), width)
+		fmt.Fprintf(p.out, "\r\033[K[%s%s] %3.0f%% %s", strings.Repeat("#", fill), strings.Repeat("-", width-fill), 100*s.Done, line)
+		p.drawn = true
+		return
+	}
+	round := fmt.Sprintf("%d %s", s.Round, s.Side)
+	if round == p.lastRound && time.Since(p.last) < 5*time.Second {
+		return
+	}
+	p.lastRound, p.last = round, time.Now()
+	fmt.Fprintf(p.out, "%3.0f%% %s\n", 100*s.Done, line)
+}
+
+func (p *benchProgress) end() {
+	if p.drawn {
+		fmt.Fprintln(p.out)
+	}
+}
+
 func printBenchTable(e *env, r bench.Report) {
-	fmt.Fprintf(e.out, "scenario %s, size %s: %d ids, %.0f s of posting per side in %d alternating rounds\n\n", r.Scenario, r.Size, r.IDs, r.Seconds, r.Rounds)
+	what := fmt.Sprintf("%.0f s of posting per side", r.Seconds)
+	if r.Scenario == bench.ScenarioFanIn {
+		what = fmt.Sprintf("%d message(s) per id per side", r.Rounds)
+	}
+	fmt.Fprintf(e.out, "scenario %s, size %s: %d ids, %s in %d alternating rounds", r.Scenario, r.Size, r.IDs, what, r.Rounds)
+	if r.Owners > 0 {
+		fmt.Fprintf(e.out, ", %d owner processes, ttl %d ms", r.Owners, r.TTLms)
+	}
+	fmt.Fprint(e.out, "\n\n")
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	ratio := func(a, b float64) string {
 		if b == 0 {
@@ -139,7 +230,23 @@ func printBenchTable(e *env, r bench.Report) {
 	fmt.Fprintf(tw, "messages sent\t%d\t%d\t\t\n", r.Sent, r.RawSent)
 	fmt.Fprintf(tw, "duplicates %%\t%.4f\t\t\t\n", r.DuplicatesPct)
 	fmt.Fprintf(tw, "lost\t%d\t%d\t\t\n", r.Lost, r.RawLost)
-	fmt.Fprintf(tw, "stale-epoch commits\t%d of %d checked\t\t\t\n", r.StaleCommits, r.StaleChecked)
-	fmt.Fprintf(tw, "takeover gap p99 ms\t%.1f\t\t\t\n", r.TakeoverGapP99)
+	fmt.Fprintf(tw, "delivered by the final drain\t%d\t\t\t\n", r.FinalDrained)
+	fmt.Fprintf(tw, "stale-epoch commits\t%d of %d\t\t\t\n", r.StaleCommits, r.CommitsChecked)
+	fmt.Fprintf(tw, "stale-epoch deliveries (refused at commit)\t%d of %d\t\t\t\n", r.StaleDeliveries, r.StaleChecked)
+	fmt.Fprintf(tw, "takeovers\t%d\t\t\t\n", r.Takeovers)
+	fmt.Fprintf(tw, "takeover gap p50 / p99 / max ms\t%.1f / %.1f / %.1f\t\t\t\n", r.TakeoverGapP50, r.TakeoverGapP99, r.TakeoverGapMax)
+	kinds := make([]string, 0, len(r.TakeoverGaps))
+	for k := range r.TakeoverGaps {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		g := r.TakeoverGaps[k]
+		fmt.Fprintf(tw, "  %s: %d faults, %d ids, gap p50 / p99 / max ms\t%.1f / %.1f / %.1f\t\t\t\n", k, g.Faults, g.Samples, g.P50, g.P99, g.Max)
+		fmt.Fprintf(tw, "  %s: until the new claim was stored, p50 / p99 ms\t%.1f / %.1f\t\t\t\n", k, g.ClaimP50, g.ClaimP99)
+	}
+	if r.UnplannedExits > 0 {
+		fmt.Fprintf(tw, "owner processes that exited unplanned\t%d\t\t\t\n", r.UnplannedExits)
+	}
 	tw.Flush()
 }
