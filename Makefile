@@ -1,7 +1,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build test bench run fuzz vet clean
+.PHONY: build test bench run fuzz vet clean soak
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
@@ -38,6 +38,14 @@ fuzz:
 		echo "== $$t ./$$pkg/ ($(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPAR) ./$$pkg/; \
 	done
+
+# The soak of docs/reliability.md: fault rounds (owner processes killed and
+# paused, connections cut, delayed and refused, server processes crashed,
+# cluster members killed) for SOAK (default 30m, at least one round), every
+# round checked by internal/history, then a summary.
+SOAK ?= 30m
+soak:
+	$(GO) test -run 'TestSoak$$' -timeout 0 -v ./internal/faults/ -soak $(SOAK)
 
 # Start the server on the embedded default (127.0.0.1:4222, ./data).
 run:

@@ -61,6 +61,8 @@ type scenario struct {
 	Backlog int
 	Final   time.Duration // how long the final drain may take
 	Work    time.Duration // an owner's handler takes this long per message
+	// For, when set, cycles through Faults until this long has passed.
+	For time.Duration
 }
 
 // outcome is what one run measured.
@@ -304,7 +306,18 @@ func run(t testing.TB, sc scenario) outcome {
 		res.Faults[kind]++
 	}
 	nodeKills := 0
-	for i, kind := range sc.Faults {
+	schedule := sc.Faults
+	if sc.For > 0 { // cycle through the faults until sc.For has passed
+		schedule = nil
+		for len(schedule) < 10000 {
+			schedule = append(schedule, sc.Faults...)
+		}
+	}
+	faultsEnd := time.Now().Add(sc.For)
+	for i, kind := range schedule {
+		if sc.For > 0 && time.Now().After(faultsEnd) {
+			break
+		}
 		time.Sleep(sc.Gap) // the schedule: faults are spaced in time
 		switch kind {
 		case OwnerKill:
@@ -327,6 +340,10 @@ func run(t testing.TB, sc scenario) outcome {
 			// under its old epoch after a newer one acted).
 			// (An owner that had delivered nothing may not have had its
 			// node lease yet: it has nothing to fence.)
+			wait := 20 * time.Second
+			if !holder {
+				wait = 2 * sc.TTL
+			}
 			select {
 			case <-p.exited:
 				if c, _ := p.fence.Load().(string); strings.Contains(c, "fence") {
@@ -334,7 +351,7 @@ func run(t testing.TB, sc scenario) outcome {
 				} else if holder {
 					t.Errorf("owner %s woke up and stopped without a self-fence: %q", p.node, c)
 				}
-			case <-time.After(20 * time.Second):
+			case <-time.After(wait):
 				if holder {
 					t.Errorf("owner %s (%d deliveries) woke up past its ttl and did not self-fence", p.node, p.active.Load())
 				}
@@ -499,12 +516,12 @@ func send(w *client.World, id, key string) (history.Outcome, uint64) {
 	}
 }
 
-// ownershipClient runs random ownership operations on two ids of its own
+// ownershipClient runs random ownership operations on three ids of their own
 // (shared with the other ownership clients), with ttls short enough to
 // lapse during the run, and records each with its call and return times.
 func ownershipClient(ctx context.Context, w *client.World, rec *history.Recorder, n int) {
 	node := fmt.Sprintf("lin-%d", n)
-	linIDs := []string{"lin-a", "lin-b"}
+	linIDs := []string{"lin-a", "lin-b", "lin-c"}
 	kinds := []history.OpKind{history.OpClaim, history.OpClaim, history.OpRenew, history.OpRenew, history.OpRelease, history.OpSeize, history.OpForceSeize, history.OpOwner, history.OpOwner}
 	ttls := []time.Duration{150 * time.Millisecond, 400 * time.Millisecond, time.Second}
 	for ctx.Err() == nil {

@@ -1,0 +1,142 @@
+package faults
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+var soakFor = flag.Duration("soak", 0, "run TestSoak for this long (make soak); 0 skips it")
+
+// soakScenarios are the rounds of the soak, in rotation: every fault kind,
+// mixed, on each deployment.
+func soakScenarios(round time.Duration) []scenario {
+	base := scenario{IDs: 16, Owners: 3, TTL: time.Second, Gap: 1500 * time.Millisecond, Lin: 3, Backlog: 20000, Final: 3 * time.Minute, Work: 0, For: round}
+	mk := func(name, deploy string, proxy bool, faults ...string) scenario {
+		s := base
+		s.Name, s.Deploy, s.Proxy, s.Faults = name, deploy, proxy, faults
+		return s
+	}
+	return []scenario{
+		mk("mixed-interval", ServerInterval, true, OwnerKill, ProxyCut, OwnerStop, ProxyLatency, OwnerKill, ServerCrash, OwnerStop, ProxyRefuse),
+		mk("cluster", Cluster, false, NodeKill, OwnerKill, OwnerStop, NodeKill, OwnerKill),
+		mk("mixed-always", ServerAlways, true, OwnerStop, ProxyCut, OwnerKill, ServerCrash, ProxyLatency, OwnerStop, ProxyRefuse, OwnerKill),
+	}
+}
+
+// TestSoak runs fault rounds until -soak has passed (at least one round)
+// and prints a summary of all of them. Every round must keep every
+// invariant and have a linearizable ownership history.
+//
+//	go test -run TestSoak -timeout 0 -v ./internal/faults/ -soak 30m
+func TestSoak(t *testing.T) {
+	d := *soakFor
+	if d == 0 {
+		if v := os.Getenv("FP_SOAK"); v != "" {
+			var err error
+			if d, err = time.ParseDuration(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if d == 0 {
+		t.Skip("soak not asked for: -soak 30m (or FP_SOAK=30m)")
+	}
+	roundFor := 150 * time.Second
+	if v := os.Getenv("FP_SOAK_ROUND"); v != "" {
+		roundFor, _ = time.ParseDuration(v)
+	}
+	start := time.Now()
+	var (
+		total                            = outcome{Faults: map[string]int{}, Takeovers: map[string]int{}}
+		rounds, linOK, linBad, linUnsure int
+		dupPct                           []string
+	)
+	scs := soakScenarios(roundFor)
+	for i := 0; i == 0 || time.Since(start) < d; i++ {
+		sc := scs[i%len(scs)]
+		sc.Name = fmt.Sprintf("round %d %s", i+1, sc.Name)
+		var res outcome
+		ok := t.Run(sc.Name, func(t *testing.T) {
+			res = run(t, sc)
+			verify(t, sc, res)
+		})
+		rounds++
+		r, tr := res.Report, &total.Report
+		tr.Sends += r.Sends
+		tr.Posted += r.Posted
+		tr.Refused += r.Refused
+		tr.Unknown += r.Unknown
+		tr.Deliveries += r.Deliveries
+		tr.Distinct += r.Distinct
+		tr.Duplicates += r.Duplicates
+		tr.Commits += r.Commits
+		tr.Takeovers += r.Takeovers
+		tr.Lost += r.Lost
+		tr.Unexpected += r.Unexpected
+		tr.StaleDeliveries += r.StaleDeliveries
+		tr.StaleCommits += r.StaleCommits
+		tr.Order += r.Order
+		tr.CursorBack += r.CursorBack
+		for k, v := range res.Faults {
+			total.Faults[k] += v
+		}
+		for k, v := range res.Takeovers {
+			total.Takeovers[k] += v
+		}
+		total.StaleWoken += res.StaleWoken
+		total.Fences += res.Fences
+		total.OwnerStarts += res.OwnerStarts
+		total.Lin.Ops += res.Lin.Ops
+		total.Lin.Unknown += res.Lin.Unknown
+		switch res.Lin.Result {
+		case porcupine.Ok:
+			linOK++
+		case porcupine.Illegal:
+			linBad++
+		default:
+			linUnsure++
+		}
+		dupPct = append(dupPct, fmt.Sprintf("%.2f", r.DuplicatePct()))
+		fmt.Printf("SOAK after %d rounds (%v, last round ok=%v): %s\n", rounds, time.Since(start).Round(time.Second), ok, soakSummary(total, linOK, linBad, linUnsure))
+	}
+	total.Duration = time.Since(start)
+	fmt.Printf("SOAK SUMMARY\n  command: go test -run TestSoak -timeout 0 -v ./internal/faults/ -soak %v\n  rounds: %d (%v each of faults, rotating %s)\n  duration: %v\n  %s\n  duplicates per round (%%): %s\n",
+		d, rounds, roundFor, names(scs), total.Duration.Round(time.Second), soakSummary(total, linOK, linBad, linUnsure), strings.Join(dupPct, " "))
+}
+
+func names(scs []scenario) string {
+	var n []string
+	for _, s := range scs {
+		n = append(n, s.Name)
+	}
+	return strings.Join(n, ", ")
+}
+
+func soakSummary(o outcome, linOK, linBad, linUnsure int) string {
+	kinds := func(m map[string]int) string {
+		var ks []string
+		sum := 0
+		for k, v := range m {
+			ks = append(ks, k)
+			sum += v
+		}
+		sort.Strings(ks)
+		var b []string
+		for _, k := range ks {
+			b = append(b, fmt.Sprintf("%s=%d", k, m[k]))
+		}
+		return fmt.Sprintf("%d (%s)", sum, strings.Join(b, ", "))
+	}
+	r := o.Report
+	return fmt.Sprintf("messages posted %d (sends %d, unknown %d, refused %d), deliveries %d, duplicates %d (%.3f%%), commits %d | faults %s | takeovers %s | stale owners woken and fenced %d, self-fences %d, owner process starts %d | lost %d, unexpected %d, stale deliveries %d, stale commits %d, order %d, cursor back %d | linearizability: %d rounds ok, %d illegal, %d undecided, %d ownership ops (%d unknown outcome)",
+		r.Posted, r.Sends, r.Unknown, r.Refused, r.Deliveries, r.Duplicates, r.DuplicatePct(), r.Commits,
+		kinds(o.Faults), kinds(o.Takeovers), o.StaleWoken, o.Fences, o.OwnerStarts,
+		r.Lost, r.Unexpected, r.StaleDeliveries, r.StaleCommits, r.Order, r.CursorBack, linOK, linBad, linUnsure, o.Lin.Ops, o.Lin.Unknown)
+}
