@@ -97,6 +97,7 @@ type procSet struct {
 	nFaults   atomic.Int64
 	unplanned atomic.Int64
 	readers   sync.WaitGroup
+	spawns    sync.WaitGroup // replacements being started
 	conts     sync.WaitGroup // SIGCONTs to come
 }
 
@@ -209,7 +210,9 @@ func (ps *procSet) exited(p *proc) {
 	}
 	ps.unplanned.Add(1)
 	ps.cfg.Log.Warn("bench: an owner exited unexpectedly; starting a replacement", "node", p.node, "exit", p.exit, "fenced", p.fenced.Load(), "stderr", p.stderr.String())
+	ps.spawns.Add(1)
 	go func() {
+		defer ps.spawns.Done()
 		if _, err := ps.spawn(context.Background()); err != nil {
 			ps.report(err)
 		}
@@ -253,15 +256,12 @@ func (ps *procSet) victim() (*proc, map[string]uint64) {
 	return ps.procs[n], held[n]
 }
 
-// fault injects the next fault: a standby is started first (except for a
-// seize, which needs none), then a victim holding ids is picked and hit.
+// fault injects the next fault: a victim holding ids is picked and hit;
+// the other owners (standbys included) take its ids over. A process that
+// a fault ends is replaced by a new standby, started in the background so
+// that the schedule does not wait for it.
 func (ps *procSet) fault(ctx context.Context) error {
 	kind := ps.kinds[int(ps.nFaults.Load())%len(ps.kinds)]
-	if kind != FaultSeize {
-		if _, err := ps.spawn(ctx); err != nil {
-			return err
-		}
-	}
 	p, held := ps.victim()
 	if p == nil {
 		ps.cfg.Log.Warn("bench: no owner holds an id; fault skipped", "kind", kind)
@@ -292,6 +292,15 @@ func (ps *procSet) fault(ctx context.Context) error {
 		return fmt.Errorf("bench: unknown fault %q", kind)
 	}
 	ps.nFaults.Add(1)
+	if kind != FaultSeize {
+		ps.spawns.Add(1)
+		go func() {
+			defer ps.spawns.Done()
+			if _, err := ps.spawn(ctx); err != nil && ctx.Err() == nil {
+				ps.report(err)
+			}
+		}()
+	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.faults = append(ps.faults, Fault{At: at.Sub(ps.s.start).Seconds(), Kind: kind, Node: p.node, IDs: len(held), GapMs: -1})
@@ -329,12 +338,14 @@ func (ps *procSet) seize(ctx context.Context, id string) error {
 	}
 }
 
-// during injects a fault every cfg.FaultEvery while a round of d posts.
+// during injects a fault every cfg.FaultEvery while a round of d posts,
+// the first after half a period, the last at least half a period before
+// the posting ends (so that its ids still get mail to take over).
 func (ps *procSet) during(ctx context.Context, start time.Time, d time.Duration) {
 	every := ps.cfg.FaultEvery
 	for k := 0; ; k++ {
 		at := start.Add(every/2 + time.Duration(k)*every)
-		if at.After(start.Add(d - every/4)) {
+		if at.After(start.Add(d - every/2)) {
 			return
 		}
 		select {
@@ -362,6 +373,7 @@ func (ps *procSet) start(ctx context.Context) error {
 // stop wakes stopped owners, stops every owner gracefully (SIGKILL after
 // 15 s) and waits until their reports are read.
 func (ps *procSet) stop() {
+	ps.spawns.Wait()
 	ps.conts.Wait()
 	ps.mu.Lock()
 	ps.closing = true
