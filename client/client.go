@@ -20,6 +20,8 @@ type Client struct {
 	js     jetstream.JetStream
 	opts   options
 	ownsNC bool
+
+	refusals refusals
 }
 
 // Connect dials url (comma-separated for a cluster) and returns a client.
@@ -65,7 +67,9 @@ func newClient(nc *nats.Conn, o options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: jetstream: %w", err)
 	}
-	return &Client{nc: nc, js: js, opts: o}, nil
+	c := &Client{nc: nc, js: js, opts: o}
+	c.refusals.hook(nc)
+	return c, nil
 }
 
 // Conn is the underlying NATS connection.

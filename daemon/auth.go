@@ -1,18 +1,18 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/nats-io/jwt/v2"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/fencepost/fencepost/server"
 )
@@ -21,7 +21,7 @@ import (
 const (
 	RoleProducer = "producer" // posts into mailboxes, nothing else
 	RoleOwner    = "owner"    // holds leases and drains the ids it holds
-	RoleOperator = "operator" // everything: world add, reset, remove, force seize
+	RoleOperator = "operator" // everything: world add, reset, remove, force seize, dlq repost and purge
 )
 
 // Roles lists the roles in the order docs/security.md presents them.
@@ -57,7 +57,10 @@ var Permissions = []Grant{
 	{"_INBOX.>", sub, prodOwner, "replies: the publish acknowledgement of a post and every JetStream API answer arrive on the client's inbox"},
 
 	// Owner only.
-	{"$KV.fp_<w>.>", pub, ownerOnly, "ownership records o.*, cursors c.*, drain locks l.*, node leases n.*: every write is a conditional (fenced) publish to the bucket"},
+	{"$KV.fp_<w>.o.>", pub, ownerOnly, "ownership records: claim, renew, release and seize are conditional writes of the record (not f.*: a forced seize first writes the id's force key, which only the operator may write)"},
+	{"$KV.fp_<w>.c.>", pub, ownerOnly, "delivery cursors: the fenced commit of a drain"},
+	{"$KV.fp_<w>.l.>", pub, ownerOnly, "drain locks: one drain per id at a time"},
+	{"$KV.fp_<w>.n.>", pub, ownerOnly, "node leases: one write per node and renewal period keeps all its ids"},
 	{"$JS.API.DIRECT.GET.KV_fp_<w>", pub, ownerOnly, "read records, cursors and locks (KV get by direct get)"},
 	{"$JS.API.DIRECT.GET.KV_fp_<w>.>", pub, ownerOnly, "read the last entry of a key (direct get by subject)"},
 	{"$JS.API.STREAM.MSG.GET.KV_fp_<w>", pub, ownerOnly, "read the last entry of a key at its revision (the fence's revision)"},
@@ -71,8 +74,6 @@ var Permissions = []Grant{
 	{"$JS.API.DIRECT.GET.FP_MB_<w>", pub, ownerOnly, "drain: batched direct gets of a mailbox"},
 	{"$JS.API.DIRECT.GET.FP_MB_<w>.>", pub, ownerOnly, "drain: direct get of the last message of a mailbox"},
 	{"$JS.API.STREAM.MSG.GET.FP_MB_<w>", pub, ownerOnly, "stat and dead letters: one message by sequence"},
-	{"$JS.API.STREAM.PURGE.FP_MB_<w>", pub, ownerOnly, "drain: purge the committed messages of a mailbox (filter fp.<w>.mb.<eid>, below a sequence), and dead letters after a repost. Not enforced: the same API purges the whole stream (see docs/security.md)"},
-	{"$JS.API.STREAM.MSG.DELETE.FP_MB_<w>", pub, ownerOnly, "delete one dead letter after its repost"},
 	{"$JS.API.CONSUMER.CREATE.FP_MB_<w>", pub, ownerOnly, "drain of deep mailboxes or many ids: a consumer for that drain (AckNone, memory, one replica)"},
 	{"$JS.API.CONSUMER.CREATE.FP_MB_<w>.>", pub, ownerOnly, "the same, with a consumer name and filter subject"},
 	{"$JS.API.CONSUMER.INFO.FP_MB_<w>.*", pub, ownerOnly, "that consumer's state"},
@@ -81,144 +82,247 @@ var Permissions = []Grant{
 	{"$JS.FC.FP_MB_<w>.>", pub, ownerOnly, "flow control replies of a worker's ordered consumer on the mailbox stream"},
 }
 
-// rolePermissions are the subject permissions of role for world w.
-func rolePermissions(role, w string) *natsserver.Permissions {
+// rolePermissions are the subject permissions of role for world w, as a
+// user JWT carries them.
+func rolePermissions(role, w string) jwt.Permissions {
+	var p jwt.Permissions
 	if role == RoleOperator {
-		return &natsserver.Permissions{
-			Publish:   &natsserver.SubjectPermission{Allow: []string{">"}},
-			Subscribe: &natsserver.SubjectPermission{Allow: []string{">"}},
-		}
+		p.Pub.Allow.Add(">")
+		p.Sub.Allow.Add(">")
+		return p
 	}
-	p := &natsserver.Permissions{Publish: &natsserver.SubjectPermission{}, Subscribe: &natsserver.SubjectPermission{}}
 	for _, g := range Permissions {
-		if !contains(g.Roles, role) {
+		if !slices.Contains(g.Roles, role) {
 			continue
 		}
 		s := strings.ReplaceAll(g.Subject, "<w>", w)
 		if g.Pub {
-			p.Publish.Allow = append(p.Publish.Allow, s)
+			p.Pub.Allow.Add(s)
 		} else {
-			p.Subscribe.Allow = append(p.Subscribe.Allow, s)
+			p.Sub.Allow.Add(s)
 		}
 	}
-	// Both roles have subjects on both sides: nats-server reads an empty
-	// allow list as "everything allowed".
-	if len(p.Publish.Allow) == 0 || len(p.Subscribe.Allow) == 0 {
+	// Both roles have subjects on both sides: an empty allow list reads as
+	// "everything allowed".
+	if len(p.Pub.Allow) == 0 || len(p.Sub.Allow) == 0 {
 		panic("daemon: role " + role + " without subjects")
 	}
 	return p
 }
 
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
 // Creds are one role's credentials as fencepostd --auth writes them to
-// <data dir>/<role>.creds.
+// <data dir>/<role>.creds: a standard NATS credentials file (a user JWT
+// and its nkey seed), the kind `fencepost --creds` and `nats --creds`
+// read.
 type Creds struct {
-	User     string
-	Password string
+	JWT  string
+	Seed []byte
 }
 
 // NATSOption is the nats.go option that authenticates with c.
-func (c Creds) NATSOption() nats.Option { return nats.UserInfo(c.User, c.Password) }
+func (c Creds) NATSOption() nats.Option { return nats.UserJWTAndSeed(c.JWT, string(c.Seed)) }
+
+// User is the public key of c's user.
+func (c Creds) User() (string, error) {
+	kp, err := nkeys.FromSeed(c.Seed)
+	if err != nil {
+		return "", err
+	}
+	return kp.PublicKey()
+}
 
 // CredsFile is where fencepostd --auth keeps role's credentials.
 func CredsFile(dataDir, role string) string { return filepath.Join(dataDir, role+".creds") }
 
-// ReadCreds reads a credentials file written by fencepostd --auth: lines
-// "user: NAME" and "password: SECRET"; '#' starts a comment.
+// authDir holds the operator's and the accounts' nkey seeds.
+func authDir(dataDir string) string { return filepath.Join(dataDir, "auth") }
+
+// ReadCreds reads a NATS credentials file.
 func ReadCreds(path string) (Creds, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Creds{}, err
 	}
-	var c Creds
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			return Creds{}, fmt.Errorf("%s: %q is not \"key: value\"", path, line)
-		}
-		switch strings.TrimSpace(k) {
-		case "user":
-			c.User = strings.TrimSpace(v)
-		case "password":
-			c.Password = strings.TrimSpace(v)
-		default:
-			return Creds{}, fmt.Errorf("%s: unknown key %q (user, password)", path, k)
-		}
+	tok, err := jwt.ParseDecoratedJWT(b)
+	if err != nil {
+		return Creds{}, fmt.Errorf("%s: %w", path, err)
 	}
-	if c.User == "" || c.Password == "" {
-		return Creds{}, fmt.Errorf("%s: user and password are required", path)
+	if _, err := jwt.DecodeUserClaims(tok); err != nil {
+		return Creds{}, fmt.Errorf("%s: not a user JWT: %w", path, err)
 	}
-	return c, nil
+	kp, err := jwt.ParseDecoratedNKey(b)
+	if err != nil {
+		return Creds{}, fmt.Errorf("%s: %w", path, err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return Creds{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return Creds{JWT: tok, Seed: seed}, nil
 }
 
-func writeCreds(path, role, world string, c Creds) error {
-	body := fmt.Sprintf("# fencepost credentials of role %s (world %s), written by fencepostd --auth.\n"+
-		"# NATS user and password (not a JWT .creds file): connect with\n"+
-		"#   fencepost --user %s --password \"$(sed -n 's/^password: //p' %s.creds)\" ...\n"+
-		"# docs/security.md lists what this role may do.\nuser: %s\npassword: %s\n",
-		role, world, c.User, role, c.User, c.Password)
+// writeSecret writes b to path, readable by this user only, atomically.
+func writeSecret(path string, b []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
 }
 
-// loadOrCreateCreds returns every role's credentials: read from the data
-// dir when present (so that a restart keeps clients working, and so that
-// the members of a cluster can share them), generated and written there
-// otherwise.
-func loadOrCreateCreds(dataDir, world string) (map[string]Creds, error) {
-	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+// keyPair reads the nkey seed at path, or makes one and writes it there.
+func keyPair(path string, create func() (nkeys.KeyPair, error)) (nkeys.KeyPair, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		kp, err := nkeys.FromSeed(bytes.TrimSpace(b))
+		if err != nil {
+			return nil, fmt.Errorf("%s: not an nkey seed: %w", path, err)
+		}
+		return kp, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	out := map[string]Creds{}
-	for _, role := range Roles {
-		path := CredsFile(dataDir, role)
-		c, err := ReadCreds(path)
-		if err == nil {
-			out[role] = c
-			continue
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-		secret := make([]byte, 24)
-		if _, err := rand.Read(secret); err != nil {
-			return nil, err
-		}
-		c = Creds{User: "fp-" + role, Password: hex.EncodeToString(secret)}
-		if err := writeCreds(path, role, world, c); err != nil {
-			return nil, fmt.Errorf("write %s: %w", path, err)
-		}
-		out[role] = c
+	kp, err := create()
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, err
+	}
+	if err := writeSecret(path, append(seed, '\n')); err != nil {
+		return nil, fmt.Errorf("write %s: %w", path, err)
+	}
+	return kp, nil
 }
 
-// authUsers turns auth on in opts: one user per role with the role's
-// permissions on world w. A nats-server config file that configures
-// authentication itself is refused: the two would not combine.
-func authUsers(opts *natsserver.Options, creds map[string]Creds, w string) error {
-	if len(opts.Users) > 0 || len(opts.Nkeys) > 0 || opts.Username != "" || opts.Authorization != "" || len(opts.TrustedOperators) > 0 || opts.NoAuthUser != "" {
-		return fmt.Errorf("%w: auth: the nats-server config file configures authentication itself; use --auth or the file's users, not both", server.ErrConfig)
+// trust is fencepostd's NATS decentralized auth: an operator, the account
+// the worlds live in, the system account, and one user per role.
+type trust struct {
+	operator, account, system nkeys.KeyPair
+	creds                     map[string]Creds
+}
+
+// loadOrCreateTrust returns the operator, the accounts and every role's
+// credentials. The seeds are read from <data dir>/auth when present (so
+// that a restart keeps clients working, and so that the members of a
+// cluster can share them: copy the first member's auth directory to the
+// others), and made there otherwise. Every start issues each role's user
+// JWT again from the role's seed, so that the creds files always carry the
+// permissions of this version; the seed, and so the user, stays.
+func loadOrCreateTrust(dataDir, world string) (*trust, error) {
+	dir := authDir(dataDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
 	}
+	var t trust
+	var err error
+	if t.operator, err = keyPair(filepath.Join(dir, "operator.nk"), nkeys.CreateOperator); err != nil {
+		return nil, err
+	}
+	if t.account, err = keyPair(filepath.Join(dir, "account.nk"), nkeys.CreateAccount); err != nil {
+		return nil, err
+	}
+	if t.system, err = keyPair(filepath.Join(dir, "system.nk"), nkeys.CreateAccount); err != nil {
+		return nil, err
+	}
+	t.creds = map[string]Creds{}
 	for _, role := range Roles {
-		c := creds[role]
-		opts.Users = append(opts.Users, &natsserver.User{Username: c.User, Password: c.Password, Permissions: rolePermissions(role, w)})
+		path := CredsFile(dataDir, role)
+		var user nkeys.KeyPair
+		switch old, err := ReadCreds(path); {
+		case err == nil:
+			if user, err = nkeys.FromSeed(old.Seed); err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+		case errors.Is(err, os.ErrNotExist):
+			if user, err = nkeys.CreateUser(); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("%w (move it away to have a new one written)", err)
+		}
+		pub, err := user.PublicKey()
+		if err != nil {
+			return nil, err
+		}
+		uc := jwt.NewUserClaims(pub)
+		uc.Name = "fp-" + role
+		uc.Permissions = rolePermissions(role, world)
+		tok, err := uc.Encode(t.account)
+		if err != nil {
+			return nil, fmt.Errorf("auth: user JWT of %s: %w", role, err)
+		}
+		seed, err := user.Seed()
+		if err != nil {
+			return nil, err
+		}
+		file, err := jwt.FormatUserConfig(tok, seed)
+		if err != nil {
+			return nil, err
+		}
+		if err := writeSecret(path, file); err != nil {
+			return nil, fmt.Errorf("write %s: %w", path, err)
+		}
+		t.creds[role] = Creds{JWT: tok, Seed: seed}
 	}
+	return &t, nil
+}
+
+// configure turns auth on in opts: the operator is trusted, and the two
+// accounts are served from memory. Every client then needs a user JWT
+// signed by the account (a creds file); the account has JetStream without
+// limits. A nats-server config file that configures authentication itself
+// is refused: the two would not combine.
+func (t *trust) configure(opts *natsserver.Options) error {
+	if len(opts.Users) > 0 || len(opts.Nkeys) > 0 || opts.Username != "" || opts.Authorization != "" || len(opts.TrustedOperators) > 0 || len(opts.TrustedKeys) > 0 || opts.NoAuthUser != "" || len(opts.Accounts) > 0 {
+		return fmt.Errorf("%w: auth: the nats-server config file configures authentication or accounts itself; use --auth or the file's, not both", server.ErrConfig)
+	}
+	opPub, err := t.operator.PublicKey()
+	if err != nil {
+		return err
+	}
+	accPub, err := t.account.PublicKey()
+	if err != nil {
+		return err
+	}
+	sysPub, err := t.system.PublicKey()
+	if err != nil {
+		return err
+	}
+	oc := jwt.NewOperatorClaims(opPub)
+	oc.Name = "fencepost"
+	oc.SystemAccount = sysPub
+	opJWT, err := oc.Encode(t.operator)
+	if err != nil {
+		return fmt.Errorf("auth: operator JWT: %w", err)
+	}
+	if oc, err = jwt.DecodeOperatorClaims(opJWT); err != nil {
+		return err
+	}
+	ac := jwt.NewAccountClaims(accPub)
+	ac.Name = "FENCEPOST"
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit, Streams: jwt.NoLimit, Consumer: jwt.NoLimit}
+	accJWT, err := ac.Encode(t.operator)
+	if err != nil {
+		return fmt.Errorf("auth: account JWT: %w", err)
+	}
+	sc := jwt.NewAccountClaims(sysPub)
+	sc.Name = "SYS"
+	sysJWT, err := sc.Encode(t.operator)
+	if err != nil {
+		return fmt.Errorf("auth: system account JWT: %w", err)
+	}
+	res := &natsserver.MemAccResolver{}
+	if err := res.Store(accPub, accJWT); err != nil {
+		return err
+	}
+	if err := res.Store(sysPub, sysJWT); err != nil {
+		return err
+	}
+	opts.TrustedOperators = []*jwt.OperatorClaims{oc}
+	opts.AccountResolver = res
+	opts.SystemAccount = sysPub
 	return nil
 }

@@ -151,6 +151,10 @@ func TestAuth_ProducerPostsAndNothingElse(t *testing.T) {
 		return err
 	})
 	p.refused(t, "seize", "$JS.API.STREAM.MSG.GET.KV_fp_default", func(ctx context.Context) error {
+		_, err := p.w.Ownership.Seize(ctx, "held", "evil", 0, false)
+		return err
+	})
+	p.refused(t, "force seize", wire.KeySubject("default", wire.ForceKey("held")), func(ctx context.Context) error {
 		_, err := p.w.Ownership.Seize(ctx, "held", "evil", 0, true)
 		return err
 	})
@@ -214,7 +218,20 @@ func TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset(t *testing.T) {
 	require.Equal(t, []string{"m0", "m1", "m2"}, got)
 	st, err := o.w.Drainer.Stat(ctx, "order-1")
 	require.NoError(t, err)
-	require.Zero(t, st.Depth, "committed messages purged by the owner")
+	require.Zero(t, st.Depth)
+	// The owner purged nothing (it may not); fencepostd's purger removes
+	// what the commit covers.
+	op := a.as(t, daemon.RoleOperator)
+	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		info, err := op.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxSubject("default", "order-1")))
+		if err != nil {
+			return err
+		}
+		if n := info.State.Msgs; n != 0 {
+			return fmt.Errorf("%d committed messages still stored", n)
+		}
+		return nil
+	})
 
 	// Seize of a lapsed lease, and release.
 	_, err = o.w.Ownership.Claim(ctx, "short", "node-a", time.Second)
@@ -240,13 +257,41 @@ func TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset(t *testing.T) {
 	require.Empty(t, o.violations(0), "holding and draining need nothing the owner lacks")
 	before, err := o.w.Bucket.Info(ctx)
 	require.NoError(t, err)
+	_, err = p.w.Queue.Send(ctx, "order-2", []byte("keep me"))
+	require.NoError(t, err)
+	mbBefore, err := o.w.Mailbox.Info(ctx)
+	require.NoError(t, err)
+	_, err = o.w.Ownership.Claim(ctx, "held", "node-a", time.Minute)
+	require.NoError(t, err)
+	before, err = o.w.Bucket.Info(ctx)
+	require.NoError(t, err)
+	o.refused(t, "force seize", wire.KeySubject("default", wire.ForceKey("held")), func(ctx context.Context) error {
+		_, err := o.w.Ownership.Seize(ctx, "held", "node-b", time.Minute, true)
+		return err
+	})
+	o.refused(t, "mailbox purge", "$JS.API.STREAM.PURGE.FP_MB_default", func(ctx context.Context) error {
+		return o.w.Mailbox.Purge(ctx)
+	})
+	o.refused(t, "message delete", "$JS.API.STREAM.MSG.DELETE.FP_MB_default", func(ctx context.Context) error {
+		return o.w.Mailbox.DeleteMsg(ctx, mbBefore.State.LastSeq)
+	})
+	o.refused(t, "dead letter purge", "$JS.API.STREAM.PURGE.FP_MB_default", func(ctx context.Context) error {
+		_, err := o.w.Drainer.PurgeDeadLetters(ctx, "order-2")
+		return err
+	})
+	// A rollup would wipe every record: the owner may publish to the
+	// record subjects, and the bucket refuses it.
+	roll := nats.NewMsg(wire.RecordSubject("default", "zz"))
+	roll.Header.Set("Nats-Rollup", "all")
+	_, err = o.c.JetStream().PublishMsg(ctx, roll)
+	require.ErrorContains(t, err, "rollup not permitted")
 	o.refused(t, "remove", "$JS.API.STREAM.DELETE.FP_MB_default", func(ctx context.Context) error {
 		return o.c.RemoveWorld(ctx, "default")
 	})
 	o.refused(t, "stream delete", "$JS.API.STREAM.DELETE.KV_fp_default", func(ctx context.Context) error {
 		return o.c.JetStream().DeleteStream(ctx, "KV_fp_default")
 	})
-	o.refused(t, "reset (bucket purge)", "$JS.API.STREAM.PURGE.KV_fp_default", func(ctx context.Context) error {
+	o.refused(t, "reset", "$JS.API.STREAM.PURGE.FP_MB_default", func(ctx context.Context) error {
 		return o.c.ResetWorld(ctx, "default")
 	})
 	o.refused(t, "stream update", "$JS.API.STREAM.UPDATE.FP_MB_default", func(ctx context.Context) error {
@@ -257,6 +302,12 @@ func TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before.State.LastSeq, after.State.LastSeq, "records, epochs and cursors survive")
 	require.Equal(t, before.State.Msgs, after.State.Msgs)
+	mbAfter, err := o.w.Mailbox.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, mbBefore.State, mbAfter.State, "mailboxes untouched")
+	held, err := o.w.Ownership.Owner(ctx, "held")
+	require.NoError(t, err)
+	require.Equal(t, "node-a", held.Node, "the forced seize wrote nothing")
 }
 
 // TestAuth_OperatorDoesEverything: the operator force-seizes, resets,
@@ -292,10 +343,16 @@ func TestAuth_CredsSurviveARestart(t *testing.T) {
 	s := startDaemon(t, a.dir, "--auth")
 	after, err := daemon.ReadCreds(daemon.CredsFile(a.dir, daemon.RoleProducer))
 	require.NoError(t, err)
-	require.Equal(t, before, after)
-	nc, err := nats.Connect(s.d.ClientURL(), after.NATSOption())
+	ub, err := before.User()
 	require.NoError(t, err)
-	nc.Close()
+	ua, err := after.User()
+	require.NoError(t, err)
+	require.Equal(t, ub, ua, "the same user (seed); its JWT is issued again")
+	for _, c := range []daemon.Creds{before, after} {
+		nc, err := nats.Connect(s.d.ClientURL(), c.NATSOption())
+		require.NoError(t, err, "both JWTs are signed by the same account")
+		nc.Close()
+	}
 }
 
 // TestAuth_RefusedWithOtherAuthentication: --auth with --nats, or with a
@@ -310,7 +367,7 @@ func TestAuth_RefusedWithOtherAuthentication(t *testing.T) {
 	require.NoError(t, err)
 	_, err = daemon.Start(cfg)
 	require.ErrorIs(t, err, server.ErrConfig)
-	require.ErrorContains(t, err, "configures authentication itself")
+	require.ErrorContains(t, err, "configures authentication")
 }
 
 // TestAuth_OwnerRunsAWorkerAndDeadLetters: a worker (node lease, watch of
@@ -357,26 +414,54 @@ func TestAuth_OwnerRunsAWorkerAndDeadLetters(t *testing.T) {
 	})
 	stop()
 	require.NoError(t, <-done)
-	n, err := o.w.Drainer.Repost(ctx, o.w.Queue, "bad")
+	require.Empty(t, o.violations(0))
+	// Reposting and purging dead letters delete messages: the operator's.
+	op := a.as(t, daemon.RoleOperator)
+	n, err := op.w.Drainer.Repost(ctx, op.w.Queue, "bad")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	_, err = o.w.Drainer.PurgeDeadLetters(ctx, "bad")
+	_, err = op.w.Drainer.PurgeDeadLetters(ctx, "bad")
 	require.NoError(t, err)
-	require.Empty(t, o.violations(0))
+	require.Empty(t, op.violations(0))
 }
 
-// TestAuth_OwnerForceSeizeIsNotEnforced pins a known limit
-// (docs/security.md, Trust model, point 1): a forced seize is the same
-// conditional write on the record as a claim, so subject permissions do
-// not refuse it to an owner. When an operator-only path lands, this test
-// turns into a refusal.
-func TestAuth_OwnerForceSeizeIsNotEnforced(t *testing.T) {
+// TestAuth_OwnerForceSeizeRefused: a forced seize first writes the id's
+// force key, which only the operator may write, so an owner's is refused
+// by the server before the record is touched; the holder keeps the id.
+// The operator's goes through and leaves the force key as its trail.
+func TestAuth_OwnerForceSeizeRefused(t *testing.T) {
 	a := startAuthed(t)
 	ctx := testutil.Ctx(t, 10*time.Second)
 	o := a.as(t, daemon.RoleOwner)
-	_, err := o.w.Ownership.Claim(ctx, "x", "node-a", time.Minute)
+	l, err := o.w.Ownership.Claim(ctx, "x", "node-a", time.Minute)
 	require.NoError(t, err)
-	l, err := o.w.Ownership.Seize(ctx, "x", "node-b", time.Minute, true)
-	require.NoError(t, err, "not enforced today")
-	require.EqualValues(t, 2, l.Epoch)
+	o.refused(t, "force seize", wire.KeySubject("default", wire.ForceKey("x")), func(ctx context.Context) error {
+		_, err := o.w.Ownership.Seize(ctx, "x", "node-b", time.Minute, true)
+		return err
+	})
+	// The library's way to a clear error rather than a timeout: the
+	// refusal ends the operation's context and becomes its error.
+	rctx, done := o.c.Refusable(ctx)
+	_, err = o.w.Ownership.Seize(rctx, "x", "node-b", time.Minute, true)
+	err = done(err)
+	var np *client.NotPermittedError
+	require.ErrorAs(t, err, &np)
+	require.ErrorIs(t, err, client.ErrNotPermitted)
+	require.Equal(t, wire.KeySubject("default", wire.ForceKey("x")), np.Subject)
+	require.NoError(t, ctx.Err(), "ended by the refusal, not by the deadline")
+
+	st, err := o.w.Ownership.Owner(ctx, "x")
+	require.NoError(t, err)
+	require.Equal(t, "node-a", st.Node)
+	require.Equal(t, l.Epoch, st.Epoch)
+	_, err = o.w.KV.Get(ctx, wire.ForceKey("x"))
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "no force key written")
+
+	op := a.as(t, daemon.RoleOperator)
+	l2, err := op.w.Ownership.Seize(ctx, "x", "ops", time.Minute, true)
+	require.NoError(t, err)
+	require.Equal(t, l.Epoch+1, l2.Epoch)
+	e, err := op.w.KV.Get(ctx, wire.ForceKey("x"))
+	require.NoError(t, err)
+	require.Contains(t, string(e.Value()), `"node":"ops"`)
 }

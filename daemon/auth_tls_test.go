@@ -4,13 +4,16 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
@@ -47,7 +50,16 @@ func TestAuth_TLSRequiredAndAPlainNATSPost(t *testing.T) {
 	info, err := r.ReadString('\n')
 	require.NoError(t, err)
 	require.Contains(t, info, `"tls_required":true`)
-	_, err = fmt.Fprintf(conn, "CONNECT {\"user\":%q,\"pass\":%q,\"verbose\":false,\"pedantic\":false}\r\nPING\r\n", prod.User, prod.Password)
+	// Valid credentials: the nonce signed with the producer's seed.
+	var hello struct {
+		Nonce string `json:"nonce"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(info, "INFO ")), &hello))
+	kp, err := nkeys.FromSeed(prod.Seed)
+	require.NoError(t, err)
+	sig, err := kp.Sign([]byte(hello.Nonce))
+	require.NoError(t, err)
+	_, err = fmt.Fprintf(conn, "CONNECT {\"jwt\":%q,\"sig\":%q,\"verbose\":false,\"pedantic\":false}\r\nPING\r\n", prod.JWT, base64.RawURLEncoding.EncodeToString(sig))
 	require.NoError(t, err)
 	rest, rerr := r.ReadString('\n')
 	t.Logf("plaintext CONNECT answered %q, %v", rest, rerr)
@@ -59,7 +71,7 @@ func TestAuth_TLSRequiredAndAPlainNATSPost(t *testing.T) {
 	require.Error(t, err)
 
 	// The post, with nats.go only: fp.<world>.mb.<base64url(id)>.
-	nc, err := nats.Connect("tls://"+addr, nats.UserInfo(prod.User, prod.Password), nats.RootCAs(ca))
+	nc, err := nats.Connect("tls://"+addr, prod.NATSOption(), nats.RootCAs(ca))
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

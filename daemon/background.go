@@ -45,12 +45,20 @@ func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) er
 		if w.Config.Replicas != replicas && d.cfg.Replicas != 0 {
 			d.log.Warn("world exists with other replicas; keeping them", "world", name, "replicas", w.Config.Replicas, "configured", replicas)
 		}
+		if d.cfg.Auth && w.Config.Purge != world.PurgeByServer {
+			d.log.Warn("world has purge=owner, but owners may not purge with --auth: its committed messages stay until an operator purges them; recreate it with purge=server", "world", name)
+		}
 		return nil
 	}
 	if !errors.Is(err, world.ErrUnknownWorld) {
 		return err
 	}
-	_, err = world.Create(ctx, d.js, name, world.Config{Replicas: replicas})
+	cfg := world.Config{Replicas: replicas}
+	if d.cfg.Auth {
+		// Owners may not purge: the server removes what they commit.
+		cfg.Purge = world.PurgeByServer
+	}
+	_, err = world.Create(ctx, d.js, name, cfg)
 	if errors.Is(err, world.ErrWorldExists) {
 		return nil // another member created it first
 	}

@@ -121,16 +121,16 @@ func (d *Daemon) startServer() error {
 		if err != nil {
 			return fmt.Errorf("embedded nats-server: %w", err)
 		}
-		creds, err := loadOrCreateCreds(c.DataDir, c.World)
+		tr, err := loadOrCreateTrust(c.DataDir, c.World)
 		if err != nil {
 			return fmt.Errorf("auth: %w", err)
 		}
-		if err := authUsers(opts, creds, c.World); err != nil {
+		if err := tr.configure(opts); err != nil {
 			return err
 		}
 		sc.Opts = opts
 		if c.Creds == "" && c.User == "" {
-			d.own = creds[RoleOperator]
+			d.own = tr.creds[RoleOperator]
 		}
 		d.log.Info("auth on: credentials written", "producer", CredsFile(c.DataDir, RoleProducer),
 			"owner", CredsFile(c.DataDir, RoleOwner), "operator", CredsFile(c.DataDir, RoleOperator))
@@ -167,7 +167,7 @@ func (d *Daemon) connect() error {
 	if c.User != "" {
 		opts = append(opts, nats.UserInfo(c.User, c.Password))
 	}
-	if d.own.User != "" {
+	if d.own.JWT != "" {
 		opts = append(opts, d.own.NATSOption())
 	}
 	if c.TLSCert != "" {
@@ -277,6 +277,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}, func(error) { d.stop() })
 	}
 	g.Add(func() error { return d.ensureWorld(d.stopCtx) }, func(error) { d.stop() })
+	g.Add(func() error { return d.purgeLoop(d.stopCtx) }, func(error) { d.stop() })
 	if d.http != nil { // nobody reads the scrape without the endpoint
 		g.Add(func() error { return d.scrapeLoop(d.stopCtx) }, func(error) { d.stop() })
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,6 +34,12 @@ type env struct {
 	err io.Writer
 	log *slog.Logger
 	c   *client.Client
+
+	// The server's refusal of a publish (permissions), which ends every
+	// operation's context at once instead of leaving it to time out.
+	refuseMu sync.Mutex
+	refusal  *client.NotPermittedError
+	cancels  []context.CancelCauseFunc
 
 	clientOpts []client.Option // extra options for the client, set by a command before it connects
 }
@@ -95,8 +102,38 @@ func (e *env) close() {
 	}
 }
 
+// ctx is the context of one operation: it ends after --timeout, or as
+// soon as the server refuses one of the command's publishes.
 func (e *env) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), e.timeout)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	e.refuseMu.Lock()
+	if e.refusal != nil {
+		cancel(e.refusal)
+	}
+	e.cancels = append(e.cancels, cancel)
+	e.refuseMu.Unlock()
+	ctx, stop := context.WithTimeout(ctx, e.timeout)
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+// refused records the server's refusal and ends the operations.
+func (e *env) refused(np *client.NotPermittedError) {
+	e.refuseMu.Lock()
+	defer e.refuseMu.Unlock()
+	if e.refusal == nil {
+		e.refusal = np
+	}
+	for _, cancel := range e.cancels {
+		cancel(np)
+	}
+}
+
+// refusalOf is the server's refusal if there was one: the real reason of
+// an operation that failed.
+func (e *env) refusalOf() *client.NotPermittedError {
+	e.refuseMu.Lock()
+	defer e.refuseMu.Unlock()
+	return e.refusal
 }
 
 // client connects on first use.
@@ -121,6 +158,7 @@ func (e *env) client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.OnRefusal(e.refused)
 	e.c = c
 	return c, nil
 }

@@ -13,6 +13,12 @@ var outcomeMappers []func(e *env, err error) (int, bool)
 
 // fail reports a refusal outcome or an error, and returns the exit code.
 func (e *env) fail(err error) int {
+	if np := e.refusalOf(); np != nil {
+		// Refused by the server's permissions: whatever the operation
+		// returned (a timeout, a cancelled context), this is why.
+		e.errorOut("error", np)
+		return exitError
+	}
 	for _, m := range outcomeMappers {
 		if code, ok := m(e, err); ok {
 			return code

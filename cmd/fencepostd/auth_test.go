@@ -30,13 +30,9 @@ func TestDaemon_AuthWithTheCLI(t *testing.T) {
 	d := startProc(t, "fencepostd", "--auth", "--port", fmt.Sprint(port), "--http-port", "0", "--data", data, "--log-level", "warn")
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	as := func(role string, args ...string) (int, string) {
-		c, err := daemon.ReadCreds(daemon.CredsFile(data, role))
-		if err != nil {
-			return -1, err.Error()
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, cli, append(args, "--server", url, "--user", c.User, "--password", c.Password, "--timeout", "1s")...)
+		cmd := exec.CommandContext(ctx, cli, append(args, "--server", url, "--creds", daemon.CredsFile(data, role), "--timeout", "1s")...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		_ = cmd.Run()
@@ -56,16 +52,25 @@ func TestDaemon_AuthWithTheCLI(t *testing.T) {
 	}
 	code, out := as(daemon.RoleProducer, "claim", "order-1", "--node", "evil")
 	require.NotZero(t, code, out)
-	require.Contains(t, out, `Permissions Violation for Publish to "$KV.fp_default.o.`)
+	require.Contains(t, out, `error: not permitted: the server refused publish to "$KV.fp_default.o.`)
 	code, out = as(daemon.RoleProducer, "reset", "--yes")
 	require.NotZero(t, code, out)
-	require.Contains(t, out, "Permissions Violation")
+	require.Contains(t, out, "error: not permitted")
 	code, out = as(daemon.RoleOwner, "claim", "order-1", "--node", "n1")
 	require.Zero(t, code, out)
 	require.True(t, strings.HasPrefix(out, "claimed"), out)
+	code, out = as(daemon.RoleOwner, "seize", "order-1", "--node", "n2", "--force")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, `error: not permitted: the server refused publish to "$KV.fp_default.f.`)
+	code, out = as(daemon.RoleOwner, "owner", "order-1")
+	require.Zero(t, code, out)
+	require.Contains(t, out, "node=n1", "the owner's forced seize changed nothing")
 	code, out = as(daemon.RoleOwner, "world", "rm", "default", "--yes")
 	require.NotZero(t, code, out)
-	require.Contains(t, out, `Permissions Violation for Publish to "$JS.API.STREAM.DELETE.`)
+	require.Contains(t, out, `error: not permitted: the server refused publish to "$JS.API.STREAM.DELETE.`)
+	code, out = as(daemon.RoleOperator, "seize", "order-1", "--node", "ops", "--force")
+	require.Zero(t, code, out)
+	require.True(t, strings.HasPrefix(out, "seized"), out)
 	code, out = as(daemon.RoleOperator, "reset", "--yes")
 	require.Zero(t, code, out)
 	require.Zero(t, d.stop(t, syscall.SIGTERM))

@@ -1,0 +1,118 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ErrNotPermitted is wrapped by every NotPermittedError.
+var ErrNotPermitted = errors.New("not permitted")
+
+// NotPermittedError says that the server refused a publish or a
+// subscription of this client: the NATS user's permissions do not allow
+// the subject (with fencepostd --auth, the role's; docs/security.md).
+type NotPermittedError struct {
+	Op      string // "publish" or "subscription"
+	Subject string
+}
+
+func (e *NotPermittedError) Error() string {
+	return fmt.Sprintf("not permitted: the server refused %s to %q: this user's permissions do not allow it (docs/security.md)", e.Op, e.Subject)
+}
+
+func (e *NotPermittedError) Unwrap() error { return ErrNotPermitted }
+
+// The server's text of a refusal: Permissions Violation for Publish to "x".
+var violationRe = regexp.MustCompile(`Permissions Violation for (Publish|Subscription) to "([^"]+)"`)
+
+// refusals hands the server's permission violations to the functions
+// watching for them. NATS reports a refused publish asynchronously (a
+// request just gets no reply), so without this an operation that is not
+// permitted would end with a timeout.
+type refusals struct {
+	mu       sync.Mutex
+	next     int
+	watchers map[int]func(*NotPermittedError)
+}
+
+// hook chains the client's handler before the connection's error handler.
+func (r *refusals) hook(nc *nats.Conn) {
+	prev := nc.Opts.AsyncErrorCB
+	nc.SetErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+		if m := violationRe.FindStringSubmatch(err.Error()); m != nil && errors.Is(err, nats.ErrPermissionViolation) {
+			op := "publish"
+			if m[1] == "Subscription" {
+				op = "subscription"
+			}
+			r.refused(&NotPermittedError{Op: op, Subject: m[2]})
+		}
+		if prev != nil {
+			prev(nc, sub, err)
+		}
+	})
+}
+
+func (r *refusals) refused(e *NotPermittedError) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, fn := range r.watchers {
+		fn(e)
+	}
+}
+
+// OnRefusal calls fn with every refusal of a publish or subscription of
+// this client by the server, until stop is called. fn must not block.
+func (c *Client) OnRefusal(fn func(*NotPermittedError)) (stop func()) {
+	r := &c.refusals
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watchers == nil {
+		r.watchers = map[int]func(*NotPermittedError){}
+	}
+	id := r.next
+	r.next++
+	r.watchers[id] = fn
+	return func() {
+		r.mu.Lock()
+		delete(r.watchers, id)
+		r.mu.Unlock()
+	}
+}
+
+// Refusable returns a context for one operation that the server's refusal
+// of any publish or subscription of this client ends at once, with a
+// *NotPermittedError as its cause, and done, which the operation's error
+// goes through: it returns that refusal instead of the context's error
+// when there was one, and releases the context.
+//
+// The server's refusal names the subject but not the request, so a
+// refusal ends every Refusable context of the client that is open at that
+// moment: it is meant for clients that do one operation at a time, such
+// as the fencepost command line.
+func (c *Client) Refusable(ctx context.Context) (_ context.Context, done func(error) error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := c.OnRefusal(func(e *NotPermittedError) { cancel(e) })
+	return ctx, func(err error) error {
+		stop()
+		if err != nil {
+			err = Refused(ctx, err)
+		}
+		cancel(nil)
+		return err
+	}
+}
+
+// Refused returns the refusal that ended ctx, if one did, and err
+// otherwise.
+func Refused(ctx context.Context, err error) error {
+	var np *NotPermittedError
+	if errors.As(context.Cause(ctx), &np) {
+		return np
+	}
+	return err
+}

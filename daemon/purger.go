@@ -1,0 +1,93 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/world"
+)
+
+// purgeScan is how often the purge loop looks for worlds.
+const purgeScan = 2 * time.Second
+
+// purgeLoop runs a purger (drain.PurgeCommitted) for every world whose
+// config says purge=server, the worlds fencepostd --auth creates: their
+// owners may not call the purge API, so the server removes what their
+// commits cover (docs/security.md). It looks for new, removed and
+// re-created worlds every purgeScan.
+func (d *Daemon) purgeLoop(ctx context.Context) error {
+	type purger struct {
+		created time.Time // of the bucket stream: a re-created world gets a new purger
+		stop    context.CancelFunc
+		done    chan struct{}
+	}
+	running := map[string]*purger{}
+	defer func() {
+		for _, p := range running {
+			p.stop()
+			<-p.done
+		}
+	}()
+	t := time.NewTicker(purgeScan)
+	defer t.Stop()
+	for {
+		names, err := world.List(ctx, d.js)
+		if err != nil {
+			d.log.Debug("purger: list worlds", "err", err)
+		}
+		seen := map[string]bool{}
+		for _, name := range names {
+			w, err := world.Open(ctx, d.js, name)
+			if err != nil || w.Config.Purge != world.PurgeByServer {
+				continue
+			}
+			created := w.Bucket.CachedInfo().Created
+			seen[name] = true
+			if p := running[name]; p != nil {
+				select {
+				case <-p.done: // ended (its watch failed): start again
+				default:
+					if p.created.Equal(created) {
+						continue
+					}
+					p.stop()
+					<-p.done
+				}
+			}
+			own, err := ownership.New(w, ownership.WithLogger(d.log))
+			if err != nil {
+				continue
+			}
+			dr, err := drain.New(w, own, drain.WithLogger(d.log))
+			if err != nil {
+				continue
+			}
+			pctx, stop := context.WithCancel(ctx)
+			p := &purger{created: created, stop: stop, done: make(chan struct{})}
+			running[name] = p
+			go func() {
+				defer close(p.done)
+				d.log.Info("purger: removing committed messages for the owners", "world", name)
+				if err := dr.PurgeCommitted(pctx); err != nil {
+					d.log.Warn("purger stopped; restarting", "world", name, "err", err)
+				}
+			}()
+		}
+		if err == nil {
+			for name, p := range running {
+				if !seen[name] {
+					p.stop()
+					<-p.done
+					delete(running, name)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
