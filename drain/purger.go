@@ -42,8 +42,10 @@ func (d *Drainer) PurgeCommitted(ctx context.Context) error {
 		pending = map[string]uint64{} // mailbox subject -> purge below
 		wake    = make(chan struct{}, 1)
 		done    = map[string]uint64{} // purged below, per subject
+		ended   = make(chan struct{})
 	)
 	go func() {
+		defer close(ended)
 		for e := range w.Updates() {
 			if e == nil {
 				continue // the end of the initial values
@@ -67,6 +69,11 @@ func (d *Drainer) PurgeCommitted(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-ended:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("drain: purger of %q: the watch of the cursors ended", d.world)
 		case <-wake:
 		}
 		mu.Lock()
