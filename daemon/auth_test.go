@@ -83,24 +83,29 @@ func (a *authed) as(t *testing.T, role string) *roleConn {
 	return r
 }
 
-// refused checks that op failed and that the server reported, during op, a
-// permissions violation for publishing to subject (a prefix of it: the
-// first request of op that the role may not make).
+// refused checks that the server refused op with a clear error, at once
+// rather than by a timeout: op's error is the *client.NotPermittedError of
+// subject (the first request of op that the role may not make), which the
+// server also reported to the connection's error handler.
 func (r *roleConn) refused(t *testing.T, what, subject string, op func(ctx context.Context) error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	n := r.count()
-	err := op(ctx)
-	require.Error(t, err, what+" must be refused")
+	rctx, done := r.c.Refusable(ctx)
+	err := done(op(rctx))
+	var np *client.NotPermittedError
+	require.ErrorAs(t, err, &np, what+" must be refused as not permitted")
+	require.Equal(t, subject, np.Subject, what)
+	require.NoError(t, ctx.Err(), what+": ended by the refusal, not by the deadline")
 	want := fmt.Sprintf("Permissions Violation for Publish to %q", subject)
 	servertest.CheckFor(t, 2*time.Second, 10*time.Millisecond, func() error {
 		if !strings.Contains(r.violations(n), want) {
-			return fmt.Errorf("%s: no %s among the server's errors:\n%s\n(op error: %v)", what, want, r.violations(n), err)
+			return fmt.Errorf("%s: no %s among the server's errors:\n%s", what, want, r.violations(n))
 		}
 		return nil
 	})
-	t.Logf("%s: refused: %v; server: %s", what, err, want)
+	t.Logf("%s: %v", what, err)
 }
 
 func ok(h drain.Result, err error) error { return err }
