@@ -93,6 +93,7 @@ func TestSoak(t *testing.T) {
 		total.StaleWoken += res.StaleWoken
 		total.Fences += res.Fences
 		total.OwnerStarts += res.OwnerStarts
+		total.UnknownSends += res.UnknownSends
 		total.Lin.Ops += res.Lin.Ops
 		total.Lin.Unknown += res.Lin.Unknown
 		switch res.Lin.Result {
@@ -135,8 +136,8 @@ func soakSummary(o outcome, linOK, linBad, linUnsure int) string {
 		return fmt.Sprintf("%d (%s)", sum, strings.Join(b, ", "))
 	}
 	r := o.Report
-	return fmt.Sprintf("messages posted %d (sends %d, unknown %d, refused %d), deliveries %d, duplicates %d (%.3f%%), commits %d | faults %s | takeovers %s | stale owners woken and fenced %d, self-fences %d, owner process starts %d | lost %d, unexpected %d, stale deliveries %d, stale commits %d, order %d, cursor back %d | linearizability: %d rounds ok, %d illegal, %d undecided, %d ownership ops (%d unknown outcome)",
+	return fmt.Sprintf("messages posted %d (sends %d, unknown %d, refused %d), deliveries %d, duplicates %d (%.3f%%), commits %d | faults %s | takeovers %s | stale owners woken and fenced %d, self-fences %d, owner process starts %d, send attempts of unknown outcome %d | lost %d, unexpected %d, stale deliveries %d, stale commits %d, order %d, cursor back %d | linearizability: %d rounds ok, %d illegal, %d undecided, %d ownership ops (%d unknown outcome)",
 		r.Posted, r.Sends, r.Unknown, r.Refused, r.Deliveries, r.Duplicates, r.DuplicatePct(), r.Commits,
-		kinds(o.Faults), kinds(o.Takeovers), o.StaleWoken, o.Fences, o.OwnerStarts,
+		kinds(o.Faults), kinds(o.Takeovers), o.StaleWoken, o.Fences, o.OwnerStarts, o.UnknownSends,
 		r.Lost, r.Unexpected, r.StaleDeliveries, r.StaleCommits, r.Order, r.CursorBack, linOK, linBad, linUnsure, o.Lin.Ops, o.Lin.Unknown)
 }
