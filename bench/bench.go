@@ -42,6 +42,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/server"
@@ -122,6 +123,7 @@ type Progress struct {
 	Duration      time.Duration // the posting time of the round (0 in fan-in)
 	Sent          int64
 	Delivered     int64
+	Posting       bool    // the producers run (else: waiting for the last deliveries)
 	Takeovers     int64   // faults injected so far
 	Done          float64 // fraction of the whole run, 0..1 (an estimate)
 }
@@ -191,8 +193,10 @@ type Report struct {
 	TakeoverGaps   map[string]GapStats `json:"takeover_gaps,omitempty"`
 	Faults         []Fault             `json:"faults,omitempty"`
 	// UnplannedExits counts owner processes that ended without a fault
-	// (each was replaced).
+	// (each was replaced); SelfFences in-process workers that self-fenced
+	// (each was started again).
 	UnplannedExits int64 `json:"unplanned_exits,omitempty"`
+	SelfFences     int64 `json:"self_fences,omitempty"`
 
 	DuplicatesPct float64 `json:"duplicates_pct"` // extra deliveries / distinct messages delivered, in %
 	Lost          int64   `json:"lost"`           // sent but never delivered, even by the final drain: must be 0
@@ -412,7 +416,8 @@ type side struct {
 	round                int           // the current round, 1-based
 	postTime, activeTime time.Duration // sums over the rounds: posting; first post to last delivery
 	lastDelivery         atomic.Int64  // unix nanos
-	takeovers            func() int64  // faults so far, or nil
+	posting              atomic.Bool
+	takeovers            func() int64 // faults so far, or nil
 
 	sent, delivered int64 // final figures
 	nSent           atomic.Int64
@@ -651,7 +656,7 @@ func (s *side) report(stop <-chan struct{}, d time.Duration, ids int) {
 	defer t.Stop()
 	sent0 := s.nSent.Load()
 	for {
-		p := Progress{Side: s.name, Round: s.round, Rounds: s.cfg.Rounds, Elapsed: time.Since(s.roundStart), Duration: d, Sent: s.nSent.Load(), Delivered: s.nDelivered.Load()}
+		p := Progress{Side: s.name, Round: s.round, Rounds: s.cfg.Rounds, Elapsed: time.Since(s.roundStart), Duration: d, Sent: s.nSent.Load(), Delivered: s.nDelivered.Load(), Posting: s.posting.Load()}
 		if s.takeovers != nil {
 			p.Takeovers = s.takeovers()
 		}
@@ -774,7 +779,9 @@ func (r *runner) round(ctx context.Context, ids []string, n int, d time.Duration
 		defer cancel()
 		faults.Go(func() { r.during(fctx, s.roundStart, d) })
 	}
+	s.posting.Store(true)
 	err := s.produce(ctx, ids, r.send, d)
+	s.posting.Store(false)
 	faults.Wait()
 	if err == nil {
 		s.settle(ctx)
@@ -826,6 +833,7 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 	}
 
 	var ps *procSet
+	var selfFences atomic.Int64
 	switch cfg.Scenario {
 	case ScenarioTakeover, ScenarioHandoff:
 		ps = newProcSet(cfg, s, led, w, url)
@@ -854,7 +862,7 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 			return nil, err
 		}
 	default:
-		if err := startWorkers(ctx, w, cfg, ids, s, led, r); err != nil {
+		if err := startWorkers(ctx, c, w, cfg, ids, s, led, r, &selfFences); err != nil {
 			return nil, err
 		}
 	}
@@ -881,6 +889,7 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 		rep.StaleCommits, rep.CommitsChecked = v.staleCommits, v.commits
 		rep.StaleDeliveries, rep.StaleChecked = v.staleDeliveries, v.measuredDeliveries
 		rep.StaleExamples = v.staleCommitExamples
+		rep.SelfFences = selfFences.Load()
 		if ps != nil {
 			gaps := ps.gapStats()
 			all := gaps["all"]
@@ -915,32 +924,73 @@ func handle(s *side, led *ledger) drain.Handler {
 
 // startWorkers starts the in-process workers: one per id (steady), or a
 // pool of cfg.Workers serving every id (fan-in).
-func startWorkers(ctx context.Context, w *client.World, cfg Config, ids []string, s *side, led *ledger, r *runner) error {
+func startWorkers(ctx context.Context, c *client.Client, w *client.World, cfg Config, ids []string, s *side, led *ledger, r *runner, selfFences *atomic.Int64) error {
 	wkctx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	r.stop = func() { stopWorkers(); wg.Wait() }
-	var wks []*worker.Worker
+	type spec struct {
+		w   *client.World
+		cfg worker.Config
+	}
+	var specs []spec
 	if cfg.Scenario == ScenarioFanIn {
+		// Each worker of the pool is a node of its own, with a connection
+		// of its own (as separate processes would have).
 		for i := range cfg.Workers {
-			wk, err := worker.New(w, worker.Config{Node: fmt.Sprintf("pool-%d", i), TTL: cfg.TTL, Idle: time.Hour, Log: cfg.Log}, handle(s, led))
+			nc, err := c.Conn().Opts.Connect()
+			if err != nil {
+				return fmt.Errorf("bench: a pool worker's connection: %w", err)
+			}
+			ci, err := client.New(nc, client.WithTimeout(30*time.Second), client.WithLogger(cfg.Log))
+			if err != nil {
+				nc.Close()
+				return err
+			}
+			r.clean = append(r.clean, ci.Close)
+			wi, err := ci.World(ctx, w.Name)
 			if err != nil {
 				return err
 			}
-			wks = append(wks, wk)
+			specs = append(specs, spec{wi, worker.Config{Node: fmt.Sprintf("pool-%d", i), TTL: cfg.TTL, Idle: time.Hour, Log: cfg.Log}})
 		}
 	} else {
 		for i, id := range ids {
-			wk, err := worker.New(w, worker.Config{Node: fmt.Sprintf("node-%d", i), TTL: cfg.TTL, IDs: []string{id}, Idle: time.Hour, Log: cfg.Log}, handle(s, led))
-			if err != nil {
-				return err
-			}
-			wks = append(wks, wk)
+			specs = append(specs, spec{w, worker.Config{Node: fmt.Sprintf("node-%d", i), TTL: cfg.TTL, IDs: []string{id}, Idle: time.Hour, Log: cfg.Log}})
 		}
 	}
-	for _, wk := range wks {
+	wks := make([]*worker.Worker, len(specs))
+	for i, sp := range specs {
+		wk, err := worker.New(sp.w, sp.cfg, handle(s, led))
+		if err != nil {
+			return err
+		}
+		wks[i] = wk
+	}
+	for i, sp := range specs {
 		wg.Go(func() {
-			if err := wk.Run(wkctx); err != nil {
-				r.errs <- fmt.Errorf("worker: %w", err)
+			// A worker that self-fences (its node lease lapsed, e.g. on an
+			// overloaded machine) is started again, as a supervisor would,
+			// and counted.
+			wk := wks[i]
+			for {
+				err := wk.Run(wkctx)
+				if wkctx.Err() != nil {
+					return
+				}
+				var cause fencing.Cause
+				if !errors.As(err, &cause) {
+					if err == nil {
+						err = errors.New("stopped")
+					}
+					r.errs <- fmt.Errorf("worker %s: %w", sp.cfg.Node, err)
+					return
+				}
+				selfFences.Add(1)
+				cfg.Log.Warn("bench: a worker self-fenced; starting it again", "node", sp.cfg.Node, "cause", cause)
+				if wk, err = worker.New(sp.w, sp.cfg, handle(s, led)); err != nil {
+					r.errs <- err
+					return
+				}
 			}
 		})
 	}

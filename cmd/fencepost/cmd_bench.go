@@ -171,7 +171,7 @@ type benchProgress struct {
 
 func (p *benchProgress) show(s bench.Progress) {
 	phase := "posting"
-	if s.Duration > 0 && s.Elapsed > s.Duration {
+	if !s.Posting {
 		phase = "settling"
 	}
 	timing := fmt.Sprintf("%4.1fs", s.Elapsed.Seconds())
@@ -244,6 +244,9 @@ func printBenchTable(e *env, r bench.Report) {
 		g := r.TakeoverGaps[k]
 		fmt.Fprintf(tw, "  %s: %d faults, %d ids, gap p50 / p99 / max ms\t%.1f / %.1f / %.1f\t\t\t\n", k, g.Faults, g.Samples, g.P50, g.P99, g.Max)
 		fmt.Fprintf(tw, "  %s: until the new claim was stored, p50 / p99 ms\t%.1f / %.1f\t\t\t\n", k, g.ClaimP50, g.ClaimP99)
+	}
+	if r.SelfFences > 0 {
+		fmt.Fprintf(tw, "in-process workers that self-fenced (restarted)\t%d\t\t\t\n", r.SelfFences)
 	}
 	if r.UnplannedExits > 0 {
 		fmt.Fprintf(tw, "owner processes that exited unplanned\t%d\t\t\t\n", r.UnplannedExits)
