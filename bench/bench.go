@@ -214,6 +214,10 @@ type Report struct {
 	StaleDeliveries int64    `json:"stale_deliveries"`
 	StaleChecked    int64    `json:"stale_checked"`
 	StaleExamples   []string `json:"stale_examples,omitempty"`
+	// LedgerMissed counts bucket writes (records, cursors, locks) that were
+	// overwritten more than 64 times before the checker read them: 0 means
+	// every commit was checked against the record it was accepted under.
+	LedgerMissed int64 `json:"ledger_missed"`
 
 	// Timeline is per second of the run, for the chart.
 	Timeline []Second `json:"-"`
@@ -890,6 +894,7 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 		rep.StaleDeliveries, rep.StaleChecked = v.staleDeliveries, v.measuredDeliveries
 		rep.StaleExamples = v.staleCommitExamples
 		rep.SelfFences = selfFences.Load()
+		rep.LedgerMissed = v.missed
 		if ps != nil {
 			gaps := ps.gapStats()
 			all := gaps["all"]

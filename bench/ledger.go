@@ -39,6 +39,7 @@ type ledger struct {
 
 	mu       sync.Mutex
 	lastSeq  uint64               // of the bucket stream, processed
+	missed   int64                // bucket stream messages gone before the ledger read them
 	cur      map[string]recState  // current record per id
 	newer    map[string][]epochAt // record writes per id that raised the epoch, in order
 	cursor   map[string]uint64    // last cursor per id
@@ -97,8 +98,25 @@ func newLedger(worldName string) *ledger {
 	}
 }
 
+// ledgerHistory is the history per key the bench gives its world's
+// bucket: the bucket keeps only the last revision of a key by default, and
+// a revision overwritten before the ledger read it would be gone (a claim
+// record replaced by a release while the ledger lags: its commits would
+// look unauthorised). Retention only: no write is checked differently.
+const ledgerHistory = 64
+
 // follow consumes the world's bucket stream from its start until ctx ends.
 func (l *ledger) follow(ctx context.Context, w *world.World) error {
+	info, err := w.Bucket.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("bench: bucket stream: %w", err)
+	}
+	if sc := info.Config; sc.MaxMsgsPerSubject < ledgerHistory {
+		sc.MaxMsgsPerSubject = ledgerHistory
+		if _, err := w.JS.UpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("bench: keep %d revisions per key in the bucket stream: %w", ledgerHistory, err)
+		}
+	}
 	cons, err := w.Bucket.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return fmt.Errorf("bench: follow the bucket stream: %w", err)
@@ -143,6 +161,9 @@ func (l *ledger) follow(ctx context.Context, w *world.World) error {
 			l.cursorWrite(id, c.Seq, md.Timestamp)
 		}
 		l.mu.Lock()
+		if seq := md.Sequence.Stream; seq > l.lastSeq+1 {
+			l.missed += int64(seq - l.lastSeq - 1)
+		}
 		l.lastSeq = md.Sequence.Stream
 		l.mu.Unlock()
 	})
@@ -249,6 +270,7 @@ type verdict struct {
 	staleDeliveries, deliveries     int64
 	staleCommitExamples             []string
 	measuredDeliveries, takeoverIDs int64
+	missed                          int64 // bucket writes the ledger never saw
 }
 
 // check runs the checks; call it once every delivery report is in and the
@@ -296,6 +318,7 @@ func (l *ledger) check() (verdict, error) {
 		}
 	}
 	v.measuredDeliveries = l.measured
+	v.missed = l.missed
 	for _, n := range l.newer {
 		if len(n) > 1 {
 			v.takeoverIDs++

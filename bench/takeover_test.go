@@ -26,8 +26,8 @@ func runTiny(t *testing.T, cfg bench.Config) bench.Report {
 	if rep.Lost != 0 || rep.RawLost != 0 || rep.StaleCommits != 0 || !rep.OK() {
 		t.Errorf("lost %d, raw lost %d, stale commits %d %v", rep.Lost, rep.RawLost, rep.StaleCommits, rep.StaleExamples)
 	}
-	if rep.CommitsChecked == 0 {
-		t.Error("no commit checked")
+	if rep.CommitsChecked == 0 || rep.LedgerMissed != 0 {
+		t.Errorf("%d commits checked, %d bucket writes missed by the checker", rep.CommitsChecked, rep.LedgerMissed)
 	}
 	if rep.Sent == 0 || rep.Delivered < rep.Sent || rep.RawDelivered < rep.RawSent {
 		t.Errorf("sent %d delivered %d, raw sent %d delivered %d", rep.Sent, rep.Delivered, rep.RawSent, rep.RawDelivered)

@@ -232,6 +232,9 @@ func printBenchTable(e *env, r bench.Report) {
 	fmt.Fprintf(tw, "lost\t%d\t%d\t\t\n", r.Lost, r.RawLost)
 	fmt.Fprintf(tw, "delivered by the final drain\t%d\t\t\t\n", r.FinalDrained)
 	fmt.Fprintf(tw, "stale-epoch commits\t%d of %d\t\t\t\n", r.StaleCommits, r.CommitsChecked)
+	if r.LedgerMissed > 0 {
+		fmt.Fprintf(tw, "bucket writes the checker missed\t%d\t\t\t\n", r.LedgerMissed)
+	}
 	fmt.Fprintf(tw, "stale-epoch deliveries (refused at commit)\t%d of %d\t\t\t\n", r.StaleDeliveries, r.StaleChecked)
 	fmt.Fprintf(tw, "takeovers\t%d\t\t\t\n", r.Takeovers)
 	fmt.Fprintf(tw, "takeover gap p50 / p99 / max ms\t%.1f / %.1f / %.1f\t\t\t\n", r.TakeoverGapP50, r.TakeoverGapP99, r.TakeoverGapMax)
