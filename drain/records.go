@@ -131,6 +131,8 @@ func (l Lock) validate() error {
 		return fmt.Errorf("%w: lock epoch 0", ErrCorruptRecord)
 	case l.Expires.IsZero():
 		return fmt.Errorf("%w: lock without expiry", ErrCorruptRecord)
+	case !wire.InJSONRange(l.Expires):
+		return fmt.Errorf("%w: lock expiry %v is outside years 0..9999 in UTC", ErrCorruptRecord, l.Expires)
 	}
 	return nil
 }

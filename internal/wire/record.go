@@ -135,6 +135,17 @@ func (r *Record) validate() error {
 		return fmt.Errorf("%w: held record without expiry", ErrCorruptRecord)
 	case r.State == StateFree && r.NodeLease != 0:
 		return fmt.Errorf("%w: a free record names node lease %d", ErrCorruptRecord, r.NodeLease)
+	case !InJSONRange(r.Acquired) || !InJSONRange(r.Expires):
+		return fmt.Errorf("%w: acquired %v or expires %v is outside years 0..9999 in UTC", ErrCorruptRecord, r.Acquired, r.Expires)
 	}
 	return nil
+}
+
+// InJSONRange reports whether t, in UTC, is within the years 0..9999 that
+// time.Time's JSON form can hold. A time read from JSON with a zone offset
+// can fall outside them ("0000-01-01T00:00:00+01:00" is year -1 in UTC),
+// and a record holding it could not be written back.
+func InJSONRange(t time.Time) bool {
+	y := t.UTC().Year()
+	return y >= 0 && y <= 9999
 }
