@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -73,6 +74,7 @@ type outcome struct {
 	Takeovers       map[string]int // by the fault in force when the new epoch first acted
 	StaleWoken      int            // owners that were paused and self-fenced on waking
 	UnknownSends    int64          // send attempts whose outcome was unknown (then retried with the same message id)
+	ops             []history.OwnOp
 	Fences          int64
 	OwnerStarts     int64
 	Duration        time.Duration
@@ -145,7 +147,7 @@ func deploy(t testing.TB, sc scenario) *deployment {
 		t.Cleanup(p.Close)
 		d.proxy = p
 	}
-	c, err := client.Connect(d.direct(), client.WithTimeout(10*time.Second), client.WithLogger(quiet), natsOpts())
+	c, err := dial(d.direct(), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,11 +176,12 @@ func deploy(t testing.TB, sc scenario) *deployment {
 
 // connect opens a client of the deployment for a component under test.
 func (d *deployment) connect() (*client.Client, *client.World, error) {
-	c, err := client.Connect(d.url(), client.WithTimeout(2*time.Second), client.WithLogger(quiet), natsOpts())
+	deadline := time.Now().Add(30 * time.Second)
+	c, err := dial(d.url(), 2*time.Second)
 	if err != nil {
 		return nil, nil, err
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		w, err := c.World(ctx, d.world)
 		cancel()
@@ -188,6 +191,19 @@ func (d *deployment) connect() (*client.Client, *client.World, error) {
 		if time.Now().After(deadline) {
 			c.Close()
 			return nil, nil, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// dial connects to url, retrying for up to 30 s (a loaded machine can miss
+// the connect timeout).
+func dial(url string, reqTimeout time.Duration) (*client.Client, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := client.Connect(url, client.WithTimeout(reqTimeout), client.WithLogger(quiet), natsOpts())
+		if err == nil || time.Now().After(deadline) {
+			return c, err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -433,6 +449,9 @@ func run(t testing.TB, sc scenario) outcome {
 	h := rec.History()
 	res.Report = history.Check(h)
 	res.Lin = history.CheckOwnership(h.Ops, 2*time.Minute)
+	if res.Lin.Result != porcupine.Ok {
+		res.ops = h.Ops
+	}
 	res.Fences = own.Fences.Load()
 	res.UnknownSends = unknownSends.Load()
 	res.OwnerStarts = own.Starts.Load()
@@ -546,7 +565,7 @@ func ownershipClient(ctx context.Context, w *client.World, rec *history.Recorder
 // started.
 func finalDrain(t testing.TB, d *deployment, rec *history.Recorder, mbIDs []string, sc scenario) time.Time {
 	started := time.Now()
-	c, err := client.Connect(d.direct(), client.WithTimeout(5*time.Second), client.WithLogger(quiet), natsOpts())
+	c, err := dial(d.direct(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -617,7 +636,12 @@ func verify(t testing.TB, sc scenario, res outcome) {
 		t.Errorf("%s: invariants violated:\n%s", sc.Name, rep)
 	}
 	if res.Lin.Result != porcupine.Ok {
-		t.Errorf("%s: ownership history not linearizable: %s (%d ops, %d unknown)", sc.Name, res.Lin.Result, res.Lin.Ops, res.Lin.Unknown)
+		f, err := os.CreateTemp("", "fp-lin-*.txt")
+		if err == nil {
+			f.WriteString(history.Explain(res.ops, 2*time.Minute))
+			f.Close()
+		}
+		t.Errorf("%s: ownership history not linearizable: %s (%d ops, %d unknown); explained in %s", sc.Name, res.Lin.Result, res.Lin.Ops, res.Lin.Unknown, f.Name())
 	}
 	if rep.Posted == 0 || rep.Deliveries == 0 {
 		t.Errorf("%s: nothing happened: %s", sc.Name, rep)

@@ -84,6 +84,7 @@ func TestSoak(t *testing.T) {
 		tr.StaleCommits += r.StaleCommits
 		tr.Order += r.Order
 		tr.CursorBack += r.CursorBack
+		tr.StoredTwice += r.StoredTwice
 		for k, v := range res.Faults {
 			total.Faults[k] += v
 		}
@@ -136,8 +137,8 @@ func soakSummary(o outcome, linOK, linBad, linUnsure int) string {
 		return fmt.Sprintf("%d (%s)", sum, strings.Join(b, ", "))
 	}
 	r := o.Report
-	return fmt.Sprintf("messages posted %d (sends %d, unknown %d, refused %d), deliveries %d, duplicates %d (%.3f%%), commits %d | faults %s | takeovers %s | stale owners woken and fenced %d, self-fences %d, owner process starts %d, send attempts of unknown outcome %d | lost %d, unexpected %d, stale deliveries %d, stale commits %d, order %d, cursor back %d | linearizability: %d rounds ok, %d illegal, %d undecided, %d ownership ops (%d unknown outcome)",
+	return fmt.Sprintf("messages posted %d (sends %d, unknown %d, refused %d), deliveries %d, duplicates %d (%.3f%%), commits %d | faults %s | takeovers %s | stale owners woken and fenced %d, self-fences %d, owner process starts %d, send attempts of unknown outcome %d | lost %d, unexpected %d, stale deliveries %d, stale commits %d, order %d, cursor back %d, stored twice %d | linearizability: %d rounds ok, %d illegal, %d undecided, %d ownership ops (%d unknown outcome)",
 		r.Posted, r.Sends, r.Unknown, r.Refused, r.Deliveries, r.Duplicates, r.DuplicatePct(), r.Commits,
 		kinds(o.Faults), kinds(o.Takeovers), o.StaleWoken, o.Fences, o.OwnerStarts, o.UnknownSends,
-		r.Lost, r.Unexpected, r.StaleDeliveries, r.StaleCommits, r.Order, r.CursorBack, linOK, linBad, linUnsure, o.Lin.Ops, o.Lin.Unknown)
+		r.Lost, r.Unexpected, r.StaleDeliveries, r.StaleCommits, r.Order, r.CursorBack, r.StoredTwice, linOK, linBad, linUnsure, o.Lin.Ops, o.Lin.Unknown)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -402,4 +404,59 @@ func CheckOwnership(ops []OwnOp, timeout time.Duration) LinResult {
 	}
 	res.Result, res.Info = porcupine.CheckOperationsVerbose(OwnershipModel.ToModel(), h, timeout)
 	return res
+}
+
+// Explain checks each id on its own and describes the first one that is
+// not linearizable: its longest partial linearization (the operations
+// porcupine could order) and every operation of that id in call order,
+// with times relative to the first call.
+func Explain(ops []OwnOp, timeout time.Duration) string {
+	byID := map[string][]OwnOp{}
+	for _, op := range ops {
+		byID[op.In.ID] = append(byID[op.In.ID], op)
+	}
+	var ids []string
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var b strings.Builder
+	for _, id := range ids {
+		res := CheckOwnership(byID[id], timeout)
+		if res.Result == porcupine.Ok {
+			continue
+		}
+		fmt.Fprintf(&b, "id %s: %s (%d ops)\n", id, res.Result, len(byID[id]))
+		part := byID[id]
+		sort.Slice(part, func(i, j int) bool { return part[i].In.Call < part[j].In.Call })
+		t0 := part[0].In.Call
+		rel := func(t int64) string {
+			if t == math.MaxInt64 {
+				return "inf"
+			}
+			return fmt.Sprintf("%.6fs", float64(t-t0)/1e9)
+		}
+		desc := func(op OwnOp) string {
+			return fmt.Sprintf("[%s, %s] %s(%s ttl=%v) -> %s node=%s epoch=%d expires=%s rev=%d",
+				rel(op.In.Call), rel(op.In.Return), op.In.Kind, op.In.Node, op.In.TTL, op.Out.Res, op.Out.Node, op.Out.Epoch, rel(op.Out.Expires), op.Out.Revision)
+		}
+		longest := []porcupine.Operation{}
+		for _, p := range res.Info.PartialLinearizationsOperations() {
+			for _, l := range p {
+				if len(l) > len(longest) {
+					longest = l
+				}
+			}
+		}
+		fmt.Fprintf(&b, "longest partial linearization (%d ops), last 15:\n", len(longest))
+		for _, o := range longest[max(0, len(longest)-15):] {
+			fmt.Fprintf(&b, "  %s\n", desc(OwnOp{o.Input.(OwnInput), o.Output.(OwnOutput)}))
+		}
+		fmt.Fprintf(&b, "all ops:\n")
+		for _, op := range part {
+			fmt.Fprintf(&b, "  %s\n", desc(op))
+		}
+		return b.String()
+	}
+	return "every id is linearizable on its own"
 }
