@@ -1119,19 +1119,34 @@ func setupRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids
 		filters, batchSize = []string{prefix + ".*"}, 1000
 	}
 	for _, filter := range filters {
-		cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: filter, AckPolicy: jetstream.AckAllPolicy, MaxAckPending: -1})
+		// InactiveThreshold: an ephemeral consumer is removed after 5 s
+		// without a pull by default, which a stall of an overloaded machine
+		// can reach; the stream's removal removes it at the end.
+		cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: filter, AckPolicy: jetstream.AckAllPolicy, MaxAckPending: -1, InactiveThreshold: time.Hour})
 		if err != nil {
 			return nil, fmt.Errorf("bench: raw consumer: %w", err)
 		}
 		wg.Go(func() {
+			var failing time.Time // since when Fetch fails; zero: it works
 			for cctx.Err() == nil {
 				batch, err := cons.Fetch(batchSize, jetstream.FetchMaxWait(250*time.Millisecond))
 				if err != nil {
-					if cctx.Err() == nil {
-						r.errs <- err
+					// A stalled server (an overloaded machine) may fail a
+					// pull for a while: give up after 30 s.
+					if failing.IsZero() {
+						failing = time.Now()
 					}
-					return
+					if cctx.Err() != nil {
+						return
+					}
+					if time.Since(failing) > 30*time.Second {
+						r.errs <- err
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
+					continue
 				}
+				failing = time.Time{}
 				var last jetstream.Msg
 				for m := range batch.Messages() {
 					s.deliver(m.Data())

@@ -128,6 +128,10 @@ func (ps *procSet) report(err error) {
 // spawn starts an owner process and waits until it holds its node lease.
 func (ps *procSet) spawn(ctx context.Context) (*proc, error) {
 	ps.mu.Lock()
+	if ps.closing {
+		ps.mu.Unlock()
+		return nil, errors.New("bench: owners are stopping")
+	}
 	ps.n++
 	node := fmt.Sprintf("owner-%d", ps.n)
 	ps.mu.Unlock()
@@ -373,10 +377,12 @@ func (ps *procSet) start(ctx context.Context) error {
 // stop wakes stopped owners, stops every owner gracefully (SIGKILL after
 // 15 s) and waits until their reports are read.
 func (ps *procSet) stop() {
+	ps.mu.Lock()
+	ps.closing = true
+	ps.mu.Unlock()
 	ps.spawns.Wait()
 	ps.conts.Wait()
 	ps.mu.Lock()
-	ps.closing = true
 	all := make([]*proc, 0, len(ps.procs))
 	for _, p := range ps.procs {
 		all = append(all, p)
