@@ -218,6 +218,12 @@ type Report struct {
 	// overwritten more than 64 times before the checker read them: 0 means
 	// every commit was checked against the record it was accepted under.
 	LedgerMissed int64 `json:"ledger_missed"`
+	// BucketWrites counts the writes to the world's bucket over the run
+	// (claims, renewals, node leases, drain locks, cursor commits), and
+	// BucketWritesPerMsg per delivery: the protocol's cost beside the
+	// mailbox stream's, which the raw side does not pay.
+	BucketWrites       int64   `json:"bucket_writes"`
+	BucketWritesPerMsg float64 `json:"bucket_writes_per_msg"`
 
 	// Timeline is per second of the run, for the chart.
 	Timeline []Second `json:"-"`
@@ -895,6 +901,10 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 		rep.StaleExamples = v.staleCommitExamples
 		rep.SelfFences = selfFences.Load()
 		rep.LedgerMissed = v.missed
+		rep.BucketWrites = v.writes
+		if v.measuredDeliveries > 0 {
+			rep.BucketWritesPerMsg = round(float64(v.writes)/float64(v.measuredDeliveries), 3)
+		}
 		if ps != nil {
 			gaps := ps.gapStats()
 			all := gaps["all"]

@@ -271,6 +271,7 @@ type verdict struct {
 	staleCommitExamples             []string
 	measuredDeliveries, takeoverIDs int64
 	missed                          int64 // bucket writes the ledger never saw
+	writes                          int64 // bucket writes in all (stream sequence)
 }
 
 // check runs the checks; call it once every delivery report is in and the
@@ -319,6 +320,7 @@ func (l *ledger) check() (verdict, error) {
 	}
 	v.measuredDeliveries = l.measured
 	v.missed = l.missed
+	v.writes = int64(l.lastSeq)
 	for _, n := range l.newer {
 		if len(n) > 1 {
 			v.takeoverIDs++

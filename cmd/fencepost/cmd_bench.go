@@ -232,6 +232,7 @@ func printBenchTable(e *env, r bench.Report) {
 	fmt.Fprintf(tw, "lost\t%d\t%d\t\t\n", r.Lost, r.RawLost)
 	fmt.Fprintf(tw, "delivered by the final drain\t%d\t\t\t\n", r.FinalDrained)
 	fmt.Fprintf(tw, "stale-epoch commits\t%d of %d\t\t\t\n", r.StaleCommits, r.CommitsChecked)
+	fmt.Fprintf(tw, "bucket writes (ownership, locks, commits) per delivery\t%.3f\t\t\t\n", r.BucketWritesPerMsg)
 	if r.LedgerMissed > 0 {
 		fmt.Fprintf(tw, "bucket writes the checker missed\t%d\t\t\t\n", r.LedgerMissed)
 	}
