@@ -248,3 +248,14 @@ func TestCheck_StoredTwice(t *testing.T) {
 	require.Zero(t, rep.Unexpected)
 	require.True(t, rep.OK())
 }
+
+func TestLin_ContendedWritesNothing(t *testing.T) {
+	ttl := time.Second
+	ops := []OwnOp{
+		op(OpClaim, "A", ttl, 0, 10, OwnOutput{Res: ResContended}),
+		op(OpClaim, "B", ttl, 20, 30, OwnOutput{Res: ResClaimed, Node: "B", Epoch: 1, Expires: 25 + sec, Revision: 3}),
+	}
+	require.Equal(t, porcupine.Ok, CheckOwnership(ops, 10*time.Second).Result)
+	ops[1] = op(OpOwner, "", 0, 20, 30, OwnOutput{Res: ResOwned, Node: "A", Epoch: 1, Expires: 5 + sec, Revision: 3})
+	require.Equal(t, porcupine.Illegal, CheckOwnership(ops, 10*time.Second).Result)
+}

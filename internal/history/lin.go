@@ -229,8 +229,11 @@ func ownStep(st, input, output any) []any {
 	s, in, out := st.(ownState), input.(OwnInput), output.(OwnOutput)
 	var next []any
 	add := func(n ownState) { next = append(next, n) }
-	if out.Res == ResFailed || out.Res == ResContended && (in.Kind == OpSeize || in.Kind == OpForceSeize) {
-		add(s) // a refusal or failure wrote nothing
+	if out.Res == ResFailed || out.Res == ResContended {
+		// A failure, or contended (a single-attempt seize whose record
+		// moved, or any operation whose conditional writes were all
+		// refused), wrote nothing.
+		add(s)
 		return next
 	}
 	unknown := out.Res == ResUnknown
