@@ -1040,8 +1040,8 @@ func warmUp(ctx context.Context, w *client.World, ids []string, ready func() boo
 			return fmt.Errorf("bench: warm-up send: %w", err)
 		}
 	}
-	if err := pollUntil(ctx, 30*time.Second, ready); err != nil {
-		return errors.New("bench: the owners did not claim their ids within 30 s")
+	if err := pollUntil(ctx, 2*time.Minute, ready); err != nil {
+		return errors.New("bench: the owners did not claim their ids within 2 minutes")
 	}
 	return nil
 }
