@@ -59,6 +59,15 @@ func TestSoak(t *testing.T) {
 		dupPct                           []string
 	)
 	scs := soakScenarios(roundFor)
+	if only := os.Getenv("FP_SOAK_ONLY"); only != "" { // one kind of round
+		var keep []scenario
+		for _, sc := range scs {
+			if sc.Name == only {
+				keep = append(keep, sc)
+			}
+		}
+		scs = keep
+	}
 	for i := 0; i == 0 || time.Since(start) < d; i++ {
 		sc := scs[i%len(scs)]
 		sc.Name = fmt.Sprintf("round %d %s", i+1, sc.Name)
