@@ -75,6 +75,7 @@ type outcome struct {
 	StaleWoken      int            // owners that were paused and self-fenced on waking
 	UnknownSends    int64          // send attempts whose outcome was unknown (then retried with the same message id)
 	ops             []history.OwnOp
+	hist            *history.History // kept when an invariant was violated
 	Fences          int64
 	OwnerStarts     int64
 	Duration        time.Duration
@@ -448,6 +449,9 @@ func run(t testing.TB, sc scenario) outcome {
 
 	h := rec.History()
 	res.Report = history.Check(h)
+	if !res.Report.OK() {
+		res.hist = &h
+	}
 	res.Lin = history.CheckOwnership(h.Ops, 2*time.Minute)
 	if res.Lin.Result != porcupine.Ok {
 		res.ops = h.Ops
@@ -633,7 +637,15 @@ func verify(t testing.TB, sc scenario, res outcome) {
 	rep := res.Report
 	t.Logf("%s: %s", sc.Name, summary(res))
 	if rep.Lost+rep.Unexpected+rep.StaleCommits+rep.StaleDeliveries+rep.Order+rep.CursorBack != 0 {
-		t.Errorf("%s: invariants violated:\n%s", sc.Name, rep)
+		where := ""
+		if res.hist != nil {
+			if f, err := os.CreateTemp("", "fp-violation-*.txt"); err == nil {
+				f.WriteString(describe(*res.hist))
+				f.Close()
+				where = " (history around the lost messages in " + f.Name() + ")"
+			}
+		}
+		t.Errorf("%s: invariants violated%s:\n%s", sc.Name, where, rep)
 	}
 	if res.Lin.Result != porcupine.Ok {
 		f, err := os.CreateTemp("", "fp-lin-*.txt")
@@ -669,4 +681,50 @@ func summary(res outcome) string {
 	return fmt.Sprintf("%v | faults %s | takeovers %s | stale owners woken and fenced %d | self-fences %d, owner starts %d | send attempts unknown %d | ownership ops %d (unknown %d): %s | %s",
 		res.Duration.Round(time.Millisecond), kinds(res.Faults), kinds(res.Takeovers), res.StaleWoken, res.Fences, res.OwnerStarts, res.UnknownSends,
 		res.Lin.Ops, res.Lin.Unknown, res.Lin.Result, res.Report)
+}
+
+// describe writes, for every posted message never delivered, the sends,
+// deliveries and commits of its id around its sequence.
+func describe(h history.History) string {
+	var b strings.Builder
+	delivered := map[string]bool{}
+	for _, d := range h.Deliveries {
+		delivered[d.Key] = true
+	}
+	n := 0
+	for _, s := range h.Sends {
+		if s.Outcome != history.Posted || delivered[s.Key] {
+			continue
+		}
+		if n++; n > 10 {
+			break
+		}
+		fmt.Fprintf(&b, "LOST %s key %s seq %d invoked %s returned %s\n", s.ID, s.Key, s.Seq, s.Invoked.Format(time.RFC3339Nano), s.Returned.Format(time.RFC3339Nano))
+		for _, o := range h.Sends {
+			if o.ID == s.ID && o.Seq+5 >= s.Seq && o.Seq <= s.Seq+5 && o.Outcome == history.Posted {
+				fmt.Fprintf(&b, "  send %s seq %d delivered=%v returned %s\n", o.Key, o.Seq, delivered[o.Key], o.Returned.Format(time.RFC3339Nano))
+			}
+		}
+		for _, d := range h.Deliveries {
+			if d.ID == s.ID && d.Seq+5 >= s.Seq && d.Seq <= s.Seq+5 {
+				fmt.Fprintf(&b, "  delivery seq %d key %s %s/%d rev %d at %s\n", d.Seq, d.Key, d.Node, d.Epoch, d.Revision, d.At.Format(time.RFC3339Nano))
+			}
+		}
+		var cs []history.Commit
+		for _, c := range h.Commits {
+			if c.ID == s.ID {
+				cs = append(cs, c)
+			}
+		}
+		sort.Slice(cs, func(i, j int) bool { return cs[i].StreamSeq < cs[j].StreamSeq })
+		for i, c := range cs {
+			if c.Cursor+50 >= s.Seq && (i == 0 || cs[i-1].Cursor <= s.Seq+50) {
+				fmt.Fprintf(&b, "  commit cursor %d by %s/%d rev %d at bucket seq %d at %s\n", c.Cursor, c.Node, c.Epoch, c.Revision, c.StreamSeq, c.At.Format(time.RFC3339Nano))
+				if c.Cursor > s.Seq+50 {
+					break
+				}
+			}
+		}
+	}
+	return b.String()
 }
