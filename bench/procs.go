@@ -266,7 +266,14 @@ func (ps *procSet) victim() (*proc, map[string]uint64) {
 // that the schedule does not wait for it.
 func (ps *procSet) fault(ctx context.Context) error {
 	kind := ps.kinds[int(ps.nFaults.Load())%len(ps.kinds)]
-	p, held := ps.victim()
+	// Right after a fault the survivors may not have claimed its ids yet:
+	// wait up to half a period for an owner that holds one.
+	var p *proc
+	var held map[string]uint64
+	_ = pollUntil(ctx, ps.cfg.FaultEvery/2, func() bool {
+		p, held = ps.victim()
+		return p != nil
+	})
 	if p == nil {
 		ps.cfg.Log.Warn("bench: no owner holds an id; fault skipped", "kind", kind)
 		return nil
