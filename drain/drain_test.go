@@ -41,6 +41,7 @@ var mailboxCases = []mailboxCase{
 	{"Drain_Contended", testContended},
 	{"Drain_DeadDrainer_LockRecovered", testDeadDrainer},
 	{"Drain_PausedDrainer_FencedAfterTakeover", testPausedDrainer},
+	{"Drain_StaleEpochLock_TakenAtOnce", testStaleEpochLock},
 	{"Drain_Max", testMax},
 	{"Drain_CancelledByCaller", testCancelled},
 	{"DrainAll_ManyIDs", testDrainAll},
@@ -443,6 +444,54 @@ func testDeadDrainer(t *testing.T, env *testutil.Env) {
 		return err
 	})
 	require.Equal(t, []string{"m1"}, rec.bodies())
+}
+
+// A lock left by the drain of an older epoch (its owner crashed or was
+// seized) is taken over at once by the new holder, however long its term:
+// that drain's commits are fenced by the new epoch's write of the record.
+// A paused old drain that wakes commits nothing and loses its lock.
+func testStaleEpochLock(t *testing.T, env *testutil.Env) {
+	ctx := testutil.Ctx(t, time.Minute)
+	w, dA := newWorld(t, env, world.Config{}, drain.WithLockTTL(time.Minute))
+	dB, err := drain.New(w.World, w.Ownership, drain.WithLockTTL(time.Minute))
+	require.NoError(t, err)
+	send(t, ctx, w, "a", "m1", "m2")
+	old, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
+	require.NoError(t, err)
+
+	inA, wake := make(chan struct{}), make(chan struct{})
+	doneA := make(chan error, 1)
+	go func() {
+		_, err := dA.DrainLease(ctx, old, func(ctx context.Context, m drain.Message) error {
+			close(inA)
+			<-wake
+			return nil
+		}, drain.WithMax(1))
+		doneA <- err
+	}()
+	<-inA // A holds the lock (a minute's term) and is inside its handler
+	seized, err := w.Ownership.Seize(ctx, "a", "n2", time.Minute, true)
+	require.NoError(t, err)
+	var rec recorder
+	_, err = dB.DrainLease(ctx, seized, rec.handle)
+	require.NoError(t, err, "no wait for the stale drain's lock term")
+	require.Equal(t, []string{"m1", "m2"}, rec.bodies())
+
+	close(wake)
+	errA := <-doneA
+	require.Error(t, errA, "the stale drain commits nothing")
+	st, err := dB.Stat(ctx, "a")
+	require.NoError(t, err)
+	require.Zero(t, st.Depth)
+
+	// A lock of the current epoch still waits for its term.
+	send(t, ctx, w, "a", "m3")
+	live, err := drain.EncodeLock(drain.Lock{Token: "other", Node: "n2", Epoch: seized.Epoch, Expires: time.Now().Add(time.Minute)})
+	require.NoError(t, err)
+	_, err = w.KV.Create(ctx, wire.LockKey("a"), live)
+	require.NoError(t, err)
+	_, err = dB.DrainLease(ctx, seized, rec.handle)
+	require.ErrorIs(t, err, drain.ErrContended)
 }
 
 // Seed 003's schedule with a paused holder: drain A stops renewing its lock

@@ -31,9 +31,11 @@ type heldLock struct {
 
 // acquire takes id's drain lock for a. It creates the key when it is absent
 // (never taken, or released), and takes over a present lock only when its
-// term ran out by more than the skew bound, with a compare-and-swap on the
-// exact revision it judged lapsed. takeover reports the latter: the caller
-// must then fence the previous holder (see fenceTakeover).
+// term ran out by more than the skew bound, or when it was taken under an
+// older epoch of the id than a's (its drain is a stale owner's: design.md
+// 3.5), with a compare-and-swap on the exact revision it judged so.
+// takeover reports the latter: the caller must then fence the previous
+// holder (see fenceTakeover).
 func (d *Drainer) acquire(ctx context.Context, a *authority) (l *heldLock, takeover bool, err error) {
 	l = &heldLock{d: d, id: a.id, key: wire.LockKey(a.id)}
 	start := time.Now()
@@ -62,7 +64,11 @@ func (d *Drainer) acquire(ctx context.Context, a *authority) (l *heldLock, takeo
 		if derr != nil {
 			return nil, false, derr
 		}
-		if time.Now().Before(cur.Expires.Add(d.skew)) {
+		// A lock of an older epoch is a stale owner's, live or not: the
+		// caller's epoch was stored by a write of the record after that
+		// drain read it, so the fence refuses every commit it sends. Waiting
+		// for its term would only add it to every crash takeover's gap.
+		if cur.Epoch >= a.epoch && time.Now().Before(cur.Expires.Add(d.skew)) {
 			return nil, false, &ContendedError{ID: a.id, Node: cur.Node, Epoch: cur.Epoch, Expires: cur.Expires}
 		}
 		l.rev, err = d.w.KV.Update(ctx, l.key, data, e.Revision())
