@@ -327,12 +327,17 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 		if m.Sequence <= next.Seq {
 			continue // committed; its purge has not reached this replica
 		}
+		delivery := r.cur.failuresOf(m.Sequence) + 1
+		msg := r.message(m, delivery)
 		// Hand out nothing once the drain was stopped (a self-fence
 		// cancels it) or its authority ran out while it worked through
 		// the batch: a holder paused or cut off mid-batch would otherwise
 		// deliver the rest after a newer holder did (SPEC section 5: every
 		// route refuses work on a lapsed lease). What was acknowledged is
-		// committed if the holding still allows.
+		// committed if the holding still allows. The check comes right
+		// before the call, so that a pause between the two is as unlikely
+		// as it can be made (it cannot be ruled out: see
+		// docs/reliability.md, stale deliveries).
 		if err := r.stillHolder(ctx); err != nil {
 			if next.Seq > r.cur.Seq {
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -343,9 +348,9 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 			}
 			return false, err
 		}
-		delivery := r.cur.failuresOf(m.Sequence) + 1
+		msg.Fence = r.a.fence // a new revision if the check read the record
 		r.res.Deliveries++
-		herr := r.h(ctx, r.message(m, delivery))
+		herr := r.h(ctx, msg)
 		if herr == nil {
 			next, acked = Cursor{Seq: m.Sequence}, acked+1
 			continue
