@@ -118,8 +118,10 @@ func New(w *client.World, cfg Config, h drain.Handler) (*Worker, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	// The drain lock of a worker that died lapses with its node lease, not
-	// after the 30 s default: a takeover waits for both.
+	// The drain lock's term is the ttl, not the 30 s default: a drain of
+	// this worker whose lock outlives the worker (it died mid-drain) blocks
+	// other drains of the same epoch that long. A new holder (a newer
+	// epoch) takes such a lock over at once (docs/design.md 3.5).
 	dopts := append([]drain.Option{drain.WithLockTTL(ttl), drain.WithLogger(cfg.Log), drain.WithMetrics(cfg.Metrics)}, cfg.DrainOptions...)
 	dr, err := drain.New(w.World, w.Ownership, dopts...)
 	if err != nil {
