@@ -227,6 +227,11 @@ func (k *Keeper) finish(err error, fenced bool) bool {
 	}
 	k.mu.Unlock()
 	k.watchdog.Stop()
+	var c fencing.Cause
+	if fenced && errors.As(err, &c) {
+		// Counted before Done closes, so that whoever waits on Done sees it.
+		k.s.metrics.SelfFenced(k.s.world, string(c))
+	}
 	k.cancel(err)
 	close(k.done)
 	return true
@@ -234,7 +239,6 @@ func (k *Keeper) finish(err error, fenced bool) bool {
 
 func (k *Keeper) fence(c fencing.Cause) {
 	if k.finish(c, true) {
-		k.s.metrics.SelfFenced(k.s.world, string(c))
 		k.s.log.Warn("self-fence", "cause", string(c), "world", k.s.world, "lease", k.label(), "node", k.node, "epoch", k.epoch)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,14 +19,32 @@ import (
 	"github.com/fencepost/fencepost/server/servertest"
 )
 
+// buildCLI builds the fencepost CLI next to the fencepostd binary, once.
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	cliOnce.Do(func() {
+		cliPath = filepath.Join(filepath.Dir(bin), "fencepost")
+		if out, err := exec.Command("go", "build", "-o", cliPath, "../fencepost").CombinedOutput(); err != nil {
+			cliErr = fmt.Errorf("build fencepost: %v\n%s", err, out)
+		}
+	})
+	if cliErr != nil {
+		t.Fatal(cliErr)
+	}
+	return cliPath
+}
+
+var (
+	cliOnce sync.Once
+	cliPath string
+	cliErr  error
+)
+
 // TestDaemon_AuthWithTheCLI runs `fencepostd --auth` and the real
 // `fencepost` CLI with the credentials it wrote: the producer sends but
 // cannot claim or reset; the owner claims; the operator resets.
 func TestDaemon_AuthWithTheCLI(t *testing.T) {
-	cli := filepath.Join(filepath.Dir(bin), "fencepost")
-	if out, err := exec.Command("go", "build", "-o", cli, "../fencepost").CombinedOutput(); err != nil {
-		t.Fatalf("build fencepost: %v\n%s", err, out)
-	}
+	cli := buildCLI(t)
 	port, data := freePort(t), t.TempDir()
 	d := startProc(t, "fencepostd", "--auth", "--port", fmt.Sprint(port), "--http-port", "0", "--data", data, "--log-level", "warn")
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,10 +21,7 @@ import (
 // --tlscert, --tlskey and --tlsca: with the client certificate it posts,
 // claims and drains; without one, or without the CA, it is refused.
 func TestDaemon_MutualTLSWithTheCLI(t *testing.T) {
-	cli := filepath.Join(filepath.Dir(bin), "fencepost")
-	if out, err := exec.Command("go", "build", "-o", cli, "../fencepost").CombinedOutput(); err != nil {
-		t.Fatalf("build fencepost: %v\n%s", err, out)
-	}
+	cli := buildCLI(t)
 	dir := t.TempDir()
 	p := testutil.WritePKI(t, dir)
 	port := freePort(t)
