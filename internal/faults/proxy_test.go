@@ -37,14 +37,27 @@ func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, msg string) (string, e
 	return line, err
 }
 
-func TestProxy_Forwards(t *testing.T) {
+// echoProxy is a proxy to an echo server, closed at the end of the test.
+func echoProxy(t *testing.T) *Proxy {
+	t.Helper()
 	p, err := NewProxy(echoServer(t))
 	require.NoError(t, err)
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// dialVia connects through p, closed at the end of the test.
+func dialVia(t *testing.T, p *Proxy) (net.Conn, *bufio.Reader) {
+	t.Helper()
 	c, err := net.Dial("tcp", p.Addr())
 	require.NoError(t, err)
-	defer c.Close()
-	r := bufio.NewReader(c)
+	t.Cleanup(func() { c.Close() })
+	return c, bufio.NewReader(c)
+}
+
+func TestProxy_Forwards(t *testing.T) {
+	p := echoProxy(t)
+	c, r := dialVia(t, p)
 	for _, m := range []string{"a", "bb", "ccc"} {
 		got, err := roundTrip(t, c, r, m)
 		require.NoError(t, err)
@@ -54,14 +67,9 @@ func TestProxy_Forwards(t *testing.T) {
 }
 
 func TestProxy_Latency(t *testing.T) {
-	p, err := NewProxy(echoServer(t))
-	require.NoError(t, err)
-	defer p.Close()
-	c, err := net.Dial("tcp", p.Addr())
-	require.NoError(t, err)
-	defer c.Close()
-	r := bufio.NewReader(c)
-	_, err = roundTrip(t, c, r, "warm")
+	p := echoProxy(t)
+	c, r := dialVia(t, p)
+	_, err := roundTrip(t, c, r, "warm")
 	require.NoError(t, err)
 	p.SetLatency(100 * time.Millisecond)
 	start := time.Now()
@@ -87,9 +95,7 @@ func TestProxy_Latency(t *testing.T) {
 }
 
 func TestProxy_CutAll(t *testing.T) {
-	p, err := NewProxy(echoServer(t))
-	require.NoError(t, err)
-	defer p.Close()
+	p := echoProxy(t)
 	var conns []net.Conn
 	for i := 0; i < 3; i++ {
 		c, err := net.Dial("tcp", p.Addr())
@@ -115,9 +121,7 @@ func TestProxy_CutAll(t *testing.T) {
 }
 
 func TestProxy_Refuse(t *testing.T) {
-	p, err := NewProxy(echoServer(t))
-	require.NoError(t, err)
-	defer p.Close()
+	p := echoProxy(t)
 	p.Refuse(300 * time.Millisecond)
 	c, err := net.Dial("tcp", p.Addr())
 	require.NoError(t, err)
