@@ -99,20 +99,11 @@ func (c *Client) Refusable(ctx context.Context) (_ context.Context, done func(er
 	stop := c.OnRefusal(func(e *NotPermittedError) { cancel(e) })
 	return ctx, func(err error) error {
 		stop()
-		if err != nil {
-			err = Refused(ctx, err)
+		var np *NotPermittedError
+		if err != nil && errors.As(context.Cause(ctx), &np) {
+			err = np
 		}
 		cancel(nil)
 		return err
 	}
-}
-
-// Refused returns the refusal that ended ctx, if one did, and err
-// otherwise.
-func Refused(ctx context.Context, err error) error {
-	var np *NotPermittedError
-	if errors.As(context.Cause(ctx), &np) {
-		return np
-	}
-	return err
 }
