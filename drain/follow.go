@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/jsapi"
 )
 
 // followThreshold: a drain that finds at least this many messages after its
@@ -56,6 +58,10 @@ func (f *follower) read(ctx context.Context, from uint64, n int) (batchResult, e
 	if from != f.next {
 		return batchResult{}, errFollowerMoved
 	}
+	// Bounded as a direct get is: a consumer lost with a server restart
+	// (it is kept in memory) ends the read instead of hanging it.
+	ctx, cancel := jsapi.WithTimeout(ctx)
+	defer cancel()
 	var out batchResult
 	for len(out.msgs) < n && f.left > 0 {
 		m, err := f.iter.Next(jetstream.NextContext(ctx))

@@ -45,8 +45,12 @@ func readLast(ctx context.Context, nc *nats.Conn, stream string, subjects []stri
 }
 
 // directGet sends one direct get that may be answered by many messages and
-// an end-of-batch status.
+// an end-of-batch status. A context without a deadline gets jsapi.Timeout:
+// a request or answer lost to a server crash must end the read (the drain
+// then fails and is retried), not hang it.
 func directGet(ctx context.Context, nc *nats.Conn, stream, subj string, r jsapi.GetRequest) (batchResult, error) {
+	ctx, cancel := jsapi.WithTimeout(ctx)
+	defer cancel()
 	from := r.Seq
 	req, err := json.Marshal(r)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -59,12 +60,20 @@ type run struct {
 }
 
 func (d *Drainer) drain(ctx context.Context, a *authority, h Handler, opts []RunOption) (Result, error) {
+	debug := d.log.Enabled(ctx, slog.LevelDebug)
 	r, err := d.begin(ctx, a, h, opts, true)
 	if err != nil {
+		if debug {
+			d.log.Debug("drain refused", "world", d.world, "id", a.id, "epoch", a.epoch, "error", err)
+		}
 		return Result{}, err
 	}
 	err = r.loop(r.ctx)
-	return r.end(ctx, err)
+	res, err := r.end(ctx, err)
+	if debug {
+		d.log.Debug("drain", "world", d.world, "id", a.id, "epoch", a.epoch, "count", res.Count, "cursor", res.Cursor, "error", err)
+	}
+	return res, err
 }
 
 // begin starts a drain of one id: the holder check, the lock (with its

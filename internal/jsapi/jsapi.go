@@ -18,6 +18,20 @@ import (
 // prefix), answered by the stream leader.
 const APIMsgGet = "$JS.API.STREAM.MSG.GET."
 
+// Timeout bounds a read whose context has no deadline, as nats.go's
+// jetstream package bounds its API calls: an answer lost to a server crash
+// or a cut connection then ends the read with an error instead of leaving
+// it waiting for ever.
+const Timeout = 5 * time.Second
+
+// WithTimeout returns ctx, bounded by Timeout when it has no deadline.
+func WithTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, Timeout)
+}
+
 // ErrNotFound: the stream has no message that matches.
 var ErrNotFound = errors.New("jsapi: no message")
 
@@ -49,13 +63,10 @@ type getResponse struct {
 // get (which any replica may answer, slightly stale on R3), the leader
 // answers from the state every conditional write is checked against, so a
 // decision and its refusal rest on the latest state. It returns ErrNotFound
-// when no message matches. A context without a deadline gets 5 s.
+// when no message matches. A context without a deadline gets Timeout.
 func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, req GetRequest) (*jetstream.RawStreamMsg, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
+	ctx, cancel := WithTimeout(ctx)
+	defer cancel()
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
