@@ -41,7 +41,17 @@ func TestMain(m *testing.M) {
 	testutil.VerifyNoLeaks(m)
 }
 
-var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+// quiet logs errors only; FP_FAULTS_LOG=debug (or info, warn) logs more,
+// in the owner processes too, to see where a run spends its time.
+var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()}))
+
+func logLevel() slog.Level {
+	var l slog.Level
+	if v := os.Getenv("FP_FAULTS_LOG"); v == "" || l.UnmarshalText([]byte(v)) != nil {
+		return slog.LevelError
+	}
+	return l
+}
 
 func natsOpts() client.Option {
 	return client.WithNATSOptions(nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.Timeout(2*time.Second), nats.ReconnectJitter(10*time.Millisecond, 10*time.Millisecond))
@@ -97,7 +107,7 @@ func ownerMain() int {
 	obs := drain.WithCommitObserver(func(cm drain.Commit) {
 		write(fmt.Sprintf("C\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", cm.ID, cm.Node, cm.Epoch, cm.Revision, cm.Cursor, cm.StreamSeq, time.Now().UnixNano()))
 	})
-	wk, err := worker.New(cw, worker.Config{Node: node, TTL: ttl, IDs: ids, Log: quiet, DrainOptions: []drain.Option{obs}}, h)
+	wk, err := worker.New(cw, worker.Config{Node: node, TTL: ttl, IDs: ids, Log: quiet.With("node", node), DrainOptions: []drain.Option{obs}}, h)
 	if err != nil {
 		write("F\tworker: " + err.Error() + "\n")
 		return 1

@@ -259,7 +259,14 @@ func ids(n int) []string {
 // checked.
 func run(t testing.TB, sc scenario) outcome {
 	start := time.Now()
+	last := start
+	lap := func(what string) { // where a run spends its time (go test -v)
+		now := time.Now()
+		t.Logf("%s %s: %-40s %6.1fs (at %5.1fs)", now.Format("15:04:05.000"), sc.Name, what, now.Sub(last).Seconds(), now.Sub(start).Seconds())
+		last = now
+	}
 	d := deploy(t, sc)
+	lap("deploy")
 	rec := history.NewRecorder()
 	mbIDs := ids(sc.IDs)
 	res := outcome{Faults: map[string]int{}, Takeovers: map[string]int{}}
@@ -309,7 +316,9 @@ func run(t testing.TB, sc scenario) outcome {
 	}
 
 	// Wait until the owners deliver, then inject the faults.
+	lap("start owners, producers, clients")
 	waitUntil(60*time.Second, func() bool { _, _, n := rec.Counts(); return n > 0 })
+	lap("first delivery")
 	type faultAt struct {
 		at   time.Time
 		kind string
@@ -396,9 +405,11 @@ func run(t testing.TB, sc scenario) outcome {
 				t.Fatalf("restart the server: %v", err)
 			}
 			res.ServerRestarted++
+			lap("server crash and restart")
 			if err := d.waitWorld(60 * time.Second); err != nil {
 				t.Fatalf("world after a server restart: %v", err)
 			}
+			lap("world answers after the restart")
 		case NodeKill:
 			var victim *servertest.Node
 			target := []string{wire.BucketStream(d.world), wire.MailboxStream(d.world), ""}[nodeKills%3]
@@ -419,15 +430,20 @@ func run(t testing.TB, sc scenario) outcome {
 			victim.Server.Stop()
 			time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
 			victim.Restart(t)
+			lap("member " + victim.Name() + " stopped and restarted")
 			// Never two members down: wait until it is current again.
 			if !waitUntil(60*time.Second, func() bool { return victim.JetStreamIsCurrent() }) {
 				t.Fatalf("%s did not catch up after its restart", victim.Name())
 			}
+			lap("member current again")
 			if err := d.waitWorld(60 * time.Second); err != nil {
 				t.Fatalf("world after a node restart: %v", err)
 			}
+			lap("world answers after the restart")
 		}
+		lap(kind)
 	}
+	lap("faults")
 	time.Sleep(sc.Gap)
 
 	// Heal, stop the producers and the ownership clients.
@@ -442,20 +458,29 @@ func run(t testing.TB, sc scenario) outcome {
 
 	// Let the owners deliver what they can, then stop them and drain
 	// everything in a final full drain.
-	waitUntil(sc.Final, func() bool { return rec.Undelivered() == 0 })
+	lap("heal, stop producers and clients")
+	if !waitUntil(5*time.Second, func() bool { return rec.Undelivered() == 0 }) {
+		d.logUndelivered(t, rec)
+		waitUntil(sc.Final, func() bool { return rec.Undelivered() == 0 })
+	}
+	lap("owners deliver the rest")
 	own.stop()
 	ownersStopped = true
+	lap("stop owners")
 	final := finalDrain(t, d, rec, mbIDs, sc)
+	lap("final drain")
 
 	h := rec.History()
 	res.Report = history.Check(h)
 	if !res.Report.OK() {
 		res.hist = &h
 	}
+	lap("check")
 	res.Lin = history.CheckOwnership(h.Ops, 2*time.Minute)
 	if res.Lin.Result != porcupine.Ok {
 		res.ops = h.Ops
 	}
+	lap("check linearizability")
 	res.Fences = own.Fences.Load()
 	res.UnknownSends = unknownSends.Load()
 	res.OwnerStarts = own.Starts.Load()
@@ -617,6 +642,36 @@ func finalDrain(t testing.TB, d *deployment, rec *history.Recorder, mbIDs []stri
 		t.Errorf("final drain: mailboxes not empty after %v (%d posted messages undelivered)", sc.Final, rec.Undelivered())
 	}
 	return started
+}
+
+// logUndelivered logs, for every id with posted messages not delivered
+// yet, the lowest such sequence and what the mailbox and record say.
+func (d *deployment) logUndelivered(t testing.TB, rec *history.Recorder) {
+	h := rec.History()
+	delivered := map[string]bool{}
+	for _, dl := range h.Deliveries {
+		delivered[dl.Key] = true
+	}
+	lowest, count := map[string]uint64{}, map[string]int{}
+	for _, s := range h.Sends {
+		if s.Outcome == history.Posted && !delivered[s.Key] {
+			if l, ok := lowest[s.ID]; !ok || s.Seq < l {
+				lowest[s.ID] = s.Seq
+			}
+			count[s.ID]++
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w, err := d.admin.World(ctx, d.world)
+	if err != nil {
+		t.Logf("undelivered: %v", err)
+		return
+	}
+	for id, seq := range lowest {
+		st, err := w.Drainer.Stat(ctx, id)
+		t.Logf("undelivered: %s: %d messages from seq %d; cursor %d, depth %d, owner %+v (err %v)", id, count[id], seq, st.Cursor, st.Depth, st.Owner, err)
+	}
 }
 
 // waitUntil polls fn until it is true or total passed.
