@@ -260,7 +260,8 @@ func ids(n int) []string {
 func run(t testing.TB, sc scenario) outcome {
 	start := time.Now()
 	last := start
-	lap := func(what string) { // where a run spends its time (go test -v)
+	// lap logs where a run spends its time (go test -v).
+	lap := func(what string) {
 		now := time.Now()
 		t.Logf("%s %s: %-40s %6.1fs (at %5.1fs)", now.Format("15:04:05.000"), sc.Name, what, now.Sub(last).Seconds(), now.Sub(start).Seconds())
 		last = now
@@ -339,6 +340,12 @@ func run(t testing.TB, sc scenario) outcome {
 			schedule = append(schedule, sc.Faults...)
 		}
 	}
+	// A soak round (sc.For) logs its phases, not each of its hundred faults.
+	faultLap := func(what string) {
+		if sc.For == 0 {
+			lap(what)
+		}
+	}
 	faultsEnd := time.Now().Add(sc.For)
 	for i, kind := range schedule {
 		if sc.For > 0 && time.Now().After(faultsEnd) {
@@ -405,11 +412,11 @@ func run(t testing.TB, sc scenario) outcome {
 				t.Fatalf("restart the server: %v", err)
 			}
 			res.ServerRestarted++
-			lap("server crash and restart")
+			faultLap("server crash and restart")
 			if err := d.waitWorld(60 * time.Second); err != nil {
 				t.Fatalf("world after a server restart: %v", err)
 			}
-			lap("world answers after the restart")
+			faultLap("world answers after the restart")
 		case NodeKill:
 			var victim *servertest.Node
 			target := []string{wire.BucketStream(d.world), wire.MailboxStream(d.world), ""}[nodeKills%3]
@@ -430,18 +437,18 @@ func run(t testing.TB, sc scenario) outcome {
 			victim.Server.Stop()
 			time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
 			victim.Restart(t)
-			lap("member " + victim.Name() + " stopped and restarted")
+			faultLap("member " + victim.Name() + " stopped and restarted")
 			// Never two members down: wait until it is current again.
 			if !waitUntil(60*time.Second, func() bool { return victim.JetStreamIsCurrent() }) {
 				t.Fatalf("%s did not catch up after its restart", victim.Name())
 			}
-			lap("member current again")
+			faultLap("member current again")
 			if err := d.waitWorld(60 * time.Second); err != nil {
 				t.Fatalf("world after a node restart: %v", err)
 			}
-			lap("world answers after the restart")
+			faultLap("world answers after the restart")
 		}
-		lap(kind)
+		faultLap(kind)
 	}
 	lap("faults")
 	time.Sleep(sc.Gap)
