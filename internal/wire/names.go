@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -22,7 +23,9 @@ var (
 	ErrInvalidWorld = errors.New("invalid world name")
 )
 
-var idCodec = base64.RawURLEncoding
+// idCodec is unpadded base64url that refuses non-zero trailing bits: each
+// id has exactly one token, so no two subjects name one mailbox.
+var idCodec = base64.RawURLEncoding.Strict()
 
 // ValidateID checks that id is a non-empty UTF-8 string of at most
 // MaxIDBytes bytes.
@@ -70,15 +73,31 @@ func ValidateWorld(world string) error {
 // validate; call ValidateID first.
 func EncodeID(id string) string { return idCodec.EncodeToString([]byte(id)) }
 
-// DecodeID reverses EncodeID and validates the result.
+// DecodeID reverses EncodeID and validates the result. It accepts only
+// canonical tokens, the ones EncodeID makes: unpadded base64url whose
+// unused trailing bits are zero, decoding to a valid id. A padded token
+// ("b3JkZXIuNDI="), one with another alphabet ("w7w+Pw"), with non-zero
+// trailing bits ("b3JkZXIuNDK", which a lenient decoder reads as
+// "order.42"), a wildcard ("*"), or one that decodes to invalid UTF-8 or
+// more than MaxIDBytes is refused with ErrInvalidID: no id's mailbox
+// has that subject, so its messages are unroutable (docs/wire.md).
 func DecodeID(token string) (string, error) {
+	if token == "" {
+		return "", fmt.Errorf("%w: empty token", ErrInvalidID)
+	}
+	if len(token) > idCodec.EncodedLen(MaxIDBytes) {
+		return "", fmt.Errorf("%w: token of %d bytes encodes more than %d bytes", ErrInvalidID, len(token), MaxIDBytes)
+	}
 	b, err := idCodec.DecodeString(token)
 	if err != nil {
-		return "", fmt.Errorf("%w: token %q is not unpadded base64url: %v", ErrInvalidID, token, err)
+		return "", fmt.Errorf("%w: token %q is not canonical unpadded base64url: %v", ErrInvalidID, token, err)
 	}
 	id := string(b)
 	if err := ValidateID(id); err != nil {
 		return "", err
+	}
+	if EncodeID(id) != token { // the codec skips CR and LF; the round trip does not
+		return "", fmt.Errorf("%w: token %q is not the canonical encoding of its id", ErrInvalidID, token)
 	}
 	return id, nil
 }
@@ -141,3 +160,33 @@ func DeadLetterSubject(world, id string) string { return "fp." + world + ".dl." 
 
 // DeadLetterFilter matches every dead-letter store of a world.
 func DeadLetterFilter(world string) string { return "fp." + world + ".dl.*" }
+
+// UnroutableToken is the dead-letter token of a world's unroutable
+// messages: those stored on a mailbox subject whose token is not the
+// canonical encoding of any id, so no id's drain reads them. '=' never
+// occurs in unpadded base64url, so no id's dead letters share the subject.
+const UnroutableToken = "=unroutable"
+
+// UnroutableSubject is where a world keeps its unroutable messages, with
+// the reason each was moved (docs/wire.md "Unroutable messages").
+func UnroutableSubject(world string) string { return "fp." + world + ".dl." + UnroutableToken }
+
+// MailboxToken returns the token of a subject of the world's mailboxes
+// (fp.<world>.mb.<token>), and false for any other subject.
+func MailboxToken(world, subject string) (string, bool) {
+	return strings.CutPrefix(subject, "fp."+world+".mb.")
+}
+
+// ScopedMsgID is the Nats-Msg-Id a post to id's mailbox carries for the
+// producer's idempotency key: "<eid>:<key>". JetStream deduplicates on the
+// whole header across the world's stream; the encoded id in front makes
+// the key's scope one mailbox (no '.' or ':' occurs in an encoded id, so
+// the prefix is unambiguous).
+func ScopedMsgID(id, key string) string { return EncodeID(id) + ":" + key }
+
+// MsgIDKey returns the producer's key of a Nats-Msg-Id stored in id's
+// mailbox, and false when the header does not carry id's scope (a producer
+// that does not follow docs/wire.md, or one of fencepost's own).
+func MsgIDKey(id, msgID string) (string, bool) {
+	return strings.CutPrefix(msgID, EncodeID(id)+":")
+}

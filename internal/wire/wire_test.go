@@ -23,6 +23,69 @@ func TestIDCodec_RoundTrip(t *testing.T) {
 	}
 }
 
+// TestDecodeID_Vectors are the test vectors of docs/wire.md "Ids on the
+// wire": the canonical tokens decode, every other spelling is refused (a
+// lenient decoder read "b3JkZXIuNDK" as "order.42", so an id was claimed
+// for a mailbox it could never drain).
+func TestDecodeID_Vectors(t *testing.T) {
+	for tok, id := range map[string]string{
+		"b3JkZXIuNDI": "order.42",
+		"YQ":          "a",
+		"YWI":         "ab",
+		"YWJj":        "abc",
+		"Kg":          "*",
+		"5pel5pys":    "日本",
+		"Pz8_":        "???",
+		"fn5-":        "~~~",
+	} {
+		require.Equal(t, tok, wire.EncodeID(id), id)
+		got, err := wire.DecodeID(tok)
+		require.NoError(t, err, tok)
+		require.Equal(t, id, got)
+	}
+	for _, tok := range []string{
+		"b3JkZXIuNDI=", // padded
+		"b3JkZXIuNDK",  // non-zero trailing bits
+		"w7w+Pw",       // standard alphabet, not URL
+		"w7w/Pw",       // likewise
+		"__8",          // decodes to invalid UTF-8
+		"*", ">",       // wildcards
+		"",                         // empty
+		"Y",                        // length 1 mod 4
+		"b3Jk\nZXIuNDI",            // a newline the codec would skip
+		strings.Repeat("eHh4", 86), // 258 bytes
+		wire.EncodeID(strings.Repeat("x", 256)) + "AA", // too long a token
+	} {
+		_, err := wire.DecodeID(tok)
+		require.ErrorIs(t, err, wire.ErrInvalidID, "%q", tok)
+	}
+	require.NoError(t, func() error { _, err := wire.DecodeID(wire.EncodeID(strings.Repeat("x", 256))); return err }())
+}
+
+func TestScopedMsgID(t *testing.T) {
+	require.Equal(t, "b3JkZXIuNDI:k1", wire.ScopedMsgID("order.42", "k1"))
+	key, ok := wire.MsgIDKey("order.42", "b3JkZXIuNDI:k1")
+	require.True(t, ok)
+	require.Equal(t, "k1", key)
+	_, ok = wire.MsgIDKey("order.4", "b3JkZXIuNDI:k1")
+	require.False(t, ok)
+	_, ok = wire.MsgIDKey("order.42", "k1")
+	require.False(t, ok)
+	require.NotEqual(t, wire.ScopedMsgID("a", "k"), wire.ScopedMsgID("b", "k"))
+}
+
+func TestUnroutableSubject(t *testing.T) {
+	subj := wire.UnroutableSubject("w")
+	require.Equal(t, "fp.w.dl.=unroutable", subj)
+	_, err := wire.DecodeID(wire.UnroutableToken)
+	require.ErrorIs(t, err, wire.ErrInvalidID)
+	tok, ok := wire.MailboxToken("w", "fp.w.mb.YQ")
+	require.True(t, ok)
+	require.Equal(t, "YQ", tok)
+	_, ok = wire.MailboxToken("w", "fp.w.dl.YQ")
+	require.False(t, ok)
+}
+
 func TestValidateID(t *testing.T) {
 	require.ErrorIs(t, wire.ValidateID(""), wire.ErrInvalidID)
 	require.ErrorIs(t, wire.ValidateID(strings.Repeat("x", 257)), wire.ErrInvalidID)
@@ -84,16 +147,23 @@ func FuzzIDCodec(f *testing.F) {
 }
 
 func FuzzDecodeID(f *testing.F) {
-	for _, s := range []string{"YQ", "YS5i", "", "!!", "YQ==", "_-_-"} {
+	for _, s := range []string{"YQ", "YS5i", "", "!!", "YQ==", "_-_-", "b3JkZXIuNDK", "b3Jk\nZXIuNDI", "__8", "*"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, tok string) {
 		id, err := wire.DecodeID(tok)
 		if err != nil {
+			if !errors.Is(err, wire.ErrInvalidID) {
+				t.Fatalf("DecodeID(%q): %v does not wrap ErrInvalidID", tok, err)
+			}
 			return
 		}
 		if wire.ValidateID(id) != nil {
 			t.Fatalf("DecodeID(%q) returned invalid id %q", tok, id)
+		}
+		// Canonical only: one token per id, so one subject per mailbox.
+		if enc := wire.EncodeID(id); enc != tok {
+			t.Fatalf("DecodeID(%q) = %q, whose token is %q", tok, id, enc)
 		}
 	})
 }
