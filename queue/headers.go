@@ -97,6 +97,34 @@ func UserHeaders(h nats.Header) nats.Header {
 	return out
 }
 
+// HeaderValue is the first value of header key in h, whatever the case of
+// its name on the wire: NATS keeps header names as sent, so a producer in
+// another language may well send "fencepost-from" (docs/wire.md).
+func HeaderValue(h nats.Header, key string) string {
+	if v := h.Get(key); v != "" {
+		return v
+	}
+	for k, vs := range h {
+		if len(vs) > 0 && strings.EqualFold(k, key) {
+			return vs[0]
+		}
+	}
+	return ""
+}
+
+// Sender is the sender a stored message names (HeaderFrom, in any case),
+// and whether it keeps the rule of ValidateFrom. The Go client refuses to
+// send a sender that breaks it; a producer in another language is not
+// checked by the broker, so readers check: a sender that breaks the rule
+// is not handed on as a sender (docs/wire.md "Headers").
+func Sender(h nats.Header) (from string, ok bool) {
+	from = HeaderValue(h, HeaderFrom)
+	if ValidateFrom(from) != nil {
+		return "", false
+	}
+	return from, true
+}
+
 // HeaderSize is the size of h on the wire, as the server counts it against
 // a stream's max message size.
 func HeaderSize(h nats.Header) int {

@@ -16,9 +16,12 @@ type sendOptions struct {
 // WithFrom names the sender (header Fencepost-From).
 func WithFrom(from string) SendOption { return func(o *sendOptions) { o.from = from } }
 
-// WithMsgID sets the dedupe key (header Nats-Msg-Id): a second message with
-// the same id inside the world's dedupe window is not stored again, and
-// Send reports the first one's sequence with Duplicate set.
+// WithMsgID sets the dedupe key of the message: a second message with the
+// same key to the same id inside the world's dedupe window is not stored
+// again, and Send reports the first one's sequence with Duplicate set. The
+// key's scope is the id's mailbox: the same key posted to two ids stores
+// both. On the wire it is the header Nats-Msg-Id: <encoded id>:<key>
+// (docs/wire.md "Duplicates").
 func WithMsgID(id string) SendOption { return func(o *sendOptions) { o.msgID = id } }
 
 // WithHeader adds a caller header; the handler sees it in Message.Headers.

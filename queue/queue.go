@@ -126,7 +126,7 @@ func (q *Queue) message(id string, body []byte, opts []SendOption) (*nats.Msg, s
 		if err := ValidateMsgID(o.msgID); err != nil {
 			return nil, o, err
 		}
-		h.Set(HeaderMsgID, o.msgID)
+		h.Set(HeaderMsgID, wire.ScopedMsgID(id, o.msgID))
 	}
 	if err := q.checkSize(len(body) + HeaderSize(h)); err != nil {
 		return nil, o, err
@@ -158,7 +158,7 @@ func (q *Queue) checkSize(size int) error {
 func (q *Queue) refusal(id, msgID string, err error) error {
 	var apiErr *jetstream.APIError
 	switch {
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStoreFailed:
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == ErrCodeFull:
 		// The only store failures the server answers are limit refusals;
 		// the mailbox stream sets no stream-wide limit and the size was
 		// checked above, so this is the per-subject limit.
@@ -176,6 +176,7 @@ func (q *Queue) refusal(id, msgID string, err error) error {
 	return &UnknownError{ID: id, MsgID: msgID, Err: err}
 }
 
-// jsErrStoreFailed is JetStream's "store failed" error (JSStreamStoreFailedF),
-// which a stream with DiscardNew answers for a limit it would exceed.
-const jsErrStoreFailed jetstream.ErrorCode = 10077
+// ErrCodeFull is JetStream's "store failed" error (JSStreamStoreFailedF),
+// which a stream with DiscardNew answers for a limit it would exceed: on a
+// mailbox, a full one (docs/wire.md).
+const ErrCodeFull jetstream.ErrorCode = 10077

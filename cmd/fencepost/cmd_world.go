@@ -24,7 +24,7 @@ func init() {
 			fs.DurationVar(&wdCfg.MinTTL, "min-ttl", 0, "add: shortest lease (default 1s)")
 			fs.DurationVar(&wdCfg.MaxTTL, "max-ttl", 0, "add: longest lease (default 1h)")
 			fs.DurationVar(&wdCfg.DefaultTTL, "default-ttl", 0, "add: lease when none is asked for (default 10s)")
-			fs.Func("max-msg-size", "add: largest message body in bytes (default 1 MiB)", func(s string) error {
+			fs.Func("max-msg-size", "add: largest message in bytes, body plus headers (default 1 MiB)", func(s string) error {
 				var v int32
 				_, err := fmt.Sscan(s, &v)
 				wdCfg.MaxMsgSize = v
