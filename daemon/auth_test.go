@@ -424,6 +424,16 @@ func TestAuth_OwnerRunsAWorkerAndDeadLetters(t *testing.T) {
 	require.NoError(t, <-done)
 	require.Empty(t, o.violations(0))
 	// Reposting and purging dead letters delete messages: the operator's.
+	// An owner's repost is refused before it posts anything (it used to
+	// post, then fail to remove: every message twice).
+	o.refused(t, "owner repost", "$JS.API.STREAM.MSG.DELETE.FP_MB_default", func(ctx context.Context) error {
+		_, err := o.w.Drainer.Repost(ctx, o.w.Queue, "bad")
+		return err
+	})
+	st, err := o.w.Drainer.Stat(ctx, "bad")
+	require.NoError(t, err)
+	require.Zero(t, st.Depth, "a refused repost wrote to the mailbox")
+	require.Equal(t, uint64(1), st.DeadLetters)
 	op := a.as(t, daemon.RoleOperator)
 	n, err := op.w.Drainer.Repost(ctx, op.w.Queue, "bad")
 	require.NoError(t, err)

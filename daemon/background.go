@@ -116,6 +116,7 @@ func (d *Daemon) scrape(ctx context.Context) {
 			Mailboxes:    info.Mailboxes,
 			OldestAge:    info.OldestAge,
 			DeadLetters:  info.DeadLetters,
+			Unroutable:   info.Unroutable,
 			Records:      info.Records,
 			Owned:        info.Owned,
 			Acquisitions: info.Acquisitions,

@@ -278,6 +278,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	g.Add(func() error { return d.ensureWorld(d.stopCtx) }, func(error) { d.stop() })
 	g.Add(func() error { return d.purgeLoop(d.stopCtx) }, func(error) { d.stop() })
+	g.Add(func() error { return d.sweepLoop(d.stopCtx) }, func(error) { d.stop() })
 	if d.http != nil { // nobody reads the scrape without the endpoint
 		g.Add(func() error { return d.scrapeLoop(d.stopCtx) }, func(error) { d.stop() })
 	}

@@ -240,6 +240,10 @@ func (r *run) scanOne(m *jetstream.RawStreamMsg) {
 		return
 	}
 	delivery := r.cur.failuresOf(m.Sequence) + 1
+	if delivery > r.d.cfg.MaxDeliveries {
+		r.diverted = true // handle dead-letters it, without another call
+		return
+	}
 	r.res.Deliveries++
 	herr := r.h(r.ctx, r.message(m, delivery))
 	switch {
@@ -248,8 +252,11 @@ func (r *run) scanOne(m *jetstream.RawStreamMsg) {
 	case r.ctx.Err() != nil:
 		r.diverted = true
 	case delivery >= r.d.cfg.MaxDeliveries:
-		if err := r.deadLetter(r.ctx, m, delivery, herr); err != nil {
-			r.scanErr, r.diverted = err, true
+		if err := r.deadLetter(r.ctx, m, delivery, herr.Error()); err != nil {
+			// Keep the count, and go on alone: handle tries the
+			// dead-lettering again without another call.
+			r.scanFail = &Cursor{Seq: r.scanNext.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
+			r.diverted = true
 			return
 		}
 		r.scanNext, r.scanDead = Cursor{Seq: m.Sequence}, r.scanDead+1

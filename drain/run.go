@@ -337,6 +337,15 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 			continue // committed; its purge has not reached this replica
 		}
 		delivery := r.cur.failuresOf(m.Sequence) + 1
+		if delivery > r.d.cfg.MaxDeliveries {
+			// Its deliveries ran out in an earlier drain that could not
+			// dead-letter it: try that again, without another call.
+			if err := r.deadLetter(ctx, m, delivery-1, r.cur.Error); err != nil {
+				return false, r.keepAcked(ctx, next, acked, dead, err)
+			}
+			next, dead = Cursor{Seq: m.Sequence}, dead+1
+			continue
+		}
 		msg := r.message(m, delivery)
 		// Hand out nothing once the drain was stopped (a self-fence
 		// cancels it) or its authority ran out while it worked through
@@ -376,19 +385,16 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 			}
 			return false, context.Cause(ctx)
 		}
+		fail := Cursor{Seq: next.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
 		if delivery >= r.d.cfg.MaxDeliveries {
-			if err := r.deadLetter(ctx, m, delivery, herr); err != nil {
-				if next.Seq > r.cur.Seq {
-					if cerr := r.commit(ctx, next, acked, dead); cerr != nil {
-						return false, cerr
-					}
-				}
-				return false, err
+			if err := r.deadLetter(ctx, m, delivery, herr.Error()); err != nil {
+				// Keep the count, so that no drain calls the handler
+				// with it again (the check above).
+				return false, r.keepAcked(ctx, fail, acked, dead, err)
 			}
 			next, dead = Cursor{Seq: m.Sequence}, dead+1
 			continue
 		}
-		fail := Cursor{Seq: next.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
 		if err := r.commit(ctx, fail, acked, dead); err != nil {
 			return false, err
 		}
@@ -398,6 +404,17 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 		return false, nil
 	}
 	return false, r.commit(ctx, next, acked, dead)
+}
+
+// keepAcked commits next if it moves the cursor (what the drain delivered
+// before it stopped on err) and returns err, or the commit's error.
+func (r *run) keepAcked(ctx context.Context, next Cursor, acked, dead int, err error) error {
+	if next != r.cur {
+		if cerr := r.commit(ctx, next, acked, dead); cerr != nil {
+			return cerr
+		}
+	}
+	return err
 }
 
 // stillHolder says whether the drain may hand out another message: not
@@ -421,10 +438,22 @@ func (r *run) stillHolder(ctx context.Context) error {
 
 func (r *run) message(m *jetstream.RawStreamMsg, delivery int) Message {
 	return Message{
-		ID: r.a.id, Seq: m.Sequence, From: m.Header.Get(queue.HeaderFrom),
+		ID: r.a.id, Seq: m.Sequence, From: r.sender(m),
 		Body: m.Data, Headers: queue.UserHeaders(m.Header), Posted: m.Time,
 		Delivery: delivery, Fence: r.a.fence,
 	}
+}
+
+// sender is the message's sender, if it keeps the sender rule; one that
+// breaks it (a producer in another language is not checked on the way in)
+// is logged and not handed on.
+func (r *run) sender(m *jetstream.RawStreamMsg) string {
+	from, ok := queue.Sender(m.Header)
+	if !ok {
+		r.d.log.Warn("drain: message with an invalid sender; delivered without it",
+			"world", r.d.world, "id", r.a.id, "seq", m.Sequence, "from", clip(queue.HeaderValue(m.Header, queue.HeaderFrom)))
+	}
+	return from
 }
 
 // commit writes the cursor with the fence and then purges what it covers.

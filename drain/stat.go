@@ -61,6 +61,10 @@ type WorldStat struct {
 	Depth       uint64 // messages in all mailboxes
 	Owned       int    // ids with a live owner
 	DeadLetters uint64 // dead letters of all ids
+	// Unroutable counts the messages no id can drain: those waiting on a
+	// mailbox subject whose token is no id's (until fencepostd's sweep
+	// moves them) and those moved to the world's unroutable dead letters.
+	Unroutable uint64
 }
 
 // WorldStat reads the world's totals. Depth counts the messages stored
@@ -73,9 +77,11 @@ func (d *Drainer) WorldStat(ctx context.Context) (WorldStat, error) {
 	if err != nil {
 		return ws, err
 	}
-	mb, dl := "fp."+d.world+".mb.", "fp."+d.world+".dl."
+	mb, dl, un := "fp."+d.world+".mb.", "fp."+d.world+".dl.", wire.UnroutableSubject(d.world)
 	for subj, n := range info.State.Subjects {
 		switch {
+		case isUnroutableSubject(d.world, subj), subj == un:
+			ws.Unroutable += n
 		case strings.HasPrefix(subj, mb):
 			ws.IDs++
 			ws.Depth += n

@@ -24,6 +24,7 @@ var Default = func() *Set {
 type Set struct {
 	claims, seizes, releases, renews *prometheus.CounterVec
 	fencedCommits, deadLetters       *prometheus.CounterVec
+	deadLetterFailures, unroutable   *prometheus.CounterVec
 	selfFences                       *prometheus.CounterVec
 	drainSeconds                     *prometheus.HistogramVec
 	worlds                           *worldCollector
@@ -39,13 +40,15 @@ func New(reg prometheus.Registerer) *Set {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
 	}
 	s := &Set{
-		claims:        counter("claims_total", "Claims won by this process (outcome claimed).", "world"),
-		seizes:        counter("seizes_total", "Seizes won by this process (outcome seized).", "world"),
-		releases:      counter("releases_total", "Releases by this process (outcome released).", "world"),
-		renews:        counter("renewals_total", "Renewals by this process (outcome renewed).", "world"),
-		fencedCommits: counter("fenced_commits_total", "Drain commits the broker refused because the ownership record changed (outcome fenced).", "world"),
-		deadLetters:   counter("dead_letters_moved_total", "Messages this process moved to dead letters after max_deliveries.", "world"),
-		selfFences:    counter("self_fences_total", "Leases this process gave up because its authority lapsed, by cause.", "world", "cause"),
+		claims:             counter("claims_total", "Claims won by this process (outcome claimed).", "world"),
+		seizes:             counter("seizes_total", "Seizes won by this process (outcome seized).", "world"),
+		releases:           counter("releases_total", "Releases by this process (outcome released).", "world"),
+		renews:             counter("renewals_total", "Renewals by this process (outcome renewed).", "world"),
+		fencedCommits:      counter("fenced_commits_total", "Drain commits the broker refused because the ownership record changed (outcome fenced).", "world"),
+		deadLetters:        counter("dead_letters_moved_total", "Messages this process moved to dead letters after max_deliveries.", "world"),
+		deadLetterFailures: counter("dead_letter_failures_total", "Messages past max_deliveries that this process could not move to dead letters (they stay in their mailbox and are tried again; a WARN says why).", "world"),
+		unroutable:         counter("unroutable_moved_total", "Messages on mailbox subjects no id encodes to that this process moved to the world's unroutable dead letters.", "world"),
+		selfFences:         counter("self_fences_total", "Leases this process gave up because its authority lapsed, by cause.", "world", "cause"),
 		drainSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "drain_duration_seconds",
 			Help:    "Time of one drain call, from the ownership check to the last commit.",
@@ -55,7 +58,7 @@ func New(reg prometheus.Registerer) *Set {
 	}
 	if reg != nil {
 		reg.MustRegister(s.claims, s.seizes, s.releases, s.renews, s.fencedCommits,
-			s.deadLetters, s.selfFences, s.drainSeconds, s.worlds)
+			s.deadLetters, s.deadLetterFailures, s.unroutable, s.selfFences, s.drainSeconds, s.worlds)
 	}
 	return s
 }
@@ -99,6 +102,20 @@ func (s *Set) FencedCommit(world string) {
 func (s *Set) DeadLettered(world string, n int) {
 	if s != nil && n > 0 {
 		s.deadLetters.WithLabelValues(world).Add(float64(n))
+	}
+}
+
+// DeadLetterFailed counts a message that could not be dead-lettered.
+func (s *Set) DeadLetterFailed(world string) {
+	if s != nil {
+		s.deadLetterFailures.WithLabelValues(world).Inc()
+	}
+}
+
+// UnroutableMoved counts n unroutable messages moved aside.
+func (s *Set) UnroutableMoved(world string, n int) {
+	if s != nil && n > 0 {
+		s.unroutable.WithLabelValues(world).Add(float64(n))
 	}
 }
 

@@ -15,6 +15,7 @@ type WorldStats struct {
 	Mailboxes    uint64        // ids whose mailbox holds messages
 	OldestAge    time.Duration // age of the oldest mailbox message; 0 when empty
 	DeadLetters  uint64        // messages in dead-letter stores
+	Unroutable   uint64        // messages moved aside because no id's mailbox has their subject
 	Records      uint64        // ownership records (held or free)
 	Owned        uint64        // records with a live holder
 	Acquisitions uint64        // sum of record epochs: claims and seizes since the last reset
@@ -51,6 +52,7 @@ func newWorldCollector() *worldCollector {
 			d("mailboxes", "Ids whose mailbox holds at least one message.", g, func(w WorldStats) float64 { return float64(w.Mailboxes) }),
 			d("mailbox_oldest_age_seconds", "Age of the oldest message in any mailbox of the world; 0 when all are empty.", g, func(w WorldStats) float64 { return w.OldestAge.Seconds() }),
 			d("dead_letters", "Messages in the world's dead-letter stores.", g, func(w WorldStats) float64 { return float64(w.DeadLetters) }),
+			d("unroutable", "Messages stored on a mailbox subject that no id encodes to, moved to the world's unroutable dead letters (fencepost dlq ls --unroutable).", g, func(w WorldStats) float64 { return float64(w.Unroutable) }),
 			d("records", "Ownership records in the world (held or free).", g, func(w WorldStats) float64 { return float64(w.Records) }),
 			d("ids_owned", "Ids with a live holder.", g, func(w WorldStats) float64 { return float64(w.Owned) }),
 			d("acquisitions_total", "Claims and seizes by any process since the world's last reset (the sum of the records' epochs).", c, func(w WorldStats) float64 { return float64(w.Acquisitions) }),

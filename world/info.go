@@ -26,6 +26,7 @@ type Info struct {
 	Mailboxes   uint64        // ids whose mailbox holds messages
 	DeadLetters uint64        // messages in dead-letter stores
 	DeadIDs     uint64        // ids with dead letters
+	Unroutable  uint64        // messages moved to the unroutable dead letters (drain.SweepUnroutable)
 	Oldest      time.Time     // posting time of the oldest mailbox message; zero when empty
 	OldestAge   time.Duration // now - Oldest; 0 when empty
 
@@ -82,13 +83,19 @@ func (info *Info) mailboxCounts(ctx context.Context, w *World, now time.Time) er
 		return fmt.Errorf("world %q: mailbox stream info: %w", w.Name, err)
 	}
 	info.Mailbox = mi.State
-	for _, n := range mi.State.Subjects {
+	var unroutableSubjects uint64
+	for subj, n := range mi.State.Subjects {
+		if subj == wire.UnroutableSubject(w.Name) {
+			info.Unroutable += n
+			unroutableSubjects++
+			continue
+		}
 		info.DeadLetters += n
 		info.DeadIDs++
 	}
 	info.Mailbox.Subjects = nil
-	info.Depth = sub(info.Mailbox.Msgs, info.DeadLetters)
-	info.Mailboxes = sub(uint64(info.Mailbox.NumSubjects), info.DeadIDs)
+	info.Depth = sub(info.Mailbox.Msgs, info.DeadLetters+info.Unroutable)
+	info.Mailboxes = sub(uint64(info.Mailbox.NumSubjects), info.DeadIDs+unroutableSubjects)
 	if info.Depth == 0 {
 		return nil
 	}

@@ -168,7 +168,7 @@ func runStat(e *env, args []string) int {
 			if err != nil {
 				return e.fail(err)
 			}
-			e.emit("stat", f("world", w.Name), f("ids", ws.IDs), f("depth", ws.Depth), f("owned", ws.Owned), f("dead", ws.DeadLetters))
+			e.emit("stat", f("world", w.Name), f("ids", ws.IDs), f("depth", ws.Depth), f("owned", ws.Owned), f("dead", ws.DeadLetters), f("unroutable", ws.Unroutable))
 			return exitOK
 		}
 		st, err := w.Drainer.Stat(ctx, args[0])
