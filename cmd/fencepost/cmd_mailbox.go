@@ -22,6 +22,8 @@ var (
 	mbEpoch uint64
 	mbMax   int
 	mbLimit int
+	// mbUnroutable: dlq ls lists the world's unroutable messages.
+	mbUnroutable bool
 )
 
 func init() {
@@ -51,10 +53,11 @@ func init() {
 		run:   runStat,
 	})
 	register("dlq", &command{
-		usage: "dlq ls|repost|purge ID [--limit N]",
+		usage: "dlq ls|repost|purge ID [--limit N] | dlq ls --unroutable",
 		short: "dead letters: list them, post them back into the mailbox, or drop them",
 		flags: func(fs *flagSet) {
 			fs.IntVar(&mbLimit, "limit", 0, "ls: list at most N (default all)")
+			fs.BoolVar(&mbUnroutable, "unroutable", false, "ls: the world's unroutable messages (posted to a subject no id encodes to), without ID")
 		},
 		run: runDLQ,
 	})
@@ -191,6 +194,23 @@ func runStat(e *env, args []string) int {
 }
 
 func runDLQ(e *env, args []string) int {
+	if mbUnroutable {
+		if len(args) != 1 || args[0] != "ls" {
+			return e.usageErr("dlq", "--unroutable goes with ls and no ID")
+		}
+		return e.worldOp(func(ctx context.Context, w *client.World) int {
+			dls, err := w.Drainer.Unroutable(ctx, mbLimit)
+			if err != nil {
+				return e.fail(err)
+			}
+			for _, dl := range dls {
+				e.emit("unroutable", f("seq", dl.Seq), f("mailbox_seq", dl.MailboxSeq), f("subject", dl.Subject), f("from", dl.From),
+					f("error", dl.Error), f("posted", dl.Posted), f("body", string(dl.Body)))
+			}
+			e.emit("listed", f("count", len(dls)))
+			return exitOK
+		})
+	}
 	if len(args) != 2 {
 		return e.usageErr("dlq", "want ls, repost or purge and an ID, got %d arguments", len(args))
 	}

@@ -40,11 +40,20 @@ func TestCLI_MailboxWordsAndExitCodes(t *testing.T) {
 		{[]string{"dlq", "purge", "x"}, 0, "purged count=0"},
 		{[]string{"dlq", "repost", "x"}, 0, "reposted count=0"},
 		{[]string{"dlq", "nope", "x"}, 2, ""},
+		{[]string{"dlq", "ls", "--unroutable"}, 0, "listed count=0"},
+		{[]string{"dlq", "ls", "x", "--unroutable"}, 2, ""},
 	}
 	for _, s := range steps {
 		r := cli(t, url, wn, s.args...)
 		require.Equal(t, s.code, r.code, "%v: out=%q err=%q", s.args, r.out, r.err)
 		require.True(t, strings.HasPrefix(r.out, s.prefix), "%v: got %q, want prefix %q", s.args, r.out, s.prefix)
+	}
+
+	// A message id's scope is its mailbox (docs/wire.md "Duplicates").
+	for _, id := range []string{"s1", "s2"} {
+		r := cli(t, url, wn, "send", id, "--msg-id", "same", "body")
+		require.Equal(t, 0, r.code, r.err)
+		require.NotContains(t, r.out, "duplicate", id)
 	}
 
 	r := cli(t, url, wn, "send", "big", strings.Repeat("x", 5000))
