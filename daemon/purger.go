@@ -4,7 +4,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
 )
@@ -24,6 +27,12 @@ func (d *Daemon) purgeLoop(ctx context.Context) error {
 		done    chan struct{}
 	}
 	running := map[string]*purger{}
+	// The purger's refusals are counted on the registry /metrics serves,
+	// when it is one that takes registrations (metrics.Registry is).
+	var pm *metrics.Purger
+	if reg, ok := d.gather.(prometheus.Registerer); ok {
+		pm = metrics.NewPurger(reg)
+	}
 	defer func() {
 		for _, p := range running {
 			p.stop()
@@ -70,7 +79,15 @@ func (d *Daemon) purgeLoop(ctx context.Context) error {
 			go func() {
 				defer close(p.done)
 				d.log.Info("purger: removing committed messages for the owners", "world", name)
-				if err := dr.PurgeCommitted(pctx); err != nil {
+				refused := drain.OnRefusal(func(r drain.Refusal) {
+					switch r {
+					case drain.RefusedBadKey:
+						pm.BadCursorKey(name)
+					case drain.RefusedForged:
+						pm.ForgedCursor(name)
+					}
+				})
+				if err := dr.PurgeCommitted(pctx, refused); err != nil {
 					d.log.Warn("purger stopped; restarting", "world", name, "err", err)
 				}
 			}()

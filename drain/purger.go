@@ -19,6 +19,53 @@ import (
 // a world owners have no permission to purge (docs/security.md).
 func (d *Drainer) serverPurges() bool { return d.cfg.Purge == world.PurgeByServer }
 
+// Refusal is why PurgeCommitted refused a cursor entry (and purged nothing
+// for it).
+type Refusal int
+
+const (
+	// RefusedBadKey: the token of the key c.<token> is not the canonical
+	// encoding of an id (a literal '*' or '>', padding, a non-canonical
+	// form, ...), so it names no mailbox.
+	RefusedBadKey Refusal = iota + 1
+	// RefusedForged: the cursor's seq is above the mailbox stream's last
+	// sequence, which no commit can have written.
+	RefusedForged
+)
+
+func (r Refusal) String() string {
+	switch r {
+	case RefusedBadKey:
+		return "bad_key"
+	case RefusedForged:
+		return "forged"
+	}
+	return fmt.Sprintf("Refusal(%d)", int(r))
+}
+
+// PurgeOption configures PurgeCommitted.
+type PurgeOption func(*purgeOptions)
+
+type purgeOptions struct {
+	onRefusal func(Refusal)
+}
+
+// OnRefusal has PurgeCommitted call f once for each key revision it
+// refuses (a run that starts again sees the current revision of each key
+// once more). f may be called from more than one goroutine at a time.
+func OnRefusal(f func(Refusal)) PurgeOption {
+	return func(o *purgeOptions) { o.onRefusal = f }
+}
+
+// cursorEntry is one revision of a cursor key whose token decodes to an id.
+type cursorEntry struct {
+	key   string // c.<token>
+	subj  string // the id's mailbox subject
+	rev   uint64 // of the key
+	seq   uint64 // the cursor's seq
+	value []byte
+}
+
 // PurgeCommitted removes committed messages from the world's mailboxes
 // until ctx ends: it follows every stored cursor (c.<id>) and purges id's
 // mailbox below it. fencepostd runs it for the worlds whose config says
@@ -31,7 +78,46 @@ func (d *Drainer) serverPurges() bool { return d.cfg.Purge == world.PurgeByServe
 // never runs costs space, never a redelivery or a loss. Cursor updates that
 // arrive while a purge runs are merged, so the purger keeps up with any
 // commit rate at the cost of some delay.
-func (d *Drainer) PurgeCommitted(ctx context.Context) error {
+//
+// The owner role may publish to any key under c.>, so the purger does not
+// take an entry on trust:
+//
+//   - The purge subject is built only as wire.MailboxSubject of the id the
+//     key's token decodes to (wire.DecodeID: canonical encodings only). A
+//     key that decodes to no id (c.* with a literal '*', which as a purge
+//     filter would match every mailbox) is logged at WARN, counted
+//     (RefusedBadKey) and never purged for.
+//   - A cursor is refused when its seq is above the mailbox stream's last
+//     sequence: a genuine cursor covers a message that was stored before the
+//     commit, and stream sequences only grow (a reset keeps them growing),
+//     so every later read of the last sequence is at least its seq. The last
+//     sequence is cached and read again only when a cursor exceeds it. Such
+//     a forged cursor is logged at WARN, counted (RefusedForged) and never
+//     purged for; it would also make the id's drains skip every message
+//     posted until the stream passes it, so the purger repairs the key with
+//     a compare-and-swap at the forged revision: back to the last value it
+//     saw for the key within the stream, or deleted (cursor 0) if it saw
+//     none. A swap that fails means the key changed meanwhile (the holder
+//     committed): that newer revision is judged on its own.
+//
+// The repair never blocks a holder: commits are fenced on the ownership
+// record (o.<id>), not on the cursor key, so the next commit overwrites the
+// repaired key whatever its revision. Nor can it lose a message: an older
+// cursor (or none) only makes the next drain start earlier, delivering
+// again what the cursor above it covered (at least once), and a message is
+// purged only below a cursor judged genuine. A cursor at or below the last
+// sequence that no commit wrote cannot be told from a genuine one here;
+// keeping owners from writing other ids' cursors is the permissions' job.
+func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error {
+	var o purgeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	refused := func(r Refusal) {
+		if o.onRefusal != nil {
+			o.onRefusal(r)
+		}
+	}
 	w, err := d.w.KV.Watch(ctx, wire.CursorPrefix+"*", jetstream.IgnoreDeletes())
 	if err != nil {
 		return fmt.Errorf("drain: purger of %q: watch cursors: %w", d.world, err)
@@ -39,33 +125,67 @@ func (d *Drainer) PurgeCommitted(ctx context.Context) error {
 	defer w.Stop()
 	var (
 		mu      sync.Mutex
-		pending = map[string]uint64{} // mailbox subject -> purge below
+		pending = map[string]cursorEntry{} // key -> its latest revision not yet acted on
 		wake    = make(chan struct{}, 1)
-		done    = map[string]uint64{} // purged below, per subject
 		ended   = make(chan struct{})
 	)
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	// requeue puts e back unless a newer revision of its key is pending.
+	// Called with mu held.
+	requeue := func(e cursorEntry) {
+		if p, ok := pending[e.key]; !ok || p.rev < e.rev {
+			pending[e.key] = e
+		}
+	}
 	go func() {
 		defer close(ended)
 		for e := range w.Updates() {
 			if e == nil {
 				continue // the end of the initial values
 			}
+			id, err := wire.DecodeID(strings.TrimPrefix(e.Key(), wire.CursorPrefix))
+			if err != nil {
+				d.log.Warn("drain: purger: cursor key names no id; nothing purged for it", "world", d.world, "key", e.Key(), "revision", e.Revision(), "reason", err)
+				refused(RefusedBadKey)
+				continue
+			}
 			c, err := DecodeCursor(e.Value())
 			if err != nil {
 				d.log.Warn("drain: purger: unreadable cursor left alone", "world", d.world, "key", e.Key(), "error", err)
 				continue
 			}
-			subj := "fp." + d.world + ".mb." + strings.TrimPrefix(e.Key(), wire.CursorPrefix)
 			mu.Lock()
-			pending[subj] = max(pending[subj], c.Seq+1)
+			requeue(cursorEntry{key: e.Key(), subj: wire.MailboxSubject(d.world, id), rev: e.Revision(), seq: c.Seq, value: e.Value()})
 			mu.Unlock()
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
+			poke()
 		}
 	}()
+	var (
+		lastSeq uint64                     // the mailbox stream's last sequence, as last read
+		genuine = map[string]cursorEntry{} // key -> the latest revision seen within lastSeq
+		done    = map[string]uint64{}      // key -> purged below
+		warned  = map[string]uint64{}      // key -> the forged revision last reported
+		// forged judges e; the judgement of a revision sticks, so that the
+		// stream growing past a forged cursor before its repair succeeds
+		// never makes it purge.
+		forged = func(e cursorEntry) bool { return warned[e.key] == e.rev || e.seq > lastSeq }
+		retry  bool
+	)
 	for {
+		if retry {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			poke()
+			retry = false
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -78,49 +198,110 @@ func (d *Drainer) PurgeCommitted(ctx context.Context) error {
 		}
 		mu.Lock()
 		batch := pending
-		pending = map[string]uint64{}
+		pending = map[string]cursorEntry{}
 		mu.Unlock()
-		var failed []string
-		var fmu sync.Mutex
-		subjs := make([]string, 0, len(batch))
-		for subj, below := range batch {
-			if below > done[subj] {
-				subjs = append(subjs, subj)
+		var top uint64
+		for _, e := range batch {
+			top = max(top, e.seq)
+		}
+		if top > lastSeq {
+			ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			info, err := d.w.Mailbox.Info(ictx)
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				d.log.Warn("drain: purger: read of the mailbox stream's last sequence failed; retrying", "world", d.world, "error", err)
+				mu.Lock()
+				for _, e := range batch {
+					requeue(e)
+				}
+				mu.Unlock()
+				retry = true
+				continue
+			}
+			lastSeq = max(lastSeq, info.State.LastSeq)
+		}
+		var purges, repairs []cursorEntry
+		for key, e := range batch {
+			if forged(e) {
+				if warned[key] != e.rev {
+					warned[key] = e.rev
+					d.log.Warn("drain: purger: cursor above the mailbox stream's last sequence, which no commit writes; nothing purged, the key is repaired",
+						"world", d.world, "key", key, "revision", e.rev, "seq", e.seq, "last_seq", lastSeq)
+					refused(RefusedForged)
+				}
+				repairs = append(repairs, e)
+				continue
+			}
+			genuine[key] = e
+			if e.seq+1 > done[key] {
+				purges = append(purges, e)
 			}
 		}
-		parallel(len(subjs), func(i int) {
-			subj := subjs[i]
+		var failed []cursorEntry
+		var fmu sync.Mutex
+		parallel(len(purges), func(i int) {
+			e := purges[i]
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			err := d.w.Mailbox.Purge(pctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(batch[subj]))
+			err := d.w.Mailbox.Purge(pctx, jetstream.WithPurgeSubject(e.subj), jetstream.WithPurgeSequence(e.seq+1))
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
-					d.log.Warn("drain: purger: purge of committed messages failed; retrying", "world", d.world, "subject", subj, "error", err)
+					d.log.Warn("drain: purger: purge of committed messages failed; retrying", "world", d.world, "subject", e.subj, "error", err)
 				}
 				fmu.Lock()
-				failed = append(failed, subj)
+				failed = append(failed, e)
 				fmu.Unlock()
 			}
 		})
-		mu.Lock()
-		for _, subj := range subjs {
-			done[subj] = batch[subj]
+		for _, e := range purges {
+			done[e.key] = max(done[e.key], e.seq+1)
 		}
-		for _, subj := range failed {
-			delete(done, subj)
-			pending[subj] = max(pending[subj], batch[subj])
+		for _, e := range repairs {
+			if err := d.repairCursor(ctx, e, genuine); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				d.log.Warn("drain: purger: repair of a forged cursor failed; retrying", "world", d.world, "key", e.key, "revision", e.rev, "error", err)
+				failed = append(failed, e)
+			}
+		}
+		mu.Lock()
+		for _, e := range failed {
+			if !forged(e) {
+				delete(done, e.key)
+			}
+			requeue(e)
 		}
 		mu.Unlock()
-		if len(failed) > 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(time.Second):
-			}
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}
+		retry = len(failed) > 0
 	}
+}
+
+// repairCursor rewrites the forged revision e of a cursor key, by
+// compare-and-swap at e.rev, to the last revision seen within the stream
+// (genuine), or deletes it when there was none. A swap refused because the
+// key moved on is not an error: the newer revision is judged on its own.
+func (d *Drainer) repairCursor(ctx context.Context, e cursorEntry, genuine map[string]cursorEntry) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	g, restore := genuine[e.key]
+	var err error
+	if restore {
+		_, err = d.w.KV.Update(ctx, e.key, g.value, e.rev)
+	} else {
+		err = d.w.KV.Delete(ctx, e.key, jetstream.LastRevision(e.rev))
+	}
+	switch {
+	case err == nil && restore:
+		d.log.Warn("drain: purger: forged cursor restored to the last one seen", "world", d.world, "key", e.key, "seq", g.seq, "forged_seq", e.seq)
+	case err == nil:
+		d.log.Warn("drain: purger: forged cursor deleted (none seen before it): the id's next drain starts at its oldest message", "world", d.world, "key", e.key, "forged_seq", e.seq)
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || wrongLastSequence(err):
+		d.log.Info("drain: purger: forged cursor already overwritten; left alone", "world", d.world, "key", e.key, "revision", e.rev)
+		return nil
+	}
+	return err
 }

@@ -1,0 +1,38 @@
+package daemon_test
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/internal/testutil"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/world"
+)
+
+// TestDaemon_PurgerRefusalsInMetrics: fencepostd's purger of a purge=server
+// world counts the cursor entries it refuses, a key that names no id
+// (c.* with a literal '*') and a cursor above the mailbox stream, in
+// /metrics, and purges nothing for them.
+func TestDaemon_PurgerRefusalsInMetrics(t *testing.T) {
+	s := startDaemon(t, t.TempDir())
+	c, _ := connect(t, s)
+	ctx := testutil.Ctx(t, 30*time.Second)
+	w, err := c.CreateWorld(ctx, "pw", world.Config{Purge: world.PurgeByServer})
+	require.NoError(t, err)
+	for range 3 {
+		_, err := w.Queue.Send(ctx, "a", []byte("x"))
+		require.NoError(t, err)
+	}
+	_, err = w.JS.Publish(ctx, wire.KeySubject("pw", wire.CursorPrefix+"*"), []byte(`{"v":1,"seq":1000000}`))
+	require.NoError(t, err)
+	_, err = w.JS.Publish(ctx, wire.KeySubject("pw", wire.CursorKey("a")), []byte(`{"v":1,"seq":`+strconv.Itoa(1003)+`}`))
+	require.NoError(t, err)
+	s.waitMetric(t, `fencepost_purger_bad_cursor_keys_total{world="pw"}`, 1)
+	s.waitMetric(t, `fencepost_purger_forged_cursors_total{world="pw"}`, 1)
+	info, err := w.Mailbox.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, info.State.Msgs, "nothing purged")
+}
