@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/fencepost/fencepost/client"
+)
+
+// Scenarios and sizes.
+const (
+	ScenarioSteady   = "steady"
+	ScenarioTakeover = "takeover"
+	ScenarioHandoff  = "handoff"
+	ScenarioFanIn    = "fan-in"
+	SizeSmoke        = "smoke"
+	SizeFull         = "full"
+)
+
+// Scenarios lists the scenarios in the order of the documentation.
+var Scenarios = []string{ScenarioSteady, ScenarioTakeover, ScenarioHandoff, ScenarioFanIn}
+
+// Config is one run. Zero fields take the scenario's and size's defaults
+// (see ScenarioSizes).
+type Config struct {
+	Scenario string // steady, takeover, handoff or fan-in
+	Size     string // "smoke" or "full"; sets the zero fields below
+
+	IDs       int           // mailboxes
+	Producers int           // posting goroutines
+	Duration  time.Duration // posting time of each side, over all rounds (not fan-in)
+	// Rounds: the two sides alternate (ours, raw, ours, raw...) in this
+	// many rounds of Duration/Rounds each, so that both see the same
+	// machine state on a machine shared with other work. In fan-in a
+	// round posts one message to every id (so Rounds is the messages per
+	// id) and takes as long as it takes.
+	Rounds   int
+	BodySize int // bytes per message, at least 20
+	Window   int // asynchronous sends in flight per producer
+	// MaxBacklog bounds posted-but-undelivered messages, MaxBacklog/IDs per
+	// id: producers skip an id above its share (and wait when every id is),
+	// so that both sides run at their delivery capacity, the latency
+	// measures delivery, not an ever-growing queue, and an id stalled by a
+	// takeover does not stop the posts to the others. In fan-in the bound
+	// is on the total.
+	MaxBacklog int
+	// Settle bounds the wait, after posting stops, for the last deliveries.
+	Settle time.Duration
+	TTL    time.Duration // the workers' node lease ttl
+
+	// Takeover and handoff: Owners owner processes run OwnerExe (default:
+	// this executable, which must call OwnerMain when IsOwnerProcess); a
+	// fault every FaultEvery while ours posts, of the kinds in Faults in
+	// turn (default kill, stop, seize; handoff: term).
+	Owners     int
+	FaultEvery time.Duration
+	Faults     []string
+	OwnerExe   string
+	// Workers is the pool size of fan-in (in-process workers).
+	Workers int
+
+	// Progress, if set, is called about twice a second while a side runs.
+	Progress func(Progress)
+	// Log is the workers' logger (nil: a discarding one).
+	Log *slog.Logger
+
+	// Where to run: Client if set, else URL if set, else an embedded
+	// server with its store in a temporary directory, removed at the end.
+	// Owner processes connect to URL (or the Client's connected URL)
+	// without credentials.
+	Client *client.Client
+	URL    string
+}
+
+// Progress is the state of a running side.
+type Progress struct {
+	Side          string // "fencepost" or "raw"
+	Round, Rounds int    // this round (1-based) of how many
+	Elapsed       time.Duration
+	Duration      time.Duration // the posting time of the round (0 in fan-in)
+	Sent          int64
+	Delivered     int64
+	Posting       bool    // the producers run (else: waiting for the last deliveries)
+	Takeovers     int64   // faults injected so far
+	Done          float64 // fraction of the whole run, 0..1 (an estimate)
+}
+
+// Sizes are the defaults of the steady scenario's sizes.
+var Sizes = ScenarioSizes[ScenarioSteady]
+
+// ScenarioSizes are the defaults of each scenario and size.
+var ScenarioSizes = map[string]map[string]Config{
+	ScenarioSteady: {
+		SizeSmoke: {IDs: 8, Producers: 2, Duration: 8 * time.Second, Rounds: 4, BodySize: 128, Window: 128, MaxBacklog: 4000, Settle: 20 * time.Second, TTL: 5 * time.Second},
+		SizeFull:  {IDs: 32, Producers: 4, Duration: 60 * time.Second, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 8000, Settle: 60 * time.Second, TTL: 5 * time.Second},
+	},
+	ScenarioTakeover: {
+		SizeSmoke: {IDs: 8, Producers: 2, Duration: 12 * time.Second, Rounds: 3, BodySize: 128, Window: 128, MaxBacklog: 4000, Settle: 20 * time.Second, TTL: time.Second, Owners: 3, FaultEvery: 2 * time.Second},
+		SizeFull:  {IDs: 32, Producers: 4, Duration: 120 * time.Second, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 8000, Settle: 60 * time.Second, TTL: time.Second, Owners: 4, FaultEvery: 2 * time.Second},
+	},
+	ScenarioHandoff: {
+		SizeSmoke: {IDs: 8, Producers: 2, Duration: 12 * time.Second, Rounds: 3, BodySize: 128, Window: 128, MaxBacklog: 4000, Settle: 20 * time.Second, TTL: time.Second, Owners: 3, FaultEvery: 2 * time.Second},
+		SizeFull:  {IDs: 32, Producers: 4, Duration: 120 * time.Second, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 8000, Settle: 60 * time.Second, TTL: time.Second, Owners: 4, FaultEvery: 2 * time.Second},
+	},
+	ScenarioFanIn: {
+		SizeSmoke: {IDs: 10000, Producers: 2, Rounds: 3, BodySize: 128, Window: 256, MaxBacklog: 20000, Settle: 60 * time.Second, TTL: 5 * time.Second, Workers: 4},
+		SizeFull:  {IDs: 10000, Producers: 4, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 20000, Settle: 120 * time.Second, TTL: 5 * time.Second, Workers: 4},
+	},
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Scenario == "" {
+		c.Scenario = ScenarioSteady
+	}
+	sizes, ok := ScenarioSizes[c.Scenario]
+	if !ok {
+		return c, fmt.Errorf("bench: scenario %q: use steady, takeover, handoff or fan-in", c.Scenario)
+	}
+	if c.Size == "" {
+		c.Size = SizeSmoke
+	}
+	d, ok := sizes[c.Size]
+	if !ok {
+		return c, fmt.Errorf("bench: size %q: use smoke or full", c.Size)
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.IDs, d.IDs)
+	def(&c.Rounds, d.Rounds)
+	def(&c.Producers, d.Producers)
+	def(&c.BodySize, d.BodySize)
+	def(&c.Window, d.Window)
+	def(&c.MaxBacklog, d.MaxBacklog)
+	def(&c.Owners, d.Owners)
+	def(&c.Workers, d.Workers)
+	defD(&c.Duration, d.Duration)
+	defD(&c.Settle, d.Settle)
+	defD(&c.TTL, d.TTL)
+	defD(&c.FaultEvery, d.FaultEvery)
+	c.BodySize = max(c.BodySize, 20)
+	if c.Scenario == ScenarioFanIn {
+		c.Duration = 0
+	}
+	if c.Scenario == ScenarioTakeover || c.Scenario == ScenarioHandoff {
+		for _, k := range c.Faults {
+			if k != FaultKill && k != FaultStop && k != FaultSeize && k != FaultTerm {
+				return c, fmt.Errorf("bench: fault %q: use kill, stop, seize or term", k)
+			}
+		}
+		if c.OwnerExe == "" {
+			exe, err := os.Executable()
+			if err != nil {
+				return c, fmt.Errorf("bench: the owner executable: %w", err)
+			}
+			c.OwnerExe = exe
+		}
+	}
+	return c, nil
+}

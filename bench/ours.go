@@ -1,0 +1,298 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/worker"
+	"github.com/fencepost/fencepost/world"
+)
+
+// setupOurs is the fencepost side: a world of its own, the ledger that
+// follows it, the owners of the scenario, producers using SendAsync.
+func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, ids []string, url string, start time.Time) (_ *runner, err error) {
+	s := newSide("fencepost", cfg, start, ids)
+	r := &runner{s: s, errs: make(chan error, len(ids)+16), stop: func() {}}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	w, err := c.CreateWorld(ctx, tag, world.Config{MaxMsgSize: 4096, MinTTL: min(cfg.TTL, time.Second)})
+	if err != nil {
+		return nil, fmt.Errorf("bench: create world: %w", err)
+	}
+	r.clean = append(r.clean, removeWith(func(ctx context.Context) error { return c.RemoveWorld(ctx, tag) }))
+	led := newLedger(tag)
+	lctx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
+	r.clean = append(r.clean, stopLedger)
+	if err := led.follow(lctx, w.World); err != nil {
+		return nil, err
+	}
+
+	var ps *procSet
+	var selfFences atomic.Int64
+	switch cfg.Scenario {
+	case ScenarioTakeover, ScenarioHandoff:
+		ps = newProcSet(cfg, s, led, w, url)
+		r.stop = ps.stop
+		s.takeovers = ps.nFaults.Load
+		if err := ps.start(ctx); err != nil {
+			return nil, err
+		}
+		r.during = ps.during
+		go func() {
+			for err := range ps.errs {
+				r.errs <- err
+			}
+		}()
+		// Warm-up: one message per id (number 0, not counted), then wait
+		// until an owner holds every id.
+		if err := warmUp(ctx, w, ids, func() bool {
+			recs := led.holders()
+			for _, id := range ids {
+				if !recs[id].held {
+					return false
+				}
+			}
+			return true
+		}); err != nil {
+			return nil, err
+		}
+	default:
+		if err := startWorkers(ctx, c, w, cfg, ids, s, led, r, &selfFences); err != nil {
+			return nil, err
+		}
+	}
+	r.send = func(id string, body []byte) (func() error, error) {
+		p, err := w.Queue.SendAsync(id, body)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { _, err := p.Wait(ctx); return err }, nil
+	}
+	r.final = func(ctx context.Context, rep *Report) error {
+		n, err := finalDrain(ctx, w, s, led, cfg.TTL)
+		if err != nil {
+			return err
+		}
+		rep.FinalDrained = n
+		if err := led.caughtUp(ctx, w.World); err != nil {
+			return fmt.Errorf("bench: the ledger did not catch up with the bucket stream: %w", err)
+		}
+		v, err := led.check()
+		if err != nil {
+			return err
+		}
+		rep.StaleCommits, rep.CommitsChecked = v.staleCommits, v.commits
+		rep.StaleDeliveries, rep.StaleChecked = v.staleDeliveries, v.measuredDeliveries
+		rep.StaleExamples = v.staleCommitExamples
+		rep.SelfFences = selfFences.Load()
+		rep.LedgerMissed = v.missed
+		rep.BucketWrites = v.writes
+		if v.measuredDeliveries > 0 {
+			rep.BucketWritesPerMsg = round(float64(v.writes)/float64(v.measuredDeliveries), 3)
+		}
+		if ps != nil {
+			gaps := ps.gapStats()
+			all := gaps["all"]
+			rep.Takeovers = all.Faults
+			rep.TakeoverGapP50, rep.TakeoverGapP99, rep.TakeoverGapMax = all.P50, all.P99, all.Max
+			delete(gaps, "all")
+			rep.TakeoverGaps = gaps
+			ps.mu.Lock()
+			rep.Faults = append([]Fault(nil), ps.faults...)
+			ps.mu.Unlock()
+			rep.UnplannedExits = ps.unplanned.Load()
+		}
+		return nil
+	}
+	return r, nil
+}
+
+// handle is the handler of the in-process workers.
+func handle(s *side, led *ledger) drain.Handler {
+	return func(_ context.Context, m drain.Message) error {
+		at := time.Now().UnixNano()
+		var n uint64
+		var sent int64
+		if len(m.Body) >= 16 {
+			n, sent = binary.BigEndian.Uint64(m.Body[0:8]), int64(binary.BigEndian.Uint64(m.Body[8:16]))
+		}
+		led.delivery(m.ID, m.Seq, m.Fence.Epoch, at, n != 0)
+		s.deliverAt(s.ids[m.ID], n, sent, at)
+		return nil
+	}
+}
+
+// startWorkers starts the in-process workers: one per id (steady), or a
+// pool of cfg.Workers serving every id (fan-in).
+func startWorkers(ctx context.Context, c *client.Client, w *client.World, cfg Config, ids []string, s *side, led *ledger, r *runner, selfFences *atomic.Int64) error {
+	wkctx, stopWorkers := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	r.stop = func() { stopWorkers(); wg.Wait() }
+	type spec struct {
+		w   *client.World
+		cfg worker.Config
+	}
+	var specs []spec
+	if cfg.Scenario == ScenarioFanIn {
+		// Each worker of the pool is a node of its own, with a connection
+		// of its own (as separate processes would have).
+		for i := range cfg.Workers {
+			nc, err := c.Conn().Opts.Connect()
+			if err != nil {
+				return fmt.Errorf("bench: a pool worker's connection: %w", err)
+			}
+			ci, err := client.New(nc, client.WithTimeout(30*time.Second), client.WithLogger(cfg.Log))
+			if err != nil {
+				nc.Close()
+				return err
+			}
+			r.clean = append(r.clean, ci.Close)
+			wi, err := ci.World(ctx, w.Name)
+			if err != nil {
+				return err
+			}
+			specs = append(specs, spec{wi, worker.Config{Node: fmt.Sprintf("pool-%d", i), TTL: cfg.TTL, Idle: time.Hour, Log: cfg.Log}})
+		}
+	} else {
+		for i, id := range ids {
+			specs = append(specs, spec{w, worker.Config{Node: fmt.Sprintf("node-%d", i), TTL: cfg.TTL, IDs: []string{id}, Idle: time.Hour, Log: cfg.Log}})
+		}
+	}
+	wks := make([]*worker.Worker, len(specs))
+	for i, sp := range specs {
+		wk, err := worker.New(sp.w, sp.cfg, handle(s, led))
+		if err != nil {
+			return err
+		}
+		wks[i] = wk
+	}
+	for i, sp := range specs {
+		wg.Go(func() {
+			// A worker that self-fences (its node lease lapsed, e.g. on an
+			// overloaded machine) is started again, as a supervisor would,
+			// and counted.
+			wk := wks[i]
+			for {
+				err := wk.Run(wkctx)
+				if wkctx.Err() != nil {
+					return
+				}
+				var cause fencing.Cause
+				if !errors.As(err, &cause) {
+					if err == nil {
+						err = errors.New("stopped")
+					}
+					r.errs <- fmt.Errorf("worker %s: %w", sp.cfg.Node, err)
+					return
+				}
+				selfFences.Add(1)
+				cfg.Log.Warn("bench: a worker self-fenced; starting it again", "node", sp.cfg.Node, "cause", cause)
+				if wk, err = worker.New(sp.w, sp.cfg, handle(s, led)); err != nil {
+					r.errs <- err
+					return
+				}
+			}
+		})
+	}
+	if cfg.Scenario == ScenarioFanIn {
+		// Claiming the ids is part of fan-in's work: wait for the node
+		// leases only.
+		return pollUntil(ctx, 30*time.Second, func() bool {
+			for _, wk := range wks {
+				if wk.Session() == nil {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	// Warm-up: one message per id (number 0, not counted), then wait until
+	// every worker holds its id, so that the figures are of the steady
+	// state, not of the first claims.
+	return warmUp(ctx, w, ids, func() bool {
+		for _, wk := range wks {
+			if len(wk.Held()) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func warmUp(ctx context.Context, w *client.World, ids []string, ready func() bool) error {
+	for _, id := range ids {
+		if _, err := w.Queue.Send(ctx, id, make([]byte, 16)); err != nil {
+			return fmt.Errorf("bench: warm-up send: %w", err)
+		}
+	}
+	if err := pollUntil(ctx, 2*time.Minute, ready); err != nil {
+		return errors.New("bench: the owners did not claim their ids within 2 minutes")
+	}
+	return nil
+}
+
+// finalDrain drains, as the node "bench-final", every mailbox that still
+// holds messages once the owners stopped, and returns how many messages it
+// delivered for the first time.
+func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl time.Duration) (int64, error) {
+	const node = "bench-final"
+	info, err := w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(w.Name)))
+	if err != nil {
+		return 0, fmt.Errorf("bench: final drain: %w", err)
+	}
+	prefix := "fp." + w.Name + ".mb."
+	var first int64
+	h := func(_ context.Context, m drain.Message) error {
+		at := time.Now().UnixNano()
+		if len(m.Body) < 16 {
+			return nil
+		}
+		n, sent := binary.BigEndian.Uint64(m.Body[0:8]), int64(binary.BigEndian.Uint64(m.Body[8:16]))
+		led.delivery(m.ID, m.Seq, m.Fence.Epoch, at, n != 0)
+		if s.deliverAt(s.ids[m.ID], n, sent, at) {
+			first++
+		}
+		return nil
+	}
+	for subj, cnt := range info.State.Subjects {
+		if cnt == 0 || len(subj) <= len(prefix) {
+			continue
+		}
+		id, err := wire.DecodeID(subj[len(prefix):])
+		if err != nil {
+			continue
+		}
+		deadline := time.Now().Add(2*ttl + 35*time.Second)
+		for {
+			l, err := w.Ownership.Claim(ctx, id, node, ttl)
+			if err == nil {
+				_, err = w.Drainer.DrainLease(ctx, l, h)
+				_ = w.Ownership.Release(ctx, id, node)
+				if err == nil {
+					break
+				}
+			}
+			retry := errors.Is(err, ownership.ErrHeld) || errors.Is(err, drain.ErrContended) || errors.Is(err, ownership.ErrFree) || errors.Is(err, ownership.ErrFenced)
+			if !retry || time.Now().After(deadline) || ctx.Err() != nil {
+				return first, fmt.Errorf("bench: final drain of %q: %w", id, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return first, nil
+}

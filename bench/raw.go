@@ -1,0 +1,107 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/client"
+)
+
+// setupRaw is the baseline: a plain stream with one subject per id,
+// producers using PublishAsync, and one pull consumer per subject fetching
+// batches of up to 100 and acknowledging each batch once (AckAll on its
+// last message). In fan-in, one pull consumer of every subject fetches
+// batches of up to 1000 instead.
+func setupRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids []string, start time.Time) (_ *runner, err error) {
+	s := newSide("raw", cfg, start, ids)
+	r := &runner{s: s, errs: make(chan error, len(ids)), stop: func() {}}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	js := c.JetStream()
+	name := "RAW_" + tag[len("bench-"):]
+	prefix := "fpbench.raw." + tag[len("bench-"):]
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ".*"}})
+	if err != nil {
+		return nil, fmt.Errorf("bench: create raw stream: %w", err)
+	}
+	r.clean = append(r.clean, removeWith(func(ctx context.Context) error { return js.DeleteStream(ctx, name) }))
+	cctx, stopConsumers := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	r.stop = func() { stopConsumers(); wg.Wait() }
+	filters, batchSize := make([]string, len(ids)), 100
+	for i, id := range ids {
+		filters[i] = prefix + "." + id
+	}
+	if cfg.Scenario == ScenarioFanIn {
+		filters, batchSize = []string{prefix + ".*"}, 1000
+	}
+	for _, filter := range filters {
+		// InactiveThreshold: an ephemeral consumer is removed after 5 s
+		// without a pull by default, which a stall of an overloaded machine
+		// can reach; the stream's removal removes it at the end.
+		cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: filter, AckPolicy: jetstream.AckAllPolicy, MaxAckPending: -1, InactiveThreshold: time.Hour})
+		if err != nil {
+			return nil, fmt.Errorf("bench: raw consumer: %w", err)
+		}
+		wg.Go(func() {
+			var failing time.Time // since when Fetch fails; zero: it works
+			for cctx.Err() == nil {
+				batch, err := cons.Fetch(batchSize, jetstream.FetchMaxWait(250*time.Millisecond))
+				if err != nil {
+					// A stalled server (an overloaded machine) may fail a
+					// pull for a while: give up after 30 s.
+					if failing.IsZero() {
+						failing = time.Now()
+					}
+					if cctx.Err() != nil {
+						return
+					}
+					if time.Since(failing) > 30*time.Second {
+						r.errs <- err
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				failing = time.Time{}
+				var last jetstream.Msg
+				for m := range batch.Messages() {
+					s.deliver(m.Data())
+					last = m
+				}
+				if err := batch.Error(); err != nil && cctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+					r.errs <- err
+					return
+				}
+				if last != nil {
+					_ = last.Ack()
+				}
+			}
+		})
+	}
+	r.send = func(id string, body []byte) (func() error, error) {
+		f, err := js.PublishAsync(prefix+"."+id, body)
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			select {
+			case <-f.Ok():
+				return nil
+			case err := <-f.Err():
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, nil
+	}
+	return r, nil
+}

@@ -1,0 +1,123 @@
+package bench
+
+// Report is the outcome of a run. The JSON names are a contract for
+// machines (fencepost bench --json).
+type Report struct {
+	Scenario string  `json:"scenario"`
+	Size     string  `json:"size"`
+	IDs      int     `json:"ids"`
+	Seconds  float64 `json:"duration_s"` // posting time of each side (fan-in: 0)
+	Rounds   int     `json:"rounds"`     // alternations of the two sides
+	Owners   int     `json:"owners,omitempty"`
+	TTLms    int64   `json:"ttl_ms"`
+
+	Sent           int64   `json:"sent"`            // posts acknowledged by the stream
+	Delivered      int64   `json:"delivered"`       // handler calls that returned nil
+	SendThroughput float64 `json:"send_throughput"` // msgs/s posted
+	Throughput     float64 `json:"throughput"`      // msgs/s delivered
+
+	RawSent           int64   `json:"raw_sent"`
+	RawDelivered      int64   `json:"raw_delivered"`
+	RawSendThroughput float64 `json:"raw_send_throughput"`
+	RawThroughput     float64 `json:"raw_throughput"`
+	Ratio             float64 `json:"ratio"` // throughput / raw_throughput
+
+	LatencyP50  float64 `json:"latency_p50_ms"` // post (send call) to handler
+	LatencyP99  float64 `json:"latency_p99_ms"`
+	LatencyP999 float64 `json:"latency_p999_ms"`
+	LatencyMax  float64 `json:"latency_max_ms"`
+
+	RawLatencyP50  float64 `json:"raw_latency_p50_ms"`
+	RawLatencyP99  float64 `json:"raw_latency_p99_ms"`
+	RawLatencyP999 float64 `json:"raw_latency_p999_ms"`
+
+	// Takeovers is the number of faults injected; the gaps run from each
+	// fault to the first delivery of each of the victim's ids under a newer
+	// epoch, over all kinds (0 when no takeover happened), and per kind in
+	// TakeoverGaps.
+	Takeovers      int                 `json:"takeovers"`
+	TakeoverGapP50 float64             `json:"takeover_gap_p50_ms"`
+	TakeoverGapP99 float64             `json:"takeover_gap_p99_ms"`
+	TakeoverGapMax float64             `json:"takeover_gap_max_ms"`
+	TakeoverGaps   map[string]GapStats `json:"takeover_gaps,omitempty"`
+	Faults         []Fault             `json:"faults,omitempty"`
+	// UnplannedExits counts owner processes that ended without a fault
+	// (each was replaced); SelfFences in-process workers that self-fenced
+	// (each was started again).
+	UnplannedExits int64 `json:"unplanned_exits,omitempty"`
+	SelfFences     int64 `json:"self_fences,omitempty"`
+
+	DuplicatesPct float64 `json:"duplicates_pct"` // extra deliveries / distinct messages delivered, in %
+	Lost          int64   `json:"lost"`           // sent but never delivered, even by the final drain: must be 0
+	RawLost       int64   `json:"raw_lost"`
+	// FinalDrained is how many messages the parent's final drain (after
+	// the owners stopped) delivered: not lost, but not delivered in time.
+	FinalDrained int64 `json:"final_drained"`
+	// StaleCommits counts commits the broker accepted under an epoch that
+	// had not delivered the messages they removed: must be 0.
+	StaleCommits   int64 `json:"stale_commits"`
+	CommitsChecked int64 `json:"commits_checked"`
+	// StaleDeliveries counts handler calls that started after a newer
+	// epoch of their id was stored (allowed: at-least-once; their commits
+	// are refused). StaleChecked is how many deliveries were checked.
+	StaleDeliveries int64    `json:"stale_deliveries"`
+	StaleChecked    int64    `json:"stale_checked"`
+	StaleExamples   []string `json:"stale_examples,omitempty"`
+	// LedgerMissed counts bucket writes (records, cursors, locks) that were
+	// overwritten more than 64 times before the checker read them: 0 means
+	// every commit was checked against the record it was accepted under.
+	LedgerMissed int64 `json:"ledger_missed"`
+	// BucketWrites counts the writes to the world's bucket over the run
+	// (claims, renewals, node leases, drain locks, cursor commits), and
+	// BucketWritesPerMsg per delivery: the protocol's cost beside the
+	// mailbox stream's, which the raw side does not pay.
+	BucketWrites       int64   `json:"bucket_writes"`
+	BucketWritesPerMsg float64 `json:"bucket_writes_per_msg"`
+
+	// Timeline is per second of the run, for the chart.
+	Timeline []Second `json:"-"`
+}
+
+// Second is one second of a run: deliveries and latency p99 of each side.
+type Second struct {
+	At           float64 // seconds since the start
+	Delivered    int64
+	P99          float64 // ms; 0 without deliveries
+	RawDelivered int64
+	RawP99       float64
+}
+
+// OK says whether the run kept its safety promises: nothing lost and no
+// commit under a stale epoch.
+func (r Report) OK() bool { return r.Lost == 0 && r.StaleCommits == 0 }
+
+// timeline merges the per-second figures of the two sides.
+func timeline(ours, raw *side) []Second {
+	ours.mu.Lock()
+	defer ours.mu.Unlock()
+	raw.mu.Lock()
+	defer raw.mu.Unlock()
+	n := max(len(ours.secs), len(raw.secs))
+	out := make([]Second, n)
+	ms := func(us int64) float64 { return round(float64(us)/1000, 3) }
+	for i := range out {
+		out[i].At = float64(i)
+		if i < len(ours.secs) && ours.secs[i] != nil {
+			out[i].Delivered = ours.secs[i].n
+			out[i].P99 = ms(ours.secs[i].h.ValueAtQuantile(99))
+		}
+		if i < len(raw.secs) && raw.secs[i] != nil {
+			out[i].RawDelivered = raw.secs[i].n
+			out[i].RawP99 = ms(raw.secs[i].h.ValueAtQuantile(99))
+		}
+	}
+	return out
+}
+
+func round(v float64, places int) float64 {
+	p := 1.0
+	for range places {
+		p *= 10
+	}
+	return float64(int64(v*p+0.5)) / p
+}
