@@ -52,10 +52,7 @@ func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config
 	if err != nil {
 		return nil, err
 	}
-	storage := jetstream.FileStorage
-	if cfg.Storage == MemoryStorage {
-		storage = jetstream.MemoryStorage
-	}
+	storage := cfg.storageType()
 	// The mailbox stream first: a world is only visible (Open finds its
 	// bucket) once both exist.
 	if _, err := js.CreateOrUpdateStream(ctx, mailboxConfig(name, cfg, storage)); err != nil {
@@ -124,6 +121,14 @@ func mailboxConfig(name string, cfg Config, storage jetstream.StorageType) jetst
 	}
 }
 
+// storageType is the JetStream storage of the world's streams.
+func (c Config) storageType() jetstream.StorageType {
+	if c.Storage == MemoryStorage {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
+}
+
 // Open binds an existing world.
 func Open(ctx context.Context, js jetstream.JetStream, name string) (*World, error) {
 	if err := wire.ValidateWorld(name); err != nil {
@@ -155,14 +160,54 @@ func Open(ctx context.Context, js jetstream.JetStream, name string) (*World, err
 }
 
 // Reset drops every record, epoch, cursor, lock, node lease, mailbox and dead
-// letter of the world, keeping its settings. Epochs start again at 1.
+// letter of the world, keeping its settings. Epochs start again at 1;
+// mailbox sequences do not: they continue after the old stream's last one.
+//
+// A stream purge keeps the stream's duplicate-detection table, so a message
+// posted after a purge with a Nats-Msg-Id used before it would be answered
+// "duplicate" and stored nowhere. Reset therefore deletes the mailbox stream
+// and creates it again from the world's settings (mailboxConfig), with
+// FirstSeq one past the old LastSeq: cursors, purgers and dead letters
+// compare sequences ("seq <= cursor is committed"), and a sequence that never
+// repeats keeps a cursor or a purge bound from before the reset from
+// covering a message posted after it. The bucket is purged as before (its
+// stream sequences continue on their own).
+//
+// The order: the mailbox stream is sealed first, so that the LastSeq read
+// next is its last (a sealed stream refuses every publish), then deleted,
+// then created again, then the bucket is purged. A producer posting during
+// the reset gets an error and never "posted": "invalid operation on sealed
+// stream" while it is sealed, no responders or no stream while it is gone.
+// A message posted before the seal is dropped with the rest, as a reset
+// does. If Reset fails after the delete and before the create, the world has
+// no mailbox stream and Open refuses it; `fencepost world add` creates the
+// stream again, but with sequences from 1.
 func Reset(ctx context.Context, js jetstream.JetStream, name string) error {
 	w, err := Open(ctx, js, name)
 	if err != nil {
 		return err
 	}
-	if err := w.Mailbox.Purge(ctx); err != nil {
-		return fmt.Errorf("world %q: purge mailboxes: %w", name, err)
+	info, err := w.Mailbox.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("world %q: mailbox stream: %w", name, err)
+	}
+	if !info.Config.Sealed {
+		sealed := info.Config
+		sealed.Sealed = true
+		if _, err := js.UpdateStream(ctx, sealed); err != nil {
+			return fmt.Errorf("world %q: seal the mailbox stream: %w", name, err)
+		}
+		if info, err = w.Mailbox.Info(ctx); err != nil {
+			return fmt.Errorf("world %q: mailbox stream: %w", name, err)
+		}
+	}
+	cfg := mailboxConfig(name, w.Config, w.Config.storageType())
+	cfg.FirstSeq = info.State.LastSeq + 1
+	if err := js.DeleteStream(ctx, wire.MailboxStream(name)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("world %q: delete the mailbox stream: %w", name, err)
+	}
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("world %q: create the mailbox stream again (first sequence %d): %w", name, cfg.FirstSeq, err)
 	}
 	if err := w.Bucket.Purge(ctx); err != nil {
 		return fmt.Errorf("world %q: purge bucket: %w", name, err)
