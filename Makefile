@@ -28,7 +28,7 @@ FUZZ_TARGETS := \
 	internal/wire:FuzzIDCodec internal/wire:FuzzDecodeID internal/wire:FuzzDecodeRecord \
 	internal/wire:FuzzEncodeRecord internal/wire:FuzzValidateWorld \
 	queue:FuzzValidateHeader queue:FuzzValidateFrom queue:FuzzValidateMsgID \
-	drain:FuzzDecodeCursor drain:FuzzDecodeLock drain:FuzzDecodeDeadLetter drain:FuzzRawFromDirect \
+	internal/wire:FuzzDecodeCursor internal/wire:FuzzDecodeLock drain:FuzzDecodeDeadLetter drain:FuzzRawFromDirect \
 	world:FuzzDecodeConfigMeta world:FuzzConfigValidate \
 	daemon:FuzzDecodeConfig daemon:FuzzConfigDuration daemon:FuzzParseFlags
 

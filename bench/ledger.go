@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -121,8 +120,6 @@ func (l *ledger) follow(ctx context.Context, w *world.World) error {
 	if err != nil {
 		return fmt.Errorf("bench: follow the bucket stream: %w", err)
 	}
-	recPrefix := "$KV." + wire.Bucket(l.world) + "." + wire.RecordPrefix
-	curPrefix := "$KV." + wire.Bucket(l.world) + "." + wire.CursorPrefix
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		md, err := m.Metadata()
 		if err != nil {
@@ -131,8 +128,8 @@ func (l *ledger) follow(ctx context.Context, w *world.World) error {
 		subj := m.Subject()
 		op := m.Headers().Get("KV-Operation")
 		switch {
-		case strings.HasPrefix(subj, recPrefix):
-			id, err := wire.DecodeID(subj[len(recPrefix):])
+		case strings.HasPrefix(subj, wire.KeySubject(l.world, wire.RecordPrefix)):
+			id, err := wire.KeyID(l.world, wire.RecordPrefix, subj)
 			if err != nil {
 				break
 			}
@@ -146,15 +143,13 @@ func (l *ledger) follow(ctx context.Context, w *world.World) error {
 				break
 			}
 			l.record(id, recState{epoch: rec.Epoch, node: rec.Node, held: rec.State == wire.StateHeld}, md.Timestamp)
-		case strings.HasPrefix(subj, curPrefix) && op == "":
-			id, err := wire.DecodeID(subj[len(curPrefix):])
+		case strings.HasPrefix(subj, wire.KeySubject(l.world, wire.CursorPrefix)) && op == "":
+			id, err := wire.KeyID(l.world, wire.CursorPrefix, subj)
 			if err != nil {
 				break
 			}
-			var c struct {
-				Seq uint64 `json:"seq"`
-			}
-			if err := json.Unmarshal(m.Data(), &c); err != nil {
+			c, err := wire.DecodeCursor(m.Data())
+			if err != nil {
 				l.fail(fmt.Errorf("bench: cursor of %q: %w", id, err))
 				break
 			}

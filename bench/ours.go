@@ -255,7 +255,6 @@ func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl 
 	if err != nil {
 		return 0, fmt.Errorf("bench: final drain: %w", err)
 	}
-	prefix := "fp." + w.Name + ".mb."
 	var first int64
 	h := func(_ context.Context, m drain.Message) error {
 		at := time.Now().UnixNano()
@@ -270,11 +269,8 @@ func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl 
 		return nil
 	}
 	for subj, cnt := range info.State.Subjects {
-		if cnt == 0 || len(subj) <= len(prefix) {
-			continue
-		}
-		id, err := wire.DecodeID(subj[len(prefix):])
-		if err != nil {
+		id, err := wire.MailboxID(w.Name, subj)
+		if cnt == 0 || err != nil {
 			continue
 		}
 		deadline := time.Now().Add(2*ttl + 35*time.Second)

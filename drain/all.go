@@ -92,7 +92,7 @@ func (d *Drainer) readCursors(ctx context.Context, runs []*run, errs []error) {
 				if jsapi.IsMarker(m.Header) {
 					continue
 				}
-				if r.cur, err = DecodeCursor(m.Data); err != nil {
+				if r.cur, err = wire.DecodeCursor(m.Data); err != nil {
 					i := bySubj[m.Subject]
 					_, errs[i] = r.end(ctx, fmt.Errorf("drain: cursor of %q: %w", r.a.id, err))
 					runs[i] = nil
@@ -239,7 +239,7 @@ func (r *run) scanOne(m *jetstream.RawStreamMsg) {
 		r.diverted = true
 		return
 	}
-	delivery := r.cur.failuresOf(m.Sequence) + 1
+	delivery := r.cur.FailuresOf(m.Sequence) + 1
 	if delivery > r.d.cfg.MaxDeliveries {
 		r.diverted = true // handle dead-letters it, without another call
 		return
@@ -248,20 +248,20 @@ func (r *run) scanOne(m *jetstream.RawStreamMsg) {
 	herr := r.h(r.ctx, r.message(m, delivery))
 	switch {
 	case herr == nil:
-		r.scanNext, r.scanAcked = Cursor{Seq: m.Sequence}, r.scanAcked+1
+		r.scanNext, r.scanAcked = wire.Cursor{Seq: m.Sequence}, r.scanAcked+1
 	case r.ctx.Err() != nil:
 		r.diverted = true
 	case delivery >= r.d.cfg.MaxDeliveries:
 		if err := r.deadLetter(r.ctx, m, delivery, herr.Error()); err != nil {
 			// Keep the count, and go on alone: handle tries the
 			// dead-lettering again without another call.
-			r.scanFail = &Cursor{Seq: r.scanNext.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
+			r.scanFail = &wire.Cursor{Seq: r.scanNext.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
 			r.diverted = true
 			return
 		}
-		r.scanNext, r.scanDead = Cursor{Seq: m.Sequence}, r.scanDead+1
+		r.scanNext, r.scanDead = wire.Cursor{Seq: m.Sequence}, r.scanDead+1
 	default:
-		r.scanFail = &Cursor{Seq: r.scanNext.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
+		r.scanFail = &wire.Cursor{Seq: r.scanNext.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
 		r.diverted = true
 	}
 }

@@ -294,7 +294,7 @@ func testSeizeBeforeCommit(t *testing.T, env *testutil.Env) {
 	require.NoError(t, err)
 	var once sync.Once
 	var seized *ownership.Lease
-	drain.SetBeforeCommit(d, func(id string, _ drain.Cursor) {
+	drain.SetBeforeCommit(d, func(id string, _ wire.Cursor) {
 		once.Do(func() {
 			var err error
 			seized, err = w.Ownership.Seize(ctx, id, "new", time.Minute, true)
@@ -329,7 +329,7 @@ func testRenewBeforeCommit(t *testing.T, env *testutil.Env) {
 	lease, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
 	require.NoError(t, err)
 	var renewals atomic.Int32
-	drain.SetBeforeCommit(d, func(id string, _ drain.Cursor) {
+	drain.SetBeforeCommit(d, func(id string, _ wire.Cursor) {
 		renewals.Add(1)
 		_, err := w.Ownership.Renew(ctx, id, "n1", time.Minute)
 		require.NoError(t, err)
@@ -430,7 +430,7 @@ func testDeadDrainer(t *testing.T, env *testutil.Env) {
 	lease, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
 	require.NoError(t, err)
 	ttl := 200 * time.Millisecond
-	dead, err := drain.EncodeLock(drain.Lock{Token: "dead-drainer", Node: "n1", Epoch: lease.Epoch, Expires: time.Now().Add(ttl)})
+	dead, err := wire.EncodeLock(wire.Lock{Token: "dead-drainer", Node: "n1", Epoch: lease.Epoch, Expires: time.Now().Add(ttl)})
 	require.NoError(t, err)
 	_, err = w.KV.Create(ctx, wire.LockKey("a"), dead)
 	require.NoError(t, err)
@@ -486,7 +486,7 @@ func testStaleEpochLock(t *testing.T, env *testutil.Env) {
 
 	// A lock of the current epoch still waits for its term.
 	send(t, ctx, w, "a", "m3")
-	live, err := drain.EncodeLock(drain.Lock{Token: "other", Node: "n2", Epoch: seized.Epoch, Expires: time.Now().Add(time.Minute)})
+	live, err := wire.EncodeLock(wire.Lock{Token: "other", Node: "n2", Epoch: seized.Epoch, Expires: time.Now().Add(time.Minute)})
 	require.NoError(t, err)
 	_, err = w.KV.Create(ctx, wire.LockKey("a"), live)
 	require.NoError(t, err)

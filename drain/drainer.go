@@ -63,7 +63,7 @@ type Drainer struct {
 
 	// beforeCommit, when set (tests only), runs after a batch was handled
 	// and before its fenced cursor write.
-	beforeCommit func(id string, c Cursor)
+	beforeCommit func(id string, c wire.Cursor)
 	// noRenew (tests only) stops the lock keeper: the drain behaves like a
 	// paused process whose lock lapses.
 	noRenew bool

@@ -23,7 +23,7 @@ type heldLock struct {
 	key string
 
 	mu    sync.Mutex
-	val   Lock
+	val   wire.Lock
 	rev   uint64
 	until time.Time // local instant after which the holder stops committing
 	lost  error     // set once the lock is known to be someone else's
@@ -39,8 +39,8 @@ type heldLock struct {
 func (d *Drainer) acquire(ctx context.Context, a *authority) (l *heldLock, takeover bool, err error) {
 	l = &heldLock{d: d, id: a.id, key: wire.LockKey(a.id)}
 	start := time.Now()
-	l.val = Lock{Token: newToken(), Node: a.node, Epoch: a.epoch, Expires: start.Add(d.lockTTL)}
-	data, err := EncodeLock(l.val)
+	l.val = wire.Lock{Token: newToken(), Node: a.node, Epoch: a.epoch, Expires: start.Add(d.lockTTL)}
+	data, err := wire.EncodeLock(l.val)
 	if err != nil {
 		return nil, false, err
 	}
@@ -60,7 +60,7 @@ func (d *Drainer) acquire(ctx context.Context, a *authority) (l *heldLock, takeo
 	case err != nil:
 		return nil, false, err
 	default:
-		cur, derr := DecodeLock(e.Value())
+		cur, derr := wire.DecodeLock(e.Value())
 		if derr != nil {
 			return nil, false, derr
 		}
@@ -110,7 +110,7 @@ func (l *heldLock) renew(ctx context.Context) error {
 		start := time.Now()
 		next := l.val
 		next.Expires = start.Add(l.d.lockTTL)
-		data, err := EncodeLock(next)
+		data, err := wire.EncodeLock(next)
 		if err != nil {
 			return err
 		}
@@ -127,7 +127,7 @@ func (l *heldLock) renew(ctx context.Context) error {
 			return gerr
 		}
 		if gerr == nil {
-			if cur, derr := DecodeLock(m.Data); derr == nil && cur.Token == l.val.Token {
+			if cur, derr := wire.DecodeLock(m.Data); derr == nil && cur.Token == l.val.Token {
 				l.val, l.rev = cur, m.Sequence
 				continue
 			}

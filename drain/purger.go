@@ -154,7 +154,7 @@ func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error
 				refused(RefusedBadKey)
 				continue
 			}
-			c, err := DecodeCursor(e.Value())
+			c, err := wire.DecodeCursor(e.Value())
 			if err != nil {
 				d.log.Warn("drain: purger: unreadable cursor left alone", "world", d.world, "key", e.Key(), "error", err)
 				continue

@@ -54,7 +54,7 @@ func cursorOf(t *testing.T, ctx context.Context, w *client.World, id string) int
 		return -1
 	}
 	require.NoError(t, err)
-	c, err := drain.DecodeCursor(e.Value())
+	c, err := wire.DecodeCursor(e.Value())
 	require.NoError(t, err)
 	return int64(c.Seq)
 }

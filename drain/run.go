@@ -35,10 +35,10 @@ type run struct {
 	h  Handler
 	o  runOptions
 
-	subj        string // the mailbox subject
-	cursorSubj  string // the cursor's subject in the bucket stream
-	cur         Cursor // the last committed cursor
-	purgedBelow uint64 // messages below this sequence were purged
+	subj        string      // the mailbox subject
+	cursorSubj  string      // the cursor's subject in the bucket stream
+	cur         wire.Cursor // the last committed cursor
+	purgedBelow uint64      // messages below this sequence were purged
 	purging     chan purgeResult
 	res         Result
 	uncertain   bool // a commit's outcome is unknown
@@ -48,8 +48,8 @@ type run struct {
 	wg   sync.WaitGroup // the lock keeper
 
 	// DrainAll's scan (all.go): what it delivered and not yet committed.
-	scanNext  Cursor
-	scanFail  *Cursor
+	scanNext  wire.Cursor
+	scanFail  *wire.Cursor
 	scanAcked int
 	scanDead  int
 	scanErr   error
@@ -169,7 +169,7 @@ func (r *run) loadCursor(ctx context.Context) error {
 // readCursor reads id's cursor through the bucket stream's leader (on a
 // single replica, the direct get it answers is the same read without the
 // JetStream API queue); an absent (or deleted) cursor is zero.
-func (d *Drainer) readCursor(ctx context.Context, id string) (Cursor, error) {
+func (d *Drainer) readCursor(ctx context.Context, id string) (wire.Cursor, error) {
 	subj := wire.KeySubject(d.world, wire.CursorKey(id))
 	var m *jetstream.RawStreamMsg
 	var err error
@@ -182,17 +182,17 @@ func (d *Drainer) readCursor(ctx context.Context, id string) (Cursor, error) {
 		m, err = jsapi.LeaderGet(ctx, d.nc, wire.BucketStream(d.world), jsapi.GetRequest{LastFor: subj})
 	}
 	if errors.Is(err, jsapi.ErrNotFound) {
-		return Cursor{}, nil
+		return wire.Cursor{}, nil
 	}
 	if err != nil {
-		return Cursor{}, err
+		return wire.Cursor{}, err
 	}
 	if jsapi.IsMarker(m.Header) {
-		return Cursor{}, nil
+		return wire.Cursor{}, nil
 	}
-	c, err := DecodeCursor(m.Data)
+	c, err := wire.DecodeCursor(m.Data)
 	if err != nil {
-		return Cursor{}, fmt.Errorf("drain: cursor of %q (key %s): %w; it is left as it is", id, wire.CursorKey(id), err)
+		return wire.Cursor{}, fmt.Errorf("drain: cursor of %q (key %s): %w; it is left as it is", id, wire.CursorKey(id), err)
 	}
 	return c, nil
 }
@@ -336,14 +336,14 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 		if m.Sequence <= next.Seq {
 			continue // committed; its purge has not reached this replica
 		}
-		delivery := r.cur.failuresOf(m.Sequence) + 1
+		delivery := r.cur.FailuresOf(m.Sequence) + 1
 		if delivery > r.d.cfg.MaxDeliveries {
 			// Its deliveries ran out in an earlier drain that could not
 			// dead-letter it: try that again, without another call.
 			if err := r.deadLetter(ctx, m, delivery-1, r.cur.Error); err != nil {
 				return false, r.keepAcked(ctx, next, acked, dead, err)
 			}
-			next, dead = Cursor{Seq: m.Sequence}, dead+1
+			next, dead = wire.Cursor{Seq: m.Sequence}, dead+1
 			continue
 		}
 		msg := r.message(m, delivery)
@@ -370,7 +370,7 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 		r.res.Deliveries++
 		herr := r.h(ctx, msg)
 		if herr == nil {
-			next, acked = Cursor{Seq: m.Sequence}, acked+1
+			next, acked = wire.Cursor{Seq: m.Sequence}, acked+1
 			continue
 		}
 		if ctx.Err() != nil {
@@ -385,14 +385,14 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 			}
 			return false, context.Cause(ctx)
 		}
-		fail := Cursor{Seq: next.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
+		fail := wire.Cursor{Seq: next.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
 		if delivery >= r.d.cfg.MaxDeliveries {
 			if err := r.deadLetter(ctx, m, delivery, herr.Error()); err != nil {
 				// Keep the count, so that no drain calls the handler
 				// with it again (the check above).
 				return false, r.keepAcked(ctx, fail, acked, dead, err)
 			}
-			next, dead = Cursor{Seq: m.Sequence}, dead+1
+			next, dead = wire.Cursor{Seq: m.Sequence}, dead+1
 			continue
 		}
 		if err := r.commit(ctx, fail, acked, dead); err != nil {
@@ -408,7 +408,7 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 
 // keepAcked commits next if it moves the cursor (what the drain delivered
 // before it stopped on err) and returns err, or the commit's error.
-func (r *run) keepAcked(ctx context.Context, next Cursor, acked, dead int, err error) error {
+func (r *run) keepAcked(ctx context.Context, next wire.Cursor, acked, dead int, err error) error {
 	if next != r.cur {
 		if cerr := r.commit(ctx, next, acked, dead); cerr != nil {
 			return cerr
@@ -462,7 +462,7 @@ func (r *run) sender(m *jetstream.RawStreamMsg) string {
 // record) is retried with the new revision, once the drain has re-proved
 // that it still holds its lock; any other refusal ends the drain with the
 // ownership outcome, and nothing was removed.
-func (r *run) commit(ctx context.Context, next Cursor, acked, dead int) error {
+func (r *run) commit(ctx context.Context, next wire.Cursor, acked, dead int) error {
 	if r.d.beforeCommit != nil {
 		r.d.beforeCommit(r.a.id, next)
 	}
@@ -482,7 +482,7 @@ func (r *run) commit(ctx context.Context, next Cursor, acked, dead int) error {
 			return &ownership.FreeError{ID: r.a.id, LastEpoch: r.a.epoch}
 		}
 	}
-	data, err := EncodeCursor(next)
+	data, err := wire.EncodeCursor(next)
 	if err != nil {
 		return err
 	}
@@ -534,7 +534,7 @@ func (r *run) reauthorize(ctx context.Context) error {
 	return r.lk.renew(ctx)
 }
 
-func (r *run) commitError(next Cursor, err error) error {
+func (r *run) commitError(next wire.Cursor, err error) error {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("drain: commit of %q refused by the server (nothing removed): %w", r.a.id, err)
@@ -630,7 +630,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // clip makes an error text fit a header and a cursor: one line, control
-// characters replaced, at most maxErrorBytes on a rune boundary.
+// characters replaced, at most wire.MaxErrorBytes on a rune boundary.
 func clip(s string) string {
 	s = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) {
@@ -638,10 +638,10 @@ func clip(s string) string {
 		}
 		return r
 	}, strings.ToValidUTF8(s, "?"))
-	if len(s) <= maxErrorBytes {
+	if len(s) <= wire.MaxErrorBytes {
 		return s
 	}
-	cut := maxErrorBytes
+	cut := wire.MaxErrorBytes
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

@@ -44,7 +44,7 @@ func (d *Drainer) Stat(ctx context.Context, id string) (Stat, error) {
 	}
 	if len(b.msgs) > 0 {
 		st.Depth, st.Oldest = b.pending+1, b.msgs[0].Time
-		st.Failures = c.failuresOf(b.msgs[0].Sequence)
+		st.Failures = c.FailuresOf(b.msgs[0].Sequence)
 	}
 	if b, err = readBatch(ctx, d.nc, stream, wire.DeadLetterSubject(d.world, id), 1, 1); err != nil {
 		return st, err
@@ -73,19 +73,20 @@ type WorldStat struct {
 // costs one read per id ever owned.
 func (d *Drainer) WorldStat(ctx context.Context) (WorldStat, error) {
 	var ws WorldStat
-	info, err := d.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter("fp."+d.world+".>"))
+	info, err := d.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.WorldFilter(d.world)))
 	if err != nil {
 		return ws, err
 	}
-	mb, dl, un := "fp."+d.world+".mb.", "fp."+d.world+".dl.", wire.UnroutableSubject(d.world)
 	for subj, n := range info.State.Subjects {
+		_, isMailbox := wire.MailboxToken(d.world, subj)
+		_, isDead := wire.DeadLetterToken(d.world, subj)
 		switch {
-		case isUnroutableSubject(d.world, subj), subj == un:
+		case isUnroutableSubject(d.world, subj), subj == wire.UnroutableSubject(d.world):
 			ws.Unroutable += n
-		case strings.HasPrefix(subj, mb):
+		case isMailbox:
 			ws.IDs++
 			ws.Depth += n
-		case strings.HasPrefix(subj, dl):
+		case isDead:
 			ws.DeadLetters += n
 		}
 	}
@@ -94,7 +95,7 @@ func (d *Drainer) WorldStat(ctx context.Context) (WorldStat, error) {
 		return ws, err
 	}
 	for key := range keys.Keys() {
-		id, err := wire.DecodeID(strings.TrimPrefix(key, wire.RecordPrefix))
+		id, err := wire.DecodeID(strings.TrimPrefix(key, wire.RecordPrefix)) // a key, not a subject
 		if err != nil {
 			continue
 		}

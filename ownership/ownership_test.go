@@ -423,8 +423,8 @@ func TestRecord_GarbageAndUnknownVersion(t *testing.T) {
 	ctx := testutil.Ctx(t, time.Minute)
 	s := w.Ownership
 	for _, tc := range []struct{ name, value, want string }{
-		{"garbage", "not json at all", "corrupt ownership record"},
-		{"unknown version", `{"v":2,"node":"a","epoch":3,"state":"held"}`, "unknown ownership record version"},
+		{"garbage", "not json at all", "corrupt record"},
+		{"unknown version", `{"v":2,"node":"a","epoch":3,"state":"held"}`, "unknown record version"},
 		{"no version", `{"node":"a","epoch":3,"state":"held"}`, "no version"},
 		{"bad state", `{"v":1,"node":"a","epoch":3,"state":"weird","ttl_ms":1,"acquired":"2026-01-01T00:00:00Z","expires":"2026-01-01T00:00:00Z"}`, "state"},
 	} {

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -222,7 +221,6 @@ func offer[T any](cand chan<- T, c T) {
 // makes an id claimable) and a periodic scan of the mailbox stream (the
 // backstop).
 func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- candidate) error {
-	prefix := "fp." + wk.w.Name + ".mb."
 	filter := []string{wire.MailboxFilter(wk.w.Name)}
 	if wk.ids != nil && len(wk.ids) <= 64 {
 		filter = filter[:0]
@@ -237,7 +235,7 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 		return fmt.Errorf("worker: follow posts: %w", err)
 	}
 	posts, err := cons.Consume(func(m jetstream.Msg) {
-		if id, err := wire.DecodeID(strings.TrimPrefix(m.Subject(), prefix)); err == nil && wk.wants(id) {
+		if id, err := wire.MailboxID(wk.w.Name, m.Subject()); err == nil && wk.wants(id) {
 			offer(cand, candidate{id, fromPost})
 		}
 	})
@@ -289,12 +287,11 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 		}
 		return
 	}
-	prefix := "fp." + wk.w.Name + ".mb."
 	for subj, n := range info.State.Subjects {
 		if n == 0 {
 			continue
 		}
-		if id, err := wire.DecodeID(strings.TrimPrefix(subj, prefix)); err == nil && wk.wants(id) {
+		if id, err := wire.MailboxID(wk.w.Name, subj); err == nil && wk.wants(id) {
 			offer(cand, candidate{id, fromScan})
 		}
 	}

@@ -2,7 +2,6 @@ package world
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -118,18 +117,6 @@ func sub(a, b uint64) uint64 {
 	return a - b
 }
 
-// recordFields is the part of a stored ownership record (docs/wire.md) that
-// the counts need; decoded here leniently since a count never decides
-// anything, and a record of another version is counted as unreadable.
-type recordFields struct {
-	V         int       `json:"v"`
-	Node      string    `json:"node"`
-	Epoch     uint64    `json:"epoch"`
-	State     string    `json:"state"`
-	Expires   time.Time `json:"expires"`
-	NodeLease uint64    `json:"node_lease"`
-}
-
 // recordCounts reads the last value of every ownership record and node
 // lease with an ephemeral consumer and counts records, live holders and
 // epochs.
@@ -152,8 +139,8 @@ func (info *Info) recordCounts(ctx context.Context, w *World, now time.Time) err
 		defer cancel()
 		_ = w.Bucket.DeleteConsumer(dctx, cons.CachedInfo().Name)
 	}()
-	records := map[string]recordFields{} // live candidates by subject
-	nodes := map[string]recordFields{}   // node leases by node name
+	records := map[string]wire.Record{} // held records by subject
+	nodes := map[string]*wire.Record{}  // node leases by node name
 	for pending := cons.CachedInfo().NumPending; pending > 0; {
 		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
@@ -173,36 +160,32 @@ func (info *Info) recordCounts(ctx context.Context, w *World, now time.Time) err
 		pending = sub(pending, got)
 	}
 	for _, r := range records {
-		if r.NodeLease == 0 && now.Before(r.Expires) {
-			info.Owned++
-			continue
-		}
-		if nl, ok := nodes[r.Node]; ok && r.NodeLease != 0 && nl.Epoch == r.NodeLease && nl.State == "held" && now.Before(nl.Expires) {
+		if r.LiveBacked(nodes[r.Node], now) {
 			info.Owned++
 		}
 	}
 	return nil
 }
 
-func (info *Info) countRecord(m jetstream.Msg, recPrefix string, records, nodes map[string]recordFields) {
+func (info *Info) countRecord(m jetstream.Msg, recPrefix string, records map[string]wire.Record, nodes map[string]*wire.Record) {
 	if op := m.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" || m.Headers().Get("Nats-Marker-Reason") != "" || len(m.Data()) == 0 {
 		return
 	}
-	var r recordFields
 	isRecord := strings.HasPrefix(m.Subject(), recPrefix)
-	if err := json.Unmarshal(m.Data(), &r); err != nil || r.V != wire.RecordVersion {
+	r, err := wire.DecodeRecord(m.Data())
+	if err != nil {
 		if isRecord {
 			info.Unreadable++
 		}
 		return
 	}
 	if !isRecord {
-		nodes[r.Node] = r
+		nodes[r.Node] = &r
 		return
 	}
 	info.Records++
 	info.Acquisitions += r.Epoch
-	if r.State == "held" {
+	if r.State == wire.StateHeld {
 		records[m.Subject()] = r
 	}
 }

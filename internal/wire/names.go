@@ -190,3 +190,36 @@ func ScopedMsgID(id, key string) string { return EncodeID(id) + ":" + key }
 func MsgIDKey(id, msgID string) (string, bool) {
 	return strings.CutPrefix(msgID, EncodeID(id)+":")
 }
+
+// WorldFilter matches every subject of a world's mailbox stream: its
+// mailboxes, dead letters and unroutable messages.
+func WorldFilter(world string) string { return "fp." + world + ".>" }
+
+// MailboxID is the id whose mailbox subject is subject. It fails with
+// ErrInvalidID for another subject, or a mailbox subject whose token is
+// not the canonical encoding of an id (an unroutable one).
+func MailboxID(world, subject string) (string, error) {
+	tok, ok := MailboxToken(world, subject)
+	if !ok {
+		return "", fmt.Errorf("%w: %q is not a mailbox subject of world %q", ErrInvalidID, subject, world)
+	}
+	return DecodeID(tok)
+}
+
+// DeadLetterToken returns the token of a dead-letter subject of the world
+// (fp.<world>.dl.<token>: an id's, or UnroutableToken), and false for any
+// other subject.
+func DeadLetterToken(world, subject string) (string, bool) {
+	return strings.CutPrefix(subject, "fp."+world+".dl.")
+}
+
+// KeyID is the id (or node) of a bucket subject $KV.fp_<world>.<prefix><eid>
+// (RecordPrefix, CursorPrefix, LockPrefix, ForcePrefix, NodePrefix); it
+// fails with ErrInvalidID for another subject or a non-canonical token.
+func KeyID(world, prefix, subject string) (string, error) {
+	tok, ok := strings.CutPrefix(subject, KeySubject(world, prefix))
+	if !ok {
+		return "", fmt.Errorf("%w: %q is not a %q key of world %q", ErrInvalidID, subject, prefix, world)
+	}
+	return DecodeID(tok)
+}

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +8,8 @@ import (
 	"unicode/utf8"
 )
 
-// RecordVersion is the only ownership record version this code reads and
+// RecordVersion is the only version of the bucket's records (ownership
+// records, node leases, cursors, locks, force keys) this code reads and
 // writes. A reader that meets another version refuses: it never guesses.
 const RecordVersion = 1
 
@@ -19,10 +19,11 @@ const (
 	StateFree = "free" // released; the epoch stays for fencing
 )
 
-// Errors of the record decoder.
+// Errors of the record decoders. Each is wrapped with the record's kind
+// (ownership record, cursor, lock) and what is wrong.
 var (
-	ErrCorruptRecord  = errors.New("corrupt ownership record")
-	ErrUnknownVersion = errors.New("unknown ownership record version")
+	ErrCorruptRecord  = errors.New("corrupt record")
+	ErrUnknownVersion = errors.New("unknown record version")
 )
 
 // Record is the ownership record of one id, stored as JSON under
@@ -90,26 +91,9 @@ func EncodeRecord(r Record) ([]byte, error) {
 // DecodeRecord parses a stored record. It refuses unknown versions with
 // ErrUnknownVersion and anything malformed with ErrCorruptRecord.
 func DecodeRecord(data []byte) (Record, error) {
-	var probe struct {
-		V *int `json:"v"`
-	}
-	if err := json.Unmarshal(data, &probe); err != nil {
-		return Record{}, fmt.Errorf("%w: not JSON: %v", ErrCorruptRecord, err)
-	}
-	if probe.V == nil {
-		return Record{}, fmt.Errorf("%w: no version field \"v\"", ErrCorruptRecord)
-	}
-	if *probe.V != RecordVersion {
-		return Record{}, fmt.Errorf("%w: v=%d, this reader knows v=%d; upgrade fencepost", ErrUnknownVersion, *probe.V, RecordVersion)
-	}
 	var r Record
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		return Record{}, fmt.Errorf("%w: %v", ErrCorruptRecord, err)
-	}
-	if dec.More() {
-		return Record{}, fmt.Errorf("%w: trailing data after the record", ErrCorruptRecord)
+	if err := decodeStrict(data, "ownership record", &r); err != nil {
+		return Record{}, err
 	}
 	if err := r.validate(); err != nil {
 		return Record{}, err

@@ -1,28 +1,17 @@
-package drain
+package wire
 
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/fencepost/fencepost/internal/wire"
 )
 
-// RecordVersion is the only cursor and lock record version this code reads
-// and writes. A reader that meets another version refuses.
-const RecordVersion = 1
-
-// ErrCorruptRecord: a cursor or lock record does not decode. Nothing is
-// written over it.
-var ErrCorruptRecord = errors.New("drain: corrupt record")
-
-// maxErrorBytes bounds the last error kept in a cursor or dead letter.
-const maxErrorBytes = 1024
+// MaxErrorBytes bounds the last error kept in a cursor or dead letter.
+const MaxErrorBytes = 1024
 
 // Cursor is the delivery cursor of one id, stored as JSON under
-// wire.CursorKey(id) and written only with the owner's fence:
+// CursorKey(id) and written only with the owner's fence:
 //
 //	{"v":1,"seq":1041}
 //	{"v":1,"seq":1041,"head":1042,"failures":2,"error":"timeout"}
@@ -71,21 +60,21 @@ func (c Cursor) validate() error {
 		return fmt.Errorf("%w: cursor head %d is not after seq %d", ErrCorruptRecord, c.Head, c.Seq)
 	case c.Failures == 0 && c.Error != "":
 		return fmt.Errorf("%w: cursor error without failures", ErrCorruptRecord)
-	case len(c.Error) > maxErrorBytes:
-		return fmt.Errorf("%w: cursor error is %d bytes, the limit is %d", ErrCorruptRecord, len(c.Error), maxErrorBytes)
+	case len(c.Error) > MaxErrorBytes:
+		return fmt.Errorf("%w: cursor error is %d bytes, the limit is %d", ErrCorruptRecord, len(c.Error), MaxErrorBytes)
 	}
 	return nil
 }
 
-// failuresOf is how many deliveries of the message at seq failed before.
-func (c Cursor) failuresOf(seq uint64) int {
+// FailuresOf is how many deliveries of the message at seq failed before.
+func (c Cursor) FailuresOf(seq uint64) int {
 	if c.Head == seq {
 		return c.Failures
 	}
 	return 0
 }
 
-// Lock is the drain lock of one id, stored as JSON under wire.LockKey(id):
+// Lock is the drain lock of one id, stored as JSON under LockKey(id):
 //
 //	{"v":1,"token":"Xb9...","node":"n1","epoch":7,"expires":"2026-11-29T21:00:30Z"}
 //
@@ -125,20 +114,21 @@ func (l Lock) validate() error {
 	switch {
 	case l.Token == "" || len(l.Token) > 64:
 		return fmt.Errorf("%w: lock token must be 1 to 64 bytes", ErrCorruptRecord)
-	case wire.ValidateNode(l.Node) != nil:
-		return fmt.Errorf("%w: lock node: %v", ErrCorruptRecord, wire.ValidateNode(l.Node))
+	case ValidateNode(l.Node) != nil:
+		return fmt.Errorf("%w: lock node: %v", ErrCorruptRecord, ValidateNode(l.Node))
 	case l.Epoch == 0:
 		return fmt.Errorf("%w: lock epoch 0", ErrCorruptRecord)
 	case l.Expires.IsZero():
 		return fmt.Errorf("%w: lock without expiry", ErrCorruptRecord)
-	case !wire.InJSONRange(l.Expires):
+	case !InJSONRange(l.Expires):
 		return fmt.Errorf("%w: lock expiry %v is outside years 0..9999 in UTC", ErrCorruptRecord, l.Expires)
 	}
 	return nil
 }
 
-// decodeStrict decodes one JSON object with a known version and no unknown
-// fields or trailing data.
+// decodeStrict decodes one JSON object of this version with no unknown
+// fields or trailing data: another version is ErrUnknownVersion, anything
+// malformed ErrCorruptRecord. what names the record in the error.
 func decodeStrict(data []byte, what string, into any) error {
 	var probe struct {
 		V *int `json:"v"`
@@ -146,8 +136,11 @@ func decodeStrict(data []byte, what string, into any) error {
 	if err := json.Unmarshal(data, &probe); err != nil {
 		return fmt.Errorf("%w: %s is not JSON: %v", ErrCorruptRecord, what, err)
 	}
-	if probe.V == nil || *probe.V != RecordVersion {
-		return fmt.Errorf("%w: %s version is not %d; upgrade fencepost", ErrCorruptRecord, what, RecordVersion)
+	if probe.V == nil {
+		return fmt.Errorf("%w: %s has no version field \"v\"", ErrCorruptRecord, what)
+	}
+	if *probe.V != RecordVersion {
+		return fmt.Errorf("%w: %s v=%d, this reader knows v=%d; upgrade fencepost", ErrUnknownVersion, what, *probe.V, RecordVersion)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
