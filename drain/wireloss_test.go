@@ -30,6 +30,7 @@ var wireCases = []mailboxCase{
 	{"OwnRepostIDNotDefeatable", testOwnRepostID},
 	{"MsgIDScopePerMailbox", testMsgIDScope},
 	{"NonCanonicalTokens_Surfaced_ThenMoved", testUnroutable},
+	{"UnroutableStoreFull_StaysCounted", testUnroutableFull},
 	{"TooBigToDeadLetter_DeadLetteredInTwoParts", testTooBigDeadLetter},
 	{"DeadLetterFails_HandlerNotCalledAgain", testDeadLetterFails},
 	{"HeaderCase_SenderRule", testHeaderCaseAndSender},
@@ -193,6 +194,34 @@ func testUnroutable(t *testing.T, env *testutil.Env) {
 	require.Equal(t, uint64(len(bad)), info.Unroutable)
 	require.Equal(t, uint64(1), info.Depth)
 	require.Equal(t, uint64(1), info.Mailboxes)
+}
+
+// The unroutable store is one subject with the mailbox limit: what does
+// not fit stays where it is, still counted, and moves once there is room.
+func testUnroutableFull(t *testing.T, env *testutil.Env) {
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{MaxMsgsPerMailbox: 2})
+	bad := []string{"b3JkZXIuNDK", "w7w+Pw", "__8"}
+	for _, tok := range bad {
+		raw(t, ctx, w, "fp."+w.Name+".mb."+tok, "stray")
+	}
+	sw, err := d.SweepUnroutable(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, sw.Moved)
+	require.Equal(t, 1, sw.Left)
+	ws, err := d.WorldStat(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), ws.Unroutable, "the one left is still counted")
+	un, err := d.Unroutable(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, un, 2)
+	for _, dl := range un { // make room: an operator removes what was read
+		require.NoError(t, w.Mailbox.DeleteMsg(ctx, dl.Seq))
+	}
+	sw, err = d.SweepUnroutable(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, sw.Moved)
+	require.Zero(t, sw.Left)
 }
 
 // A body at the world's limit used to fail its dead-lettering (no room for
