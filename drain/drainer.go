@@ -138,28 +138,23 @@ type authority struct {
 
 func (a *authority) valid() bool { return time.Now().Before(a.until) }
 
-// authorize reads the record and checks that it names a.node at a.epoch with
-// a live lease; it refreshes the fence's revision and the local deadline.
+// authorize asks ownership whether a.node at a.epoch may act on a.id
+// (ownership.Store.Authorize: the record, its liveness and the clock
+// arithmetic are ownership's); it refreshes the fence's revision and, if
+// later, the local deadline.
 func (d *Drainer) authorize(ctx context.Context, a *authority) error {
-	start := time.Now()
-	st, err := d.own.Owner(ctx, a.id)
+	au, err := d.own.Authorize(ctx, a.id, a.node, a.epoch)
+	return a.take(au, err)
+}
+
+// take keeps a new authority from ownership.
+func (a *authority) take(au ownership.Authority, err error) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case !st.Held:
-		return &ownership.FreeError{ID: a.id, LastEpoch: st.Epoch}
-	case st.Node != a.node:
-		return &ownership.HeldError{ID: a.id, Node: st.Node, Epoch: st.Epoch, Expires: st.Expires}
-	case st.Epoch != a.epoch:
-		return &ownership.FencedError{ID: a.id, Current: st.Epoch, Holder: st.Node}
-	}
-	a.fence = fencing.Fence{World: d.world, ID: a.id, Node: a.node, Epoch: a.epoch, Revision: st.Revision}
-	// The record's expiry is the writer's wall clock: compare it with ours
-	// less the skew bound. This decides liveness only; the fence decides
-	// every commit.
-	if until := start.Add(st.Expires.Sub(start.Round(0)) - d.skew); until.After(a.until) {
-		a.until = until
+	a.fence = au.Fence
+	if au.Until.After(a.until) {
+		a.until = au.Until
 	}
 	return nil
 }

@@ -134,26 +134,13 @@ func (r *run) end(ctx context.Context, err error) (Result, error) {
 
 // fenceTakeover runs after this drain took over a lapsed lock: it moves
 // the ownership record's revision past any fence the previous drain may
-// still hold, by writing the record again unchanged (a compare-and-swap at
-// the revision just read; node, epoch, expiry and node lease stay as they
-// are, so holders and keepers see a renewal by no one). If the swap loses,
-// the record moved anyway. Either way every commit the previous drain sends
-// from now on is refused, and its retry finds out it lost the lock
-// (design.md section 3). The fence is then read fresh.
+// still hold (ownership.Store.Touch: the record written again unchanged,
+// by compare-and-swap; holders and keepers see a renewal by no one). If
+// the swap loses, the record moved anyway. Either way every commit the
+// previous drain sends from now on is refused, and its retry finds out it
+// lost the lock (design.md section 3). The fence is then read fresh.
 func (r *run) fenceTakeover(ctx context.Context) error {
-	m, err := jsapi.LeaderGet(ctx, r.d.nc, wire.BucketStream(r.d.world), jsapi.GetRequest{LastFor: wire.RecordSubject(r.d.world, r.a.id)})
-	if err != nil && !errors.Is(err, jsapi.ErrNotFound) {
-		return err
-	}
-	if err == nil && !jsapi.IsMarker(m.Header) {
-		if rec, derr := wire.DecodeRecord(m.Data); derr == nil && rec.Node == r.a.node && rec.Epoch == r.a.epoch {
-			_, err := r.d.w.KV.Update(ctx, wire.RecordKey(r.a.id), m.Data, m.Sequence)
-			if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-				return fmt.Errorf("drain: fence the previous drain of %q: %w", r.a.id, err)
-			}
-		}
-	}
-	return r.d.authorize(ctx, r.a)
+	return r.a.take(r.d.own.Touch(ctx, r.a.id, r.a.node, r.a.epoch))
 }
 
 // loadCursor reads the id's cursor through the bucket stream's leader.

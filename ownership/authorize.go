@@ -1,0 +1,76 @@
+package ownership
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/fencepost/fencepost/fencing"
+)
+
+// Authority is what a holding may do: write with Fence, and act until the
+// local instant Until (the record's expiry, or its node lease's, less the
+// clock-bound margin of a lease: skew + 2*drift*span). Until decides
+// liveness only; the fence decides every write.
+type Authority struct {
+	Fence fencing.Fence
+	Until time.Time // local, monotonic
+}
+
+// Valid says whether the authority still holds by the local clock.
+func (a Authority) Valid() bool { return time.Now().Before(a.Until) }
+
+// Authorize answers "may node, at epoch, act on id now, and until when":
+// it reads the record through the stream leader and returns the fence at
+// the record's current revision and the local deadline. Otherwise
+// *FreeError (no live lease), *HeldError (another node holds id) or
+// *FencedError (node holds id at another epoch). It writes nothing.
+func (s *Store) Authorize(ctx context.Context, id, node string, epoch uint64) (Authority, error) {
+	if err := s.checkIDNode(id, node); err != nil {
+		return Authority{}, err
+	}
+	start := time.Now()
+	v, err := s.read(ctx, id)
+	if err != nil {
+		return Authority{}, err
+	}
+	return s.authorize(id, node, epoch, v, start)
+}
+
+func (s *Store) authorize(id, node string, epoch uint64, v view, start time.Time) (Authority, error) {
+	switch {
+	case !v.live(start):
+		return Authority{}, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
+	case v.rec.Node != node:
+		return Authority{}, &HeldError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.expires()}
+	case v.rec.Epoch != epoch:
+		return Authority{}, &FencedError{ID: id, Current: v.rec.Epoch, Holder: v.rec.Node}
+	}
+	return Authority{
+		Fence: fencing.Fence{World: s.world, ID: id, Node: node, Epoch: epoch, Revision: v.rev},
+		Until: s.authority(v.expires(), start),
+	}, nil
+}
+
+// Touch rewrites id's record unchanged, by compare-and-swap at the revision
+// it reads, if node holds id at epoch; then it authorizes again. Every
+// fenced write that expected an earlier revision is refused from then on:
+// a drain that took over from a stalled drain of the same holding uses it
+// so that the stalled one can no longer commit (docs/design.md 3.5). A
+// record that moved meanwhile is left as it is (its revision moved on
+// already). Errors as Authorize.
+func (s *Store) Touch(ctx context.Context, id, node string, epoch uint64) (Authority, error) {
+	if err := s.checkIDNode(id, node); err != nil {
+		return Authority{}, err
+	}
+	v, err := s.read(ctx, id)
+	if err != nil {
+		return Authority{}, err
+	}
+	if v.present() && v.rec.Node == node && v.rec.Epoch == epoch {
+		if _, err := s.write(ctx, "touch", id, v, v.rec); err != nil && !errors.Is(err, errConflict) {
+			return Authority{}, err
+		}
+	}
+	return s.Authorize(ctx, id, node, epoch)
+}
