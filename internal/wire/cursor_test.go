@@ -102,3 +102,20 @@ func FuzzDecodeLock(f *testing.F) {
 func refused(err error) bool {
 	return errors.Is(err, wire.ErrCorruptRecord) || errors.Is(err, wire.ErrUnknownVersion)
 }
+
+func TestForce_RoundTripAndRefusals(t *testing.T) {
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.FixedZone("x", 3600))
+	b, err := wire.EncodeForce("ops", at, 30*time.Second)
+	require.NoError(t, err)
+	f, err := wire.DecodeForce(b)
+	require.NoError(t, err)
+	require.Equal(t, "ops", f.Node)
+	require.True(t, f.At.Equal(at))
+	require.Equal(t, "30s", f.TTL)
+	_, err = wire.EncodeForce("", at, time.Second)
+	require.ErrorIs(t, err, wire.ErrCorruptRecord)
+	for _, bad := range []string{`{}`, `{"v":2,"node":"a","at":"2026-01-01T00:00:00Z","ttl":"1s"}`, `{"v":1,"node":"a","at":"2026-01-01T00:00:00Z","ttl":"soon"}`, `{"v":1,"node":"","at":"2026-01-01T00:00:00Z","ttl":"1s"}`, `{"v":1,"node":"a","at":"2026-01-01T00:00:00Z","ttl":"1s","x":1}`} {
+		_, err := wire.DecodeForce([]byte(bad))
+		require.True(t, refused(err), "%s: %v", bad, err)
+	}
+}

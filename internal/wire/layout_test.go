@@ -1,0 +1,114 @@
+package wire_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// layoutExempt are the non-test files outside internal/wire that may
+// spell the layout themselves, and why.
+var layoutExempt = map[string]string{
+	// A producer that knows only docs/wire.md, by design (its test is the
+	// wire conformance test).
+	"examples/rawproducer/main.go": "plain nats.go producer",
+	// The permission table: subject patterns with a <w> placeholder,
+	// documented one by one; the layout and the table are checked against
+	// each other by daemon's auth tests.
+	"daemon/auth.go": "permission patterns",
+}
+
+// layoutLiterals are the string fragments that build a subject, stream or
+// bucket name of the layout by hand.
+var layoutLiterals = []string{`fp.`, `.mb.`, `.dl.`, `$KV.`, `KV_`, `FP_MB_`}
+
+// ownershipOnly are the wire names only the ownership package may use:
+// ownership records and node leases are written there alone (drain asks
+// ownership.Store.Authorize and Touch). fencing names the record subject
+// in the header of a fenced write, and may use RecordSubject.
+var ownershipOnly = []string{"RecordKey", "RecordSubject", "NodeKey", "ForceKey", "EncodeRecord"}
+
+// TestLayout_OwnedByWire fails the build when a subject, stream or bucket
+// name is spelled outside internal/wire, when a record shape (a struct
+// with a `json:"v"` field) is declared outside it, or when a package other
+// than ownership touches ownership record keys. Issue 13: one package owns
+// the layout.
+func TestLayout_OwnedByWire(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	err = filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if e.IsDir() {
+			if strings.HasPrefix(e.Name(), ".") || e.Name() == "testdata" || rel == "internal/wire" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") || layoutExempt[rel] != "" {
+			return nil
+		}
+		checked++
+		checkLayoutFile(t, path, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 50 {
+		t.Fatalf("checked only %d files under %s: is the walk broken?", checked, root)
+	}
+}
+
+func checkLayoutFile(t *testing.T, path, rel string) {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgDir := filepath.ToSlash(filepath.Dir(rel))
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.BasicLit:
+			if n.Kind != token.STRING {
+				return true
+			}
+			s, err := strconv.Unquote(n.Value)
+			if err != nil {
+				return true
+			}
+			for _, frag := range layoutLiterals {
+				if strings.Contains(s, frag) {
+					t.Errorf("%s: %q spells the layout (%q): use internal/wire", fset.Position(n.Pos()), s, frag)
+				}
+			}
+		case *ast.StructType:
+			for _, fld := range n.Fields.List {
+				if fld.Tag != nil && strings.Contains(fld.Tag.Value, `json:"v"`) {
+					t.Errorf("%s: a record shape (json \"v\") outside internal/wire: decode records with wire's codecs", fset.Position(fld.Pos()))
+				}
+			}
+		case *ast.SelectorExpr:
+			if x, ok := n.X.(*ast.Ident); ok && x.Name == "wire" && pkgDir != "ownership" && pkgDir != "fencing" {
+				for _, name := range ownershipOnly {
+					if n.Sel.Name == name {
+						t.Errorf("%s: wire.%s outside ownership: ownership owns every record write (use its Store)", fset.Position(n.Pos()), name)
+					}
+				}
+			}
+		}
+		return true
+	})
+}
