@@ -457,6 +457,15 @@ func TestAuth_OwnerForceSeizeRefused(t *testing.T) {
 		_, err := o.w.Ownership.Seize(ctx, "x", "node-b", time.Minute, true)
 		return err
 	})
+	// Every path that can force writes the force key first: a session's
+	// forced seize is refused at the same key.
+	ss, err := o.w.Ownership.OpenSession(ctx, "node-b", 0)
+	require.NoError(t, err)
+	defer ss.Close()
+	o.refused(t, "session force seize", wire.KeySubject("default", wire.ForceKey("x")), func(ctx context.Context) error {
+		_, err := ss.Seize(ctx, "x", true)
+		return err
+	})
 	// The library's way to a clear error rather than a timeout: the
 	// refusal ends the operation's context and becomes its error.
 	rctx, done := o.c.Refusable(ctx)

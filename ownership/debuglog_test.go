@@ -71,7 +71,7 @@ func TestDebugLog(t *testing.T) {
 	require.NoError(t, err)
 	testutil.WaitFor(t, 5*time.Second, "renewals", func() bool { return k.Renewals() >= 1 && ss.Renewals() >= 1 })
 	require.NoError(t, k.Release(ctx))
-	require.NoError(t, ss.End(ctx))
+	require.NoError(t, ss.CloseContext(ctx))
 
 	want := map[string]bool{
 		"lease node-read":    false, // node lease read at open

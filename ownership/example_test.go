@@ -39,7 +39,7 @@ func ExampleStore_OpenSession() {
 	if err != nil {
 		return
 	}
-	defer ss.End(context.Background()) // frees every id at once
+	defer ss.Close() // frees every id at once
 	for _, id := range []string{"a", "b", "c"} {
 		if l, err := ss.Claim(ctx, id); err == nil {
 			fmt.Println("holding", l.ID, "epoch", l.Epoch)

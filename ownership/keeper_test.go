@@ -127,7 +127,7 @@ func TestKeeper_RefusesBackedLease(t *testing.T) {
 	ctx := testutil.Ctx(t, time.Minute)
 	ss, err := w.Ownership.OpenSession(ctx, "n", time.Second)
 	require.NoError(t, err)
-	defer ss.Close()
+	defer ss.Orphan()
 	l, err := ss.Claim(ctx, "x")
 	require.NoError(t, err)
 	_, err = w.Ownership.Keep(l)

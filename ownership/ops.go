@@ -2,7 +2,6 @@ package ownership
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -112,16 +111,49 @@ func (s *Store) Claim(ctx context.Context, id, node string, ttl time.Duration) (
 	if err != nil {
 		return nil, err
 	}
-	v, start, err := s.run(ctx, "claim", id, cachedOrAbsent, false, func(v view, now time.Time) (*wire.Record, error) {
-		if v.live(now) {
-			return nil, &HeldError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.expires()}
-		}
-		return held(node, v.nextEpoch(), ttl, now), nil
+	v, start, err := s.claim(ctx, id, func(epoch uint64, now time.Time) (*wire.Record, error) {
+		return held(node, epoch, ttl, now), nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return s.lease(id, v, start, ttl), nil
+}
+
+// recordFor makes the record a claim or seize writes at epoch: a lease of
+// its own (Store) or one backed by a node lease (Session).
+type recordFor func(epoch uint64, now time.Time) (*wire.Record, error)
+
+// claim is the rule of every claim: a free id (never owned, released or
+// lapsed) gets rec's record at the next epoch; a live one is *HeldError.
+func (s *Store) claim(ctx context.Context, id string, rec recordFor) (view, time.Time, error) {
+	return s.run(ctx, "claim", id, cachedOrAbsent, false, func(v view, now time.Time) (*wire.Record, error) {
+		if v.live(now) {
+			return nil, &HeldError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.expires()}
+		}
+		return rec(v.nextEpoch(), now)
+	})
+}
+
+// seize is the rule of every seize: with force, the force key first
+// (forceAuthority); then an owned id that lapsed, or any owned id with
+// force, gets rec's record at the next epoch. A free id is *FreeError, a
+// live one without force *LiveError. One attempt.
+func (s *Store) seize(ctx context.Context, id, node string, ttl time.Duration, force bool, rec recordFor) (view, time.Time, error) {
+	if force {
+		if err := s.forceAuthority(ctx, id, node, ttl); err != nil {
+			return view{}, time.Time{}, err
+		}
+	}
+	return s.run(ctx, "seize", id, freshRead, true, func(v view, now time.Time) (*wire.Record, error) {
+		if !v.present() || v.rec.State == wire.StateFree {
+			return nil, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
+		}
+		if v.live(now) && !force {
+			return nil, &LiveError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.expires()}
+		}
+		return rec(v.rec.Epoch+1, now)
+	})
 }
 
 // Owner is the routing probe: the live holder of id, or Held=false with the
@@ -222,19 +254,8 @@ func (s *Store) Seize(ctx context.Context, id, node string, ttl time.Duration, f
 	if err != nil {
 		return nil, err
 	}
-	if force {
-		if err := s.forceAuthority(ctx, id, node, ttl); err != nil {
-			return nil, err
-		}
-	}
-	v, start, err := s.run(ctx, "seize", id, freshRead, true, func(v view, now time.Time) (*wire.Record, error) {
-		if !v.present() || v.rec.State == wire.StateFree {
-			return nil, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
-		}
-		if v.live(now) && !force {
-			return nil, &LiveError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.expires()}
-		}
-		return held(node, v.rec.Epoch+1, ttl, now), nil
+	v, start, err := s.seize(ctx, id, node, ttl, force, func(epoch uint64, now time.Time) (*wire.Record, error) {
+		return held(node, epoch, ttl, now), nil
 	})
 	if err != nil {
 		return nil, err
@@ -251,12 +272,7 @@ func (s *Store) Seize(ctx context.Context, id, node string, ttl time.Duration, f
 // before the record. The key is also the audit trail of the last forced
 // seize of each id.
 func (s *Store) forceAuthority(ctx context.Context, id, node string, ttl time.Duration) error {
-	body, err := json.Marshal(struct {
-		V    int       `json:"v"`
-		Node string    `json:"node"`
-		At   time.Time `json:"at"`
-		TTL  string    `json:"ttl"`
-	}{1, node, time.Now().UTC(), ttl.String()})
+	body, err := wire.EncodeForce(node, time.Now(), ttl)
 	if err != nil {
 		return err
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
@@ -23,8 +25,16 @@ import (
 // backs is invalid (Lease.Valid reports false). Run the work done under the
 // session's ids (drains, handlers) with Context(), so that it stops at the
 // fence.
+//
+// As etcd's concurrency.Session: Close releases the node lease (every id
+// it backs is free at once), Orphan stops renewing it (its ids lapse with
+// it, as if the process had died). Claims and seizes through the session
+// follow exactly Store's rules (Store.Claim, Store.Seize), force key
+// included.
 type Session struct {
-	k *Keeper
+	k      *Keeper
+	closed sync.Once
+	err    error // of the first Close
 }
 
 // OpenSession takes the node lease of node for ttl (0: the world default).
@@ -115,12 +125,23 @@ func (ss *Session) Lease() *Lease { return ss.k.Lease() }
 // Renewals counts the node lease renewals written so far.
 func (ss *Session) Renewals() uint64 { return ss.k.Renewals() }
 
-// Close stops renewing the node lease: its ids lapse with it at its expiry,
-// as if the process had died. Idempotent.
-func (ss *Session) Close() error { return ss.k.Close() }
+// Close releases the node lease: every id it backs is free at once (within
+// jsapi.Timeout). It returns the first Close's outcome on every call.
+func (ss *Session) Close() error {
+	ctx, cancel := jsapi.WithTimeout(context.Background())
+	defer cancel()
+	return ss.CloseContext(ctx)
+}
 
-// End releases the node lease: every id it backs is free at once.
-func (ss *Session) End(ctx context.Context) error { return ss.k.Release(ctx) }
+// CloseContext is Close bounded by ctx.
+func (ss *Session) CloseContext(ctx context.Context) error {
+	ss.closed.Do(func() { ss.err = ss.k.Release(ctx) })
+	return ss.err
+}
+
+// Orphan stops renewing the node lease without releasing it: its ids lapse
+// with it at its expiry, as if the process had died. Idempotent.
+func (ss *Session) Orphan() error { return ss.k.Close() }
 
 // usable refuses work on a session that ended or whose authority ran out.
 func (ss *Session) usable() error {
@@ -166,13 +187,7 @@ func (ss *Session) Claim(ctx context.Context, id string) (*Lease, error) {
 	if err := ss.usable(); err != nil {
 		return nil, err
 	}
-	s := ss.k.s
-	v, _, err := s.run(ctx, "claim", id, cachedOrAbsent, false, func(v view, now time.Time) (*wire.Record, error) {
-		if v.live(now) {
-			return nil, &HeldError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.expires()}
-		}
-		return ss.backedRecord(v.nextEpoch(), now)
-	})
+	v, _, err := ss.k.s.claim(ctx, id, ss.backedRecord)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +195,8 @@ func (ss *Session) Claim(ctx context.Context, id string) (*Lease, error) {
 }
 
 // Seize takes over an owned id (lapsed, or live with force) for the
-// session's node, backed by the node lease. Outcomes as Store.Seize.
+// session's node, backed by the node lease. Outcomes as Store.Seize; a
+// forced seize writes the id's force key first, as Store.Seize does.
 func (ss *Session) Seize(ctx context.Context, id string, force bool) (*Lease, error) {
 	if err := wire.ValidateID(id); err != nil {
 		return nil, err
@@ -188,16 +204,7 @@ func (ss *Session) Seize(ctx context.Context, id string, force bool) (*Lease, er
 	if err := ss.usable(); err != nil {
 		return nil, err
 	}
-	s := ss.k.s
-	v, _, err := s.run(ctx, "seize", id, freshRead, true, func(v view, now time.Time) (*wire.Record, error) {
-		if !v.present() || v.rec.State == wire.StateFree {
-			return nil, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
-		}
-		if v.live(now) && !force {
-			return nil, &LiveError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.expires()}
-		}
-		return ss.backedRecord(v.rec.Epoch+1, now)
-	})
+	v, _, err := ss.k.s.seize(ctx, id, ss.k.node, ss.k.ttl, force, ss.backedRecord)
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ func TestSession_BacksIDs(t *testing.T) {
 		s := w.Ownership
 		ss, err := s.OpenSession(ctx, "n1", ttl)
 		require.NoError(t, err)
-		defer ss.Close()
+		defer ss.Orphan()
 		ids := []string{"a", "b.c", "日本"}
 		leases := map[string]*ownership.Lease{}
 		for _, id := range ids {
@@ -53,7 +53,7 @@ func TestSession_BacksIDs(t *testing.T) {
 
 		// The node dies (no more renewals): every id lapses with the node
 		// lease, at the same instant.
-		require.NoError(t, ss.Close())
+		require.NoError(t, ss.Orphan())
 		testutil.WaitFor(t, 2*time.Second, "the ids lapse", func() bool {
 			st, err := s.Owner(ctx, "a")
 			require.NoError(t, err)
@@ -88,7 +88,7 @@ func TestSession_BacksIDs(t *testing.T) {
 		// revive the ids of the old one.
 		ss2, err := s.OpenSession(ctx, "n1", ttl)
 		require.NoError(t, err)
-		defer ss2.Close()
+		defer ss2.Orphan()
 		require.Greater(t, ss2.Epoch(), ss.Epoch())
 		st, err := s.Owner(ctx, "日本")
 		require.NoError(t, err)
@@ -108,7 +108,7 @@ func TestSession_EndFreesAllAtOnce(t *testing.T) {
 		require.NoError(t, err)
 	}
 	seq := lastSeq(t, w)
-	require.NoError(t, ss.End(ctx))
+	require.NoError(t, ss.CloseContext(ctx))
 	require.Equal(t, seq+1, lastSeq(t, w), "ending a session is one write")
 	waitDone(t, ss.Done(), time.Second)
 	require.ErrorIs(t, ss.Err(), ownership.ErrClosed)
@@ -135,7 +135,7 @@ func TestSession_HeldAndAcquire(t *testing.T) {
 	start := time.Now()
 	ss, err := s.AcquireSession(ctx, "n", ttl)
 	require.NoError(t, err, "a node retries until it gets its lease")
-	defer ss.Close()
+	defer ss.Orphan()
 	require.Less(t, time.Since(start), ttl+500*time.Millisecond)
 	require.Greater(t, ss.Epoch(), old.Epoch())
 }
@@ -161,7 +161,7 @@ func TestSession_SelfFence(t *testing.T) {
 			ctx := testutil.Ctx(t, time.Minute)
 			ss, err := w.Ownership.OpenSession(ctx, "n", ttl)
 			require.NoError(t, err)
-			defer ss.Close()
+			defer ss.Orphan()
 			l, err := ss.Claim(ctx, "id")
 			require.NoError(t, err)
 			tc.do(t, w, ss)
@@ -196,7 +196,7 @@ func TestSession_ManyIDs(t *testing.T) {
 	const ttl = time.Second
 	ss, err := s.OpenSession(ctx, "big", ttl)
 	require.NoError(t, err)
-	defer ss.Close()
+	defer ss.Orphan()
 
 	t0 := time.Now()
 	var wg sync.WaitGroup
@@ -240,7 +240,7 @@ func TestSession_ManyIDs(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, st.Held)
 	}
-	require.NoError(t, ss.Close())
+	require.NoError(t, ss.Orphan())
 	vu := ss.ValidUntil()
 	time.Sleep(time.Until(vu.Add(ttl - ttl/3 + 150*time.Millisecond))) // past the published expiry
 	seq := lastSeq(t, w)
@@ -267,8 +267,8 @@ func TestSession_RetireRefusesLateRenewal(t *testing.T) {
 	require.NoError(t, err)
 	_, err = ss.Claim(ctx, "x")
 	require.NoError(t, err)
-	require.NoError(t, ss.Close()) // stalls: no renewal gets through
-	last := ss.Lease()             // the revision its next renewal expects
+	require.NoError(t, ss.Orphan()) // stalls: no renewal gets through
+	last := ss.Lease()              // the revision its next renewal expects
 	testutil.WaitFor(t, 5*time.Second, "the node lease lapses", func() bool {
 		st, err := w.Ownership.Owner(ctx, "x")
 		require.NoError(t, err)
@@ -285,4 +285,70 @@ func TestSession_RetireRefusesLateRenewal(t *testing.T) {
 	st, err := w.Ownership.Guard(ctx, "x", "new", l.Epoch)
 	require.NoError(t, err)
 	require.True(t, st.Held)
+}
+
+// TestSession_SeizeFollowsStoreRules: a session's claim and seize are
+// Store's (one set of rules): a forced seize writes the id's force key
+// first, which is what lets the server keep forcing to operators
+// (docs/security.md); an unforced seize of a live id is *LiveError and
+// writes nothing; a claim of a held id is *HeldError.
+func TestSession_SeizeFollowsStoreRules(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{})
+	ctx := testutil.Ctx(t, time.Minute)
+	l, err := w.Ownership.Claim(ctx, "x", "a", time.Minute)
+	require.NoError(t, err)
+	ss, err := w.Ownership.OpenSession(ctx, "b", 0)
+	require.NoError(t, err)
+	defer ss.Close()
+
+	_, err = ss.Claim(ctx, "x")
+	var held *ownership.HeldError
+	require.ErrorAs(t, err, &held)
+	_, err = ss.Seize(ctx, "x", false)
+	var live *ownership.LiveError
+	require.ErrorAs(t, err, &live)
+	_, err = w.KV.Get(ctx, wire.ForceKey("x"))
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "an unforced seize wrote the force key")
+
+	seized, err := ss.Seize(ctx, "x", true)
+	require.NoError(t, err)
+	require.Equal(t, l.Epoch+1, seized.Epoch)
+	e, err := w.KV.Get(ctx, wire.ForceKey("x"))
+	require.NoError(t, err, "a session's forced seize must write the force key")
+	f, err := wire.DecodeForce(e.Value())
+	require.NoError(t, err)
+	require.Equal(t, "b", f.Node)
+	require.Less(t, e.Revision(), seized.Revision, "the force key comes before the record")
+}
+
+// TestSession_CloseReleasesOrphanLapses: Close frees every id at once (as
+// etcd's Session.Close revokes its lease); Orphan stops renewing and the
+// ids lapse with the node lease.
+func TestSession_CloseReleasesOrphanLapses(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{})
+	ctx := testutil.Ctx(t, time.Minute)
+	ss, err := w.Ownership.OpenSession(ctx, "c", time.Minute)
+	require.NoError(t, err)
+	_, err = ss.Claim(ctx, "closed")
+	require.NoError(t, err)
+	require.NoError(t, ss.Close())
+	require.NoError(t, ss.Close(), "Close is idempotent")
+	st, err := w.Ownership.Owner(ctx, "closed")
+	require.NoError(t, err)
+	require.False(t, st.Held, "Close must free the session's ids at once")
+
+	ss2, err := w.Ownership.OpenSession(ctx, "o", 300*time.Millisecond)
+	require.NoError(t, err)
+	_, err = ss2.Claim(ctx, "orphaned")
+	require.NoError(t, err)
+	require.NoError(t, ss2.Orphan())
+	st, err = w.Ownership.Owner(ctx, "orphaned")
+	require.NoError(t, err)
+	require.True(t, st.Held, "an orphaned session's ids stay held until the lease lapses")
+	testutil.WaitFor(t, 5*time.Second, "the orphaned session's id lapses", func() bool {
+		st, err := w.Ownership.Owner(ctx, "orphaned")
+		return err == nil && !st.Held
+	})
 }

@@ -106,7 +106,7 @@ func TestWatch_World_NodeLease(t *testing.T) {
 	const ttl = 600 * time.Millisecond
 	ss, err := s.OpenSession(ctx, "n", ttl)
 	require.NoError(t, err)
-	defer ss.Close()
+	defer ss.Orphan()
 	for _, id := range []string{"a", "b"} {
 		_, err := ss.Claim(ctx, id)
 		require.NoError(t, err)
@@ -115,7 +115,7 @@ func TestWatch_World_NodeLease(t *testing.T) {
 	}
 	// Node lease renewals renew the ids silently; its lapse lapses both.
 	testutil.WaitFor(t, 5*time.Second, "2 renewals", func() bool { return ss.Renewals() >= 2 })
-	require.NoError(t, ss.Close())
+	require.NoError(t, ss.Orphan())
 	got := map[string]ownership.EventKind{}
 	for range 2 {
 		ev := next(t, ch)
@@ -131,7 +131,7 @@ func TestWatch_World_NodeLease(t *testing.T) {
 		require.NoError(t, err)
 		expect(t, ch, ownership.EventClaimed, id, "n")
 	}
-	require.NoError(t, ss2.End(ctx))
+	require.NoError(t, ss2.CloseContext(ctx))
 	got = map[string]ownership.EventKind{}
 	for range 2 {
 		ev := next(t, ch)

@@ -194,7 +194,7 @@ func (wk *Worker) Run(ctx context.Context) error {
 	}
 	ectx, ecancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer ecancel()
-	if eerr := ss.End(ectx); eerr != nil && !errors.Is(eerr, ownership.ErrClosed) {
+	if eerr := ss.CloseContext(ectx); eerr != nil && !errors.Is(eerr, ownership.ErrClosed) {
 		if c, ok := eerr.(fencing.Cause); ok {
 			return c
 		}

@@ -35,7 +35,7 @@ func TestInspect_Counts(t *testing.T) {
 	require.NoError(t, w.Ownership.Release(ctx, "b", "n1")) // free, epoch 1
 	ss, err := w.Ownership.OpenSession(ctx, "n3", time.Minute)
 	require.NoError(t, err)
-	defer ss.Close()
+	defer ss.Orphan()
 	for _, id := range []string{"c", "d"} {
 		_, err := ss.Claim(ctx, id)
 		require.NoError(t, err)
@@ -60,7 +60,7 @@ func TestInspect_Counts(t *testing.T) {
 	require.Zero(t, info.Unreadable)
 
 	// The node lease ends: the ids it backed are no longer owned.
-	require.NoError(t, ss.End(ctx))
+	require.NoError(t, ss.CloseContext(ctx))
 	info, err = world.Inspect(ctx, js, w.Name, world.InspectOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, info.Owned)
