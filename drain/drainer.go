@@ -10,7 +10,6 @@ import (
 
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/wire"
-	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
 )
@@ -59,7 +58,7 @@ type Drainer struct {
 	backoffMax time.Duration
 	skew       time.Duration
 	log        *slog.Logger
-	metrics    *metrics.Set
+	metrics    Observer
 
 	// beforeCommit, when set (tests only), runs after a batch was handled
 	// and before its fenced cursor write.
@@ -77,7 +76,7 @@ func New(w *world.World, own *ownership.Store, opts ...Option) (*Drainer, error)
 		world: w.Name, cfg: w.Config, js: w.JS, nc: w.JS.Conn(), w: w, own: own,
 		batch: DefaultBatch, lockTTL: DefaultLockTTL,
 		backoffMin: DefaultBackoffMin, backoffMax: DefaultBackoffMax,
-		skew: ownership.DefaultMaxSkew, log: slog.Default(),
+		skew: ownership.DefaultMaxSkew, log: slog.Default(), metrics: nopObserver{},
 	}
 	for _, o := range opts {
 		if err := o(d); err != nil {

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/fencepost/fencepost/metrics"
 )
 
 // Defaults of a Drainer.
@@ -70,14 +68,35 @@ func WithClockSkew(skew time.Duration) Option {
 	}
 }
 
-// WithMetrics records drain durations, dead letters moved and fenced
-// commits in m (nil: not recorded).
-func WithMetrics(m *metrics.Set) Option {
+// Observer is told of drain outcomes: drain durations, dead letters moved
+// and failed, fenced commits, unroutable messages moved. Package metrics
+// implements it for Prometheus (*metrics.Set).
+type Observer interface {
+	Drained(world string, d time.Duration)
+	DeadLettered(world string, n int)
+	DeadLetterFailed(world string)
+	FencedCommit(world string)
+	UnroutableMoved(world string, n int)
+}
+
+// WithMetrics tells o of this drainer's outcomes (nil: nobody is told).
+func WithMetrics(o Observer) Option {
 	return func(d *Drainer) error {
-		d.metrics = m
+		if o != nil {
+			d.metrics = o
+		}
 		return nil
 	}
 }
+
+// nopObserver is the default Observer: it is told nothing.
+type nopObserver struct{}
+
+func (nopObserver) Drained(string, time.Duration) {}
+func (nopObserver) DeadLettered(string, int)      {}
+func (nopObserver) DeadLetterFailed(string)       {}
+func (nopObserver) FencedCommit(string)           {}
+func (nopObserver) UnroutableMoved(string, int)   {}
 
 // Commit is a cursor write the broker stored, as an observer sees it.
 type Commit struct {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/fencepost/fencepost/metrics"
 )
 
 // ErrInvalidOption wraps a bad option value.
@@ -36,14 +34,36 @@ func WithClockBounds(skew time.Duration, drift float64) Option {
 	}
 }
 
-// WithMetrics counts this store's won claims, seizes, releases and
-// renewals, and its leases' self-fences, in m (nil: not counted).
-func WithMetrics(m *metrics.Set) Option {
+// Observer is told of this store's won claims, seizes, releases and
+// renewals, and of its leases' self-fences. Package metrics implements it
+// for Prometheus (*metrics.Set); ownership itself depends on no metrics
+// library.
+type Observer interface {
+	Claimed(world string)
+	Seized(world string)
+	Released(world string)
+	Renewed(world string)
+	SelfFenced(world, cause string)
+}
+
+// WithMetrics tells o of this store's outcomes (nil: nobody is told).
+func WithMetrics(o Observer) Option {
 	return func(s *Store) error {
-		s.metrics = m
+		if o != nil {
+			s.metrics = o
+		}
 		return nil
 	}
 }
+
+// nopObserver is the default Observer: it is told nothing.
+type nopObserver struct{}
+
+func (nopObserver) Claimed(string)            {}
+func (nopObserver) Seized(string)             {}
+func (nopObserver) Released(string)           {}
+func (nopObserver) Renewed(string)            {}
+func (nopObserver) SelfFenced(string, string) {}
 
 // WithLogger sets the logger. At debug level every record read and write is
 // logged with its outcome.

@@ -14,7 +14,6 @@ import (
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
-	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -29,7 +28,7 @@ type Store struct {
 	drift float64
 	log   *slog.Logger
 
-	metrics *metrics.Set // nil: not counted
+	metrics Observer
 
 	// beforeWrite, when set (tests only), runs between the read a decision
 	// is made on and the conditional write that carries it out.
@@ -41,13 +40,14 @@ type Store struct {
 // New returns the ownership store of an open world.
 func New(w *world.World, opts ...Option) (*Store, error) {
 	s := &Store{
-		world: w.Name,
-		cfg:   w.Config,
-		kv:    w.KV,
-		js:    w.JS,
-		skew:  DefaultMaxSkew,
-		drift: DefaultMaxDrift,
-		log:   slog.Default(),
+		world:   w.Name,
+		cfg:     w.Config,
+		kv:      w.KV,
+		js:      w.JS,
+		skew:    DefaultMaxSkew,
+		drift:   DefaultMaxDrift,
+		metrics: nopObserver{},
+		log:     slog.Default(),
 	}
 	for _, o := range opts {
 		if err := o(s); err != nil {
