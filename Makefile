@@ -3,8 +3,11 @@ BIN := bin
 
 .PHONY: build test bench run fuzz vet clean soak
 
+# bin/fencepost-bench is the CLI with the benchmark harness (it links an
+# embedded nats-server); bin/fencepost runs it for `fencepost bench`.
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -tags bench -o $(BIN)/fencepost-bench ./cmd/fencepost
 
 # The README's test command. One package at a time (-p 1): several suites
 # start 3-node clusters and real processes with sub-second leases, and on a
@@ -13,7 +16,7 @@ test:
 	$(GO) test -race -count=1 -p 1 ./...
 
 vet:
-	gofmt -l . | (! grep .) && $(GO) vet ./...
+	gofmt -l . | (! grep .) && $(GO) vet ./... && $(GO) vet -tags bench ./cmd/fencepost
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

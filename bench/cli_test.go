@@ -20,7 +20,7 @@ func TestCLI(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "fencepost")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/fencepost").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-tags", "bench", "-o", bin, "../cmd/fencepost").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	run := func(args ...string) (string, string, int) {

@@ -1,3 +1,10 @@
+//go:build bench
+
+// The benchmark harness links an embedded nats-server, so it is built into
+// the CLI only with the build tag bench (the binary fencepost-bench, see
+// the Makefile); a fencepost built without it runs that binary for
+// `fencepost bench` (cmd_bench_exec.go).
+
 package main
 
 import (
@@ -17,6 +24,16 @@ import (
 	"github.com/fencepost/fencepost/bench"
 	"github.com/fencepost/fencepost/client"
 )
+
+func init() {
+	// fencepost bench starts this executable as its owner processes
+	// (takeover and handoff scenarios); not a command.
+	ownerProcess = func() {
+		if bench.IsOwnerProcess() {
+			os.Exit(bench.OwnerMain())
+		}
+	}
+}
 
 // Flags of the bench command.
 var (

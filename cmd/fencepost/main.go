@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-
-	"github.com/fencepost/fencepost/bench"
 )
 
 // Exit codes (SPEC section 6). Public contract: never change one.
@@ -40,12 +38,16 @@ var commands = map[string]*command{}
 
 func register(name string, c *command) { commands[name] = c }
 
+// ownerProcess, set by the bench build (cmd_bench.go), runs a bench owner
+// process instead of the CLI when this executable was started as one.
+var ownerProcess = func() {}
+
+// benchExec, set by a build without the bench (cmd_bench_exec.go), runs
+// `fencepost bench` in the fencepost-bench binary.
+var benchExec func(argv []string) int
+
 func main() {
-	// fencepost bench starts this executable as its owner processes
-	// (takeover and handoff scenarios); not a command.
-	if bench.IsOwnerProcess() {
-		os.Exit(bench.OwnerMain())
-	}
+	ownerProcess()
 	os.Exit(run(os.Args[1:]))
 }
 
@@ -56,6 +58,9 @@ func run(argv []string) int {
 			return exitUsage
 		}
 		return exitOK
+	}
+	if argv[0] == "bench" && benchExec != nil {
+		return benchExec(argv)
 	}
 	c, ok := commands[argv[0]]
 	if !ok {
