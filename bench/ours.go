@@ -175,7 +175,7 @@ func startWorkers(ctx context.Context, c *client.Client, w *client.World, cfg Co
 	}
 	wks := make([]*worker.Worker, len(specs))
 	for i, sp := range specs {
-		wk, err := worker.New(sp.w, sp.cfg, handle(s, led))
+		wk, err := sp.w.NewWorker(sp.cfg, handle(s, led))
 		if err != nil {
 			return err
 		}
@@ -202,7 +202,7 @@ func startWorkers(ctx context.Context, c *client.Client, w *client.World, cfg Co
 				}
 				selfFences.Add(1)
 				cfg.Log.Warn("bench: a worker self-fenced; starting it again", "node", sp.cfg.Node, "cause", cause)
-				if wk, err = worker.New(sp.w, sp.cfg, handle(s, led)); err != nil {
+				if wk, err = sp.w.NewWorker(sp.cfg, handle(s, led)); err != nil {
 					r.errs <- err
 					return
 				}

@@ -94,7 +94,7 @@ func OwnerMain() int {
 		_, err := out.Write(b)
 		return err
 	}
-	wk, err := worker.New(w, worker.Config{Node: spec.Node, TTL: time.Duration(spec.TTLms) * time.Millisecond, Idle: time.Hour, Log: log}, handler)
+	wk, err := w.NewWorker(worker.Config{Node: spec.Node, TTL: time.Duration(spec.TTLms) * time.Millisecond, Idle: time.Hour, Log: log}, handler)
 	if err != nil {
 		log.Error("worker", "error", err)
 		return exitOwnerError

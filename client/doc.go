@@ -1,7 +1,11 @@
-// Package client ties fencepost to a NATS connection: connect, then open a
-// world and use its ownership store (and, as they land, its mailboxes).
+// Package client is the one import a program needs for the common paths:
+// connect, open a world, post into mailboxes (World.Send) and serve them
+// with a worker (World.NewWorker). The world's stores are there for
+// everything else: World.Ownership (claims, leases, fences), World.Queue
+// (sends), World.Drainer (drains, stat, dead letters).
 //
 //	c, err := client.Connect("nats://127.0.0.1:4222")
 //	w, err := c.World(ctx, "default")
-//	lease, err := w.Ownership.Claim(ctx, "order-42", "node-a", 0)
+//	p, err := w.Send(ctx, "order-42", body, client.WithMsgID("k1"))
+//	wk, err := w.NewWorker(client.WorkerConfig{Node: "n1"}, handler)
 package client

@@ -390,7 +390,7 @@ func TestAuth_OwnerRunsAWorkerAndDeadLetters(t *testing.T) {
 	o := a.as(t, daemon.RoleOwner)
 	var mu sync.Mutex
 	var got []string
-	wk, err := worker.New(o.w, worker.Config{Node: "w1", Scan: 200 * time.Millisecond}, func(_ context.Context, m drain.Message) error {
+	wk, err := o.w.NewWorker(worker.Config{Node: "w1", Scan: 200 * time.Millisecond}, func(_ context.Context, m drain.Message) error {
 		if string(m.Body) == "poison" {
 			return fmt.Errorf("poison")
 		}

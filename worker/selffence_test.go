@@ -32,7 +32,7 @@ func TestWorker_SelfFenceStopsDrains(t *testing.T) {
 			w := env.World(t, world.Config{})
 			ctx := testutil.Ctx(t, time.Minute)
 			started, stopped := make(chan struct{}), make(chan error, 1)
-			wk, err := worker.New(w, worker.Config{Node: "n", TTL: time.Second, IDs: []string{"x"}}, func(hctx context.Context, m drain.Message) error {
+			wk, err := w.NewWorker(worker.Config{Node: "n", TTL: time.Second, IDs: []string{"x"}}, func(hctx context.Context, m drain.Message) error {
 				close(started)
 				<-hctx.Done() // a long handler: only the fence stops it
 				stopped <- context.Cause(hctx)

@@ -49,7 +49,7 @@ func TestTakeoverGap(t *testing.T) {
 		require.NoError(t, err)
 		cw, err := c.World(ctx, w.Name)
 		require.NoError(t, err)
-		wk, err := worker.New(cw, worker.Config{Node: name, TTL: ttl, IDs: []string{"x"}}, func(ctx context.Context, m drain.Message) error {
+		wk, err := cw.NewWorker(worker.Config{Node: name, TTL: ttl, IDs: []string{"x"}}, func(ctx context.Context, m drain.Message) error {
 			got <- string(m.Body)
 			return nil
 		})

@@ -24,12 +24,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/wire"
-	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/world"
 )
 
 // Config is a worker's settings. Zero fields take the documented defaults.
@@ -49,9 +48,10 @@ type Config struct {
 	// 1 ms, MaxSpread 100 ms.
 	Spread, MaxSpread time.Duration
 	Log               *slog.Logger
-	// Metrics records the worker's drains (nil: not recorded); the
-	// ownership store's counts come from client.WithMetrics.
-	Metrics *metrics.Set
+	// Metrics is told of the worker's drains (nil: nobody; *metrics.Set
+	// records them for Prometheus); the ownership store's counts come from
+	// client.WithMetrics.
+	Metrics drain.Observer
 	// DrainOptions are added to the worker's drainer options (the fault
 	// tests observe commits with drain.WithCommitObserver).
 	DrainOptions []drain.Option
@@ -59,7 +59,8 @@ type Config struct {
 
 // Worker serves the mailboxes of one world as one node.
 type Worker struct {
-	w   *client.World
+	w   *world.World
+	own *ownership.Store
 	cfg Config
 	h   drain.Handler
 	log *slog.Logger
@@ -92,8 +93,10 @@ const (
 	fromScan
 )
 
-// New returns a worker for world w running handler h for every message.
-func New(w *client.World, cfg Config, h drain.Handler) (*Worker, error) {
+// New returns a worker for world w, holding ids through own, running
+// handler h for every message. Most programs call client.World.NewWorker,
+// which passes both.
+func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Worker, error) {
 	if err := wire.ValidateNode(cfg.Node); err != nil {
 		return nil, err
 	}
@@ -122,11 +125,11 @@ func New(w *client.World, cfg Config, h drain.Handler) (*Worker, error) {
 	// other drains of the same epoch that long. A new holder (a newer
 	// epoch) takes such a lock over at once (docs/design.md 3.5).
 	dopts := append([]drain.Option{drain.WithLockTTL(ttl), drain.WithLogger(cfg.Log), drain.WithMetrics(cfg.Metrics)}, cfg.DrainOptions...)
-	dr, err := drain.New(w.World, w.Ownership, dopts...)
+	dr, err := drain.New(w, own, dopts...)
 	if err != nil {
 		return nil, err
 	}
-	wk := &Worker{w: w, cfg: cfg, h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}}
+	wk := &Worker{w: w, own: own, cfg: cfg, h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}}
 	if len(cfg.IDs) > 0 {
 		wk.ids = map[string]bool{}
 		for _, id := range cfg.IDs {
@@ -163,7 +166,7 @@ func (wk *Worker) Session() *ownership.Session {
 // that every id it held is free at once, and returns nil. On a self-fence
 // it stops every drain and returns the fencing.Cause.
 func (wk *Worker) Run(ctx context.Context) error {
-	ss, err := wk.w.Ownership.AcquireSession(ctx, wk.cfg.Node, wk.cfg.TTL)
+	ss, err := wk.own.AcquireSession(ctx, wk.cfg.Node, wk.cfg.TTL)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -242,7 +245,7 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 	if err != nil {
 		return fmt.Errorf("worker: follow posts: %w", err)
 	}
-	events, err := wk.w.Ownership.Watch(ctx, "")
+	events, err := wk.own.Watch(ctx, "")
 	if err != nil {
 		posts.Stop()
 		return fmt.Errorf("worker: watch ownership: %w", err)

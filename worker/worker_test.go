@@ -102,7 +102,7 @@ func TestPool(t *testing.T) {
 		require.NoError(t, err)
 		cw, err := c.World(ctx, w.Name)
 		require.NoError(t, err)
-		wk, err := worker.New(cw, worker.Config{Node: node, TTL: ttl}, lg.handler(node))
+		wk, err := cw.NewWorker(worker.Config{Node: node, TTL: ttl}, lg.handler(node))
 		require.NoError(t, err)
 		rctx, stop := context.WithCancel(ctx)
 		r := &running{wk: wk, c: c, stop: stop, done: make(chan error, 1)}
@@ -181,7 +181,7 @@ func testTakeover(t *testing.T, tg testutil.Target) {
 	run := func(c *client.Client, node string) (context.CancelFunc, chan error) {
 		cw, err := c.World(ctx, w.Name)
 		require.NoError(t, err)
-		wk, err := worker.New(cw, worker.Config{Node: node, TTL: ttl, IDs: []string{"x"}}, h(node))
+		wk, err := cw.NewWorker(worker.Config{Node: node, TTL: ttl, IDs: []string{"x"}}, h(node))
 		require.NoError(t, err)
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)

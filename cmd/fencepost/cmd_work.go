@@ -80,7 +80,7 @@ func runWork(e *env, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	wk, err := worker.New(w, worker.Config{Node: flagNode, TTL: flagTTL, IDs: ids, Log: e.log, Metrics: set}, execHandler(flagWorkExec, flagNode))
+	wk, err := w.NewWorker(worker.Config{Node: flagNode, TTL: flagTTL, IDs: ids, Log: e.log, Metrics: set}, execHandler(flagWorkExec, flagNode))
 	if err != nil {
 		return e.fail(err)
 	}

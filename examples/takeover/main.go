@@ -64,7 +64,7 @@ func owner(c *client.Client, node string) {
 		log.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	wk, err := worker.New(w, worker.Config{Node: node, TTL: ttl, Log: quiet}, func(_ context.Context, m drain.Message) error {
+	wk, err := w.NewWorker(worker.Config{Node: node, TTL: ttl, Log: quiet}, func(_ context.Context, m drain.Message) error {
 		fmt.Printf("%s epoch=%d\n", m.Body, m.Fence.Epoch)
 		time.Sleep(50 * time.Millisecond) // work
 		return nil
@@ -126,7 +126,7 @@ func demo(c *client.Client) error {
 		done  = make(chan struct{})
 	)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	wk, err := worker.New(w, worker.Config{Node: "node-b", TTL: ttl, Log: quiet}, func(_ context.Context, m drain.Message) error {
+	wk, err := w.NewWorker(worker.Config{Node: "node-b", TTL: ttl, Log: quiet}, func(_ context.Context, m drain.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if first.IsZero() {

@@ -65,7 +65,7 @@ func serve(worldName, node string, ttl time.Duration) int {
 		fmt.Printf("node=%s id=%s seq=%d epoch=%d delivery=%d body=%q\n", node, m.ID, m.Seq, m.Fence.Epoch, m.Delivery, m.Body)
 		return nil
 	}
-	wk, err := worker.New(w, worker.Config{Node: node, TTL: ttl, Log: log}, handle)
+	wk, err := w.NewWorker(worker.Config{Node: node, TTL: ttl, Log: log}, handle)
 	if err != nil {
 		log.Error("worker", "err", err)
 		return 1

@@ -107,7 +107,7 @@ func ownerMain() int {
 	obs := drain.WithCommitObserver(func(cm drain.Commit) {
 		write(fmt.Sprintf("C\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", cm.ID, cm.Node, cm.Epoch, cm.Revision, cm.Cursor, cm.StreamSeq, time.Now().UnixNano()))
 	})
-	wk, err := worker.New(cw, worker.Config{Node: node, TTL: ttl, IDs: ids, Log: quiet.With("node", node), DrainOptions: []drain.Option{obs}}, h)
+	wk, err := cw.NewWorker(worker.Config{Node: node, TTL: ttl, IDs: ids, Log: quiet.With("node", node), DrainOptions: []drain.Option{obs}}, h)
 	if err != nil {
 		write("F\tworker: " + err.Error() + "\n")
 		return 1

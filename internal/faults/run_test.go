@@ -619,7 +619,7 @@ func finalDrain(t testing.TB, d *deployment, rec *history.Recorder, mbIDs []stri
 	obs := drain.WithCommitObserver(func(cm drain.Commit) {
 		rec.Commit(history.Commit{ID: cm.ID, Node: cm.Node, Epoch: cm.Epoch, Revision: cm.Revision, Cursor: cm.Cursor, StreamSeq: cm.StreamSeq, At: time.Now()})
 	})
-	wk, err := worker.New(w, worker.Config{Node: "final", TTL: sc.TTL, IDs: mbIDs, Log: quiet, DrainOptions: []drain.Option{obs}}, h)
+	wk, err := w.NewWorker(worker.Config{Node: "final", TTL: sc.TTL, IDs: mbIDs, Log: quiet, DrainOptions: []drain.Option{obs}}, h)
 	if err != nil {
 		t.Fatal(err)
 	}

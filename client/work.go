@@ -1,0 +1,49 @@
+package client
+
+import (
+	"context"
+
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/queue"
+	"github.com/fencepost/fencepost/worker"
+)
+
+// The common paths need this package alone: post with World.Send, serve
+// mailboxes with World.NewWorker. The names below are the other packages'
+// own, so a program that needs more (drain, ownership) mixes them freely.
+type (
+	// Message is one delivered message (drain.Message).
+	Message = drain.Message
+	// Handler processes one message; nil acknowledges it (drain.Handler).
+	Handler = drain.Handler
+	// WorkerConfig is a worker's settings (worker.Config).
+	WorkerConfig = worker.Config
+	// Worker serves a world's mailboxes as one node (worker.Worker).
+	Worker = worker.Worker
+	// SendOption sets a send's sender, idempotency key or headers.
+	SendOption = queue.SendOption
+	// Posted is a stored message's outcome (queue.Posted).
+	Posted = queue.Posted
+)
+
+// WithMsgID sets the send's idempotency key, scoped to the id's mailbox
+// (queue.WithMsgID).
+func WithMsgID(key string) SendOption { return queue.WithMsgID(key) }
+
+// WithFrom sets the sender (queue.WithFrom).
+func WithFrom(from string) SendOption { return queue.WithFrom(from) }
+
+// WithHeader adds a header of the sender's own (queue.WithHeader).
+func WithHeader(key, value string) SendOption { return queue.WithHeader(key, value) }
+
+// Send posts body into id's mailbox and returns once JetStream stored it,
+// whether or not anyone owns id (queue.Queue.Send, with its outcomes).
+func (w *World) Send(ctx context.Context, id string, body []byte, opts ...SendOption) (Posted, error) {
+	return w.Queue.Send(ctx, id, body, opts...)
+}
+
+// NewWorker returns a worker of this world as cfg.Node, handing every
+// message of the ids it holds to h (worker.New). Run it with Run(ctx).
+func (w *World) NewWorker(cfg WorkerConfig, h Handler) (*Worker, error) {
+	return worker.New(w.World, w.Ownership, cfg, h)
+}
