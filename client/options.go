@@ -1,19 +1,19 @@
 package client
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/ownership"
 )
 
 // ErrInvalidOption wraps a bad option value.
-var ErrInvalidOption = errors.New("client: invalid option")
+var ErrInvalidOption = fencing.ErrInvalidOption
 
 // Option configures a Client.
 type Option func(*options) error

@@ -4,24 +4,28 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fencepost/fencepost/fencing"
 )
 
 // Sentinel outcomes and errors of a drain.
 var (
 	// ErrContended: another drain of the same id holds the drain lock, or
 	// took it over after this drain's lock lapsed.
-	ErrContended = errors.New("drain: contended")
+	// (fencing.ErrContended, shared.)
+	ErrContended = fencing.ErrContended
 	// ErrUnknown: a cursor write was sent and no answer came; the messages
 	// of that batch may or may not have left the mailbox. A later drain
 	// reads the cursor and goes on from whatever was stored.
-	ErrUnknown = errors.New("drain: commit outcome unknown")
+	// (fencing.ErrUnknown, shared.)
+	ErrUnknown = fencing.ErrUnknown
 	// ErrDeadLetter: a message that ran out of deliveries could not be
 	// stored in the dead letters (they are full, or the message with the
 	// dead-letter headers is over the world's size limit). It stays in the
 	// mailbox, and the drain stops.
 	ErrDeadLetter = errors.New("drain: cannot dead-letter")
 	// ErrInvalidOption wraps a bad option value.
-	ErrInvalidOption = errors.New("drain: invalid option")
+	ErrInvalidOption = fencing.ErrInvalidOption
 )
 
 // ContendedError names the drain that holds an id's lock.

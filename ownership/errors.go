@@ -4,17 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fencepost/fencepost/fencing"
 )
 
 // Sentinel outcomes. The typed errors below match them with errors.Is.
+// ErrContended and ErrUnknown are the shared ones of package fencing.
 var (
 	ErrHeld      = errors.New("ownership: held-by")
 	ErrFree      = errors.New("ownership: free")
 	ErrNotOwner  = errors.New("ownership: not-owner")
 	ErrFenced    = errors.New("ownership: fenced")
 	ErrLive      = errors.New("ownership: live")
-	ErrContended = errors.New("ownership: contended")
-	ErrUnknown   = errors.New("ownership: outcome unknown")
+	ErrContended = fencing.ErrContended
+	ErrUnknown   = fencing.ErrUnknown
 )
 
 // HeldError: someone (maybe the caller itself) holds a live lease.

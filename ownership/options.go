@@ -1,14 +1,15 @@
 package ownership
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/fencepost/fencepost/fencing"
 )
 
 // ErrInvalidOption wraps a bad option value.
-var ErrInvalidOption = errors.New("ownership: invalid option")
+var ErrInvalidOption = fencing.ErrInvalidOption
 
 // Option configures a Store.
 type Option func(*Store) error

@@ -381,7 +381,9 @@ func TestValidation_RefusalsWriteNothing(t *testing.T) {
 	}
 	_, err := env.Client.World(ctx, "nope")
 	require.ErrorIs(t, err, world.ErrUnknownWorld)
-	require.Contains(t, err.Error(), "fencepost world add nope")
+	var unknown *world.UnknownWorldError
+	require.ErrorAs(t, err, &unknown)
+	require.Equal(t, "nope", unknown.Name)
 }
 
 func TestIDs_RoundTrip(t *testing.T) {

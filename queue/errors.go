@@ -3,6 +3,8 @@ package queue
 import (
 	"errors"
 	"fmt"
+
+	"github.com/fencepost/fencepost/fencing"
 )
 
 // Sentinel outcomes and errors of Send.
@@ -18,7 +20,8 @@ var (
 	// ErrUnknown: the publish was sent and no acknowledgement came back. It
 	// may have been stored; send again with the same message id to find out
 	// (the retry is answered as a duplicate if the first one landed).
-	ErrUnknown = errors.New("queue: outcome unknown")
+	// (fencing.ErrUnknown, shared.)
+	ErrUnknown = fencing.ErrUnknown
 )
 
 // FullError says which mailbox refused and at what limit.

@@ -12,8 +12,26 @@ import (
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
-// ErrUnknownWorld is returned when a world does not exist.
+// ErrUnknownWorld is returned when a world does not exist
+// (*UnknownWorldError names it).
 var ErrUnknownWorld = errors.New("world: unknown world")
+
+// UnknownWorldError names a world that does not exist, or lacks its
+// mailbox stream (Missing).
+type UnknownWorldError struct {
+	Name    string
+	Missing string // the missing mailbox stream; "" when the world is absent
+}
+
+func (e *UnknownWorldError) Error() string {
+	if e.Missing != "" {
+		return fmt.Sprintf("%v %q: its mailbox stream %s is missing", ErrUnknownWorld, e.Name, e.Missing)
+	}
+	return fmt.Sprintf("%v %q", ErrUnknownWorld, e.Name)
+}
+
+// Is matches ErrUnknownWorld.
+func (e *UnknownWorldError) Is(target error) bool { return target == ErrUnknownWorld }
 
 // ErrWorldExists is returned by Create when the world is already there with
 // other settings.
@@ -136,7 +154,7 @@ func Open(ctx context.Context, js jetstream.JetStream, name string) (*World, err
 	}
 	bucket, err := js.Stream(ctx, wire.BucketStream(name))
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("%w %q: create it with `fencepost world add %s`", ErrUnknownWorld, name, name)
+		return nil, &UnknownWorldError{Name: name}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("world %q: %w", name, err)
@@ -147,7 +165,7 @@ func Open(ctx context.Context, js jetstream.JetStream, name string) (*World, err
 	}
 	mailbox, err := js.Stream(ctx, wire.MailboxStream(name))
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("%w %q: its mailbox stream %s is missing; recreate it with `fencepost world add %s`", ErrUnknownWorld, name, wire.MailboxStream(name), name)
+		return nil, &UnknownWorldError{Name: name, Missing: wire.MailboxStream(name)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("world %q: %w", name, err)

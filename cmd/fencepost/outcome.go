@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/world"
 )
 
 // outcomeMappers turn a package's typed outcome errors into the CLI's word,
@@ -61,11 +62,25 @@ func (e *env) fail(err error) int {
 // errorOut prints an error: on stderr as text, on stdout as an object with
 // --json so that scripts read one stream.
 func (e *env) errorOut(word string, err error) {
+	msg := err.Error() + hint(err)
 	if e.json {
-		e.emit(word, f("error", err.Error()))
+		e.emit(word, f("error", msg))
 		return
 	}
-	fmt.Fprintf(e.err, "%s: %v\n", word, err)
+	fmt.Fprintf(e.err, "%s: %s\n", word, msg)
+}
+
+// hint is what the user can do about err, if the CLI knows: the packages'
+// errors say what happened, the CLI says which command helps.
+func hint(err error) string {
+	var unknown *world.UnknownWorldError
+	switch {
+	case errors.As(err, &unknown) && unknown.Missing != "":
+		return fmt.Sprintf("; recreate it with `fencepost world add %s`", unknown.Name)
+	case errors.As(err, &unknown):
+		return fmt.Sprintf("; create it with `fencepost world add %s`", unknown.Name)
+	}
+	return ""
 }
 
 // usageErr reports wrong arguments.

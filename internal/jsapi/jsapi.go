@@ -83,7 +83,8 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, req GetRequest
 		if r.Error.ErrCode == uint16(jetstream.JSErrCodeMessageNotFound) {
 			return nil, ErrNotFound
 		}
-		return nil, fmt.Errorf("read stream %s: %s (%d)", stream, r.Error.Description, r.Error.ErrCode)
+		// Keep the server's error, so that callers match its code.
+		return nil, fmt.Errorf("read stream %s: %w", stream, &jetstream.APIError{Code: r.Error.Code, ErrorCode: jetstream.ErrorCode(r.Error.ErrCode), Description: r.Error.Description})
 	}
 	if r.Message == nil {
 		return nil, ErrNotFound
