@@ -45,10 +45,10 @@ fuzz:
 # The soak of docs/reliability.md: fault rounds (owner processes killed and
 # paused, connections cut, delayed and refused, server processes crashed,
 # cluster members killed) for SOAK (default 30m, at least one round), every
-# round checked by internal/history, then a summary.
+# round checked by testkit/history, then a summary.
 SOAK ?= 30m
 soak:
-	$(GO) test -run 'TestSoak$$' -timeout 0 -v ./internal/faults/ -soak $(SOAK)
+	$(GO) test -run 'TestSoak$$' -timeout 0 -v ./testkit/faults/ -soak $(SOAK)
 
 # Start the server on the embedded default (127.0.0.1:4222, ./data).
 run:

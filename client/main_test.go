@@ -3,7 +3,7 @@ package client_test
 import (
 	"testing"
 
-	"github.com/fencepost/fencepost/internal/testutil"
+	"github.com/fencepost/fencepost/testkit/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

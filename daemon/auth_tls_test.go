@@ -19,7 +19,7 @@ import (
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/daemon"
 	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/internal/testutil"
+	"github.com/fencepost/fencepost/testkit/testutil"
 )
 
 // TestAuth_TLSRequiredAndAPlainNATSPost: --auth with TLS required by the

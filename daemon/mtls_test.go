@@ -15,7 +15,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/internal/testutil"
+	"github.com/fencepost/fencepost/testkit/testutil"
 )
 
 // TestDaemon_MutualTLS: the nats-server config file requires TLS with

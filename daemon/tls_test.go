@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
-	"github.com/fencepost/fencepost/internal/testutil"
+	"github.com/fencepost/fencepost/testkit/testutil"
 )
 
 // TestDaemon_TLSFromNATSConfig: TLS set in the nats-server config file

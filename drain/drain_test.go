@@ -16,7 +16,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/internal/testutil"
+	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/queue"

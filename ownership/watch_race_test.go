@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencepost/fencepost/internal/testutil"
+	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
 )

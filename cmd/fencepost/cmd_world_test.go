@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencepost/fencepost/internal/testutil"
+	"github.com/fencepost/fencepost/testkit/testutil"
 )
 
 func TestCLI_World(t *testing.T) {

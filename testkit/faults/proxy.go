@@ -4,7 +4,7 @@
 // and ownership clients against a real embedded nats-server while owners
 // are killed and paused, connections are cut and delayed, servers are
 // crashed and restarted and cluster members are killed, and check the
-// recorded history (internal/history). docs/reliability.md has the
+// recorded history (testkit/history). docs/reliability.md has the
 // figures.
 package faults
 

@@ -20,7 +20,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/internal/history"
+	"github.com/fencepost/fencepost/testkit/history"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/server/servertest"

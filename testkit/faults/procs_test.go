@@ -21,8 +21,8 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/internal/history"
-	"github.com/fencepost/fencepost/internal/testutil"
+	"github.com/fencepost/fencepost/testkit/history"
+	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/server"
 	"github.com/fencepost/fencepost/worker"
 )

@@ -34,7 +34,7 @@ func soakScenarios(round time.Duration) []scenario {
 // and prints a summary of all of them. Every round must keep every
 // invariant and have a linearizable ownership history.
 //
-//	go test -run TestSoak -timeout 0 -v ./internal/faults/ -soak 30m
+//	go test -run TestSoak -timeout 0 -v ./testkit/faults/ -soak 30m
 func TestSoak(t *testing.T) {
 	d := *soakFor
 	if d == 0 {
@@ -118,7 +118,7 @@ func TestSoak(t *testing.T) {
 		fmt.Printf("SOAK after %d rounds (%v, last round ok=%v): %s\n", rounds, time.Since(start).Round(time.Second), ok, soakSummary(total, linOK, linBad, linUnsure))
 	}
 	total.Duration = time.Since(start)
-	fmt.Printf("SOAK SUMMARY\n  command: go test -run TestSoak -timeout 0 -v ./internal/faults/ -soak %v\n  rounds: %d (%v each of faults, rotating %s)\n  duration: %v\n  %s\n  duplicates per round (%%): %s\n",
+	fmt.Printf("SOAK SUMMARY\n  command: go test -run TestSoak -timeout 0 -v ./testkit/faults/ -soak %v\n  rounds: %d (%v each of faults, rotating %s)\n  duration: %v\n  %s\n  duplicates per round (%%): %s\n",
 		d, rounds, roundFor, names(scs), total.Duration.Round(time.Second), soakSummary(total, linOK, linBad, linUnsure), strings.Join(dupPct, " "))
 }
 

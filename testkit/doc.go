@@ -1,0 +1,6 @@
+// Package testkit holds fencepost's test kit, apart from the product: its
+// subpackages start embedded servers and 3-node clusters (testutil),
+// inject faults into real processes and connections and run the soak
+// (faults), and check recorded histories for linearizability and
+// delivery (history). Nothing in the product imports them.
+package testkit
