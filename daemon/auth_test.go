@@ -18,11 +18,11 @@ import (
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/daemon"
 	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/server"
 	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
 	"github.com/fencepost/fencepost/world"
 )

@@ -19,8 +19,8 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/testkit/testutil"
 )
 
 // TestDaemon_ClusterRoutesOverTLS: three fencepostd members whose

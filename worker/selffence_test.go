@@ -9,8 +9,8 @@ import (
 
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
-	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
 	"github.com/fencepost/fencepost/world"
 )

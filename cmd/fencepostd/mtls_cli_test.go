@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/testkit/testutil"
 )
 
 // TestDaemon_MutualTLSWithTheCLI runs fencepostd with a nats-server config

@@ -9,9 +9,9 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
 

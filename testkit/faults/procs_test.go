@@ -21,9 +21,9 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/server"
 	"github.com/fencepost/fencepost/testkit/history"
 	"github.com/fencepost/fencepost/testkit/testutil"
-	"github.com/fencepost/fencepost/server"
 	"github.com/fencepost/fencepost/worker"
 )
 

@@ -20,10 +20,10 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/testkit/history"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/testkit/history"
 	"github.com/fencepost/fencepost/worker"
 	"github.com/fencepost/fencepost/world"
 )

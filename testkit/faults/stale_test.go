@@ -13,9 +13,9 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
 

@@ -1,0 +1,165 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+)
+
+// commit writes the cursor with the fence and then purges what it covers.
+// The broker stores the write only if the ownership record is still at the
+// fence's revision. A refusal after a renewal (same node and epoch on the
+// record) is retried with the new revision, once the drain has re-proved
+// that it still holds its lock; any other refusal ends the drain with the
+// ownership outcome, and nothing was removed.
+func (r *run) commit(ctx context.Context, next wire.Cursor, acked, dead int) error {
+	if r.d.beforeCommit != nil {
+		r.d.beforeCommit(r.a.id, next)
+	}
+	if err := r.lk.check(ctx); err != nil {
+		return err
+	}
+	// What the handler acknowledged is committed even when the caller is
+	// cancelling (a lost lock was caught just above, and the fence catches
+	// a lost holding): a cancelled publish would leave its outcome unknown.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	if !r.a.valid() {
+		if err := r.reauthorize(ctx); err != nil {
+			return err
+		}
+		if !r.a.valid() {
+			return &ownership.FreeError{ID: r.a.id, LastEpoch: r.a.epoch}
+		}
+	}
+	data, err := wire.EncodeCursor(next)
+	if err != nil {
+		return err
+	}
+	for attempt := 1; ; attempt++ {
+		ack, err := r.d.js.Publish(ctx, r.cursorSubj, data, r.a.fence.Expect())
+		if err == nil {
+			if r.d.onCommit != nil {
+				f := r.a.fence
+				r.d.onCommit(Commit{ID: r.a.id, Node: f.Node, Epoch: f.Epoch, Revision: f.Revision, Cursor: next.Seq, StreamSeq: ack.Sequence})
+			}
+			break
+		}
+		if !wrongLastSequence(err) {
+			return r.commitError(next, err)
+		}
+		if attempt >= maxCommitAttempts {
+			return fmt.Errorf("%w: the ownership record of %q changed under %d commits in a row", ErrContended, r.a.id, attempt)
+		}
+		if err := r.reauthorize(ctx); err != nil {
+			if errors.Is(err, ownership.ErrFenced) || errors.Is(err, ownership.ErrHeld) || errors.Is(err, ownership.ErrFree) {
+				r.d.metrics.FencedCommit(r.d.world)
+			}
+			return err
+		}
+		if attempt > 1 {
+			if err := sleep(ctx, time.Duration(attempt)*time.Millisecond); err != nil {
+				return err
+			}
+		}
+	}
+	r.cur = next
+	r.res.Cursor = next.Seq
+	r.res.Acked += acked
+	r.res.DeadLettered += dead
+	r.res.Count += acked + dead
+	r.purge(ctx)
+	return nil
+}
+
+// reauthorize re-reads the record after a refused commit or a lapsed local
+// deadline. It then renews the drain lock with a compare-and-swap: that
+// write succeeds only if no drain took the lock over, and a takeover always
+// precedes the record write that fences its victim, so a revision read here
+// is never one that a takeover already fenced this drain out of.
+func (r *run) reauthorize(ctx context.Context) error {
+	if err := r.d.authorize(ctx, r.a); err != nil {
+		return err
+	}
+	return r.lk.renew(ctx)
+}
+
+func (r *run) commitError(next wire.Cursor, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("drain: commit of %q refused by the server (nothing removed): %w", r.a.id, err)
+	}
+	r.uncertain = true
+	return &UnknownError{ID: r.a.id, Cursor: next.Seq, Err: err}
+}
+
+// purge removes the committed messages from the mailbox. It is cleanup
+// only: delivery resumes after the cursor, so a purge that fails (or never
+// runs) costs space, never a redelivery. It runs in the background, one at
+// a time, while the drain reads and handles the next batch; a purge covers
+// everything below the cursor, so one that is skipped because another is
+// in flight is made up by the next. finishPurge waits for the last one.
+func (r *run) purge(ctx context.Context) {
+	if r.deferPurge || r.d.serverPurges() {
+		return
+	}
+	if r.purging != nil {
+		select {
+		case res := <-r.purging:
+			r.purged(res)
+		default:
+			return
+		}
+	}
+	below := r.cur.Seq + 1
+	if below <= r.purgedBelow {
+		return
+	}
+	ch := make(chan purgeResult, 1)
+	r.purging = ch
+	go func() {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		ch <- purgeResult{below, r.d.w.Mailbox.Purge(pctx, jetstream.WithPurgeSubject(r.subj), jetstream.WithPurgeSequence(below))}
+	}()
+}
+
+type purgeResult struct {
+	below uint64
+	err   error
+}
+
+func (r *run) purged(res purgeResult) {
+	r.purging = nil
+	if res.err != nil {
+		r.d.log.Warn("drain: purge of committed messages failed; the next commit retries", "world", r.d.world, "id", r.a.id, "below", res.below, "error", res.err)
+		return
+	}
+	r.purgedBelow = max(r.purgedBelow, res.below)
+}
+
+// finishPurge waits for the purge in flight and purges what the last
+// commits covered.
+func (r *run) finishPurge(ctx context.Context) {
+	if r.purging != nil {
+		r.purged(<-r.purging)
+	}
+	r.purge(ctx)
+	if r.purging != nil {
+		r.purged(<-r.purging)
+	}
+}
+
+// wrongLastSequence: the fence's expectation failed (10071; 10164 on a
+// replicated stream while another write to the record is in flight).
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
