@@ -17,7 +17,7 @@ import (
 )
 
 // Headers a dead letter carries besides the original's Fencepost-From and
-// the sender's own headers (docs/wire.md "Mailboxes").
+// the sender's own headers (docs/wire.md "Dead letters").
 const (
 	HeaderDeadSeq        = "Fencepost-Dead-Seq"        // the message's mailbox sequence
 	HeaderDeadPosted     = "Fencepost-Dead-Posted"     // its posting time, RFC 3339

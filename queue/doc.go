@@ -4,6 +4,6 @@
 // the next owner of the id drains it (package drain).
 //
 // A message is a plain JetStream message with a few headers (see
-// docs/wire.md "Mailboxes"), so that any NATS client can post with one
+// docs/wire.md "Posting"), so that any NATS client can post with one
 // publish.
 package queue

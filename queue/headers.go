@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Headers of a mailbox message (docs/wire.md "Mailboxes"). Only
+// Headers of a mailbox message (docs/wire.md "Headers"). Only
 // HeaderFrom is fencepost's own; the message id is JetStream's dedupe
 // header.
 const (
@@ -75,6 +75,10 @@ func ValidateHeader(key, value string) error {
 	canon := strings.ToLower(key)
 	if strings.HasPrefix(canon, strings.ToLower(reservedFencepost)) || strings.HasPrefix(canon, strings.ToLower(reservedNats)) {
 		return fmt.Errorf("%w: header name %q uses a reserved prefix (%q, %q)", ErrInvalidMessage, key, reservedNats, reservedFencepost)
+	}
+	if key == "Status" || key == "Description" {
+		// NATS's own status headers: a handler would never see them.
+		return fmt.Errorf("%w: header name %q is reserved by NATS", ErrInvalidMessage, key)
 	}
 	if len(key)+len(value) > maxHeaderBytes {
 		return fmt.Errorf("%w: header %q is %d bytes, the limit is %d", ErrInvalidMessage, key, len(key)+len(value), maxHeaderBytes)

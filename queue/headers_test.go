@@ -21,7 +21,7 @@ func TestValidate(t *testing.T) {
 	require.ErrorIs(t, queue.ValidateMsgID("a b"), queue.ErrInvalidMessage)
 	require.NoError(t, queue.ValidateMsgID("order-42/retry"))
 	require.NoError(t, queue.ValidateHeader("Trace-Id", "abc"))
-	for _, k := range []string{"", "Nats-Msg-Id", "nats-expected-stream", "Fencepost-From", "a b", "a:b", "é"} {
+	for _, k := range []string{"", "Nats-Msg-Id", "nats-expected-stream", "Fencepost-From", "a b", "a:b", "é", "Status", "Description"} {
 		require.ErrorIs(t, queue.ValidateHeader(k, "v"), queue.ErrInvalidMessage, k)
 	}
 	require.ErrorIs(t, queue.ValidateHeader("K", "v\n"), queue.ErrInvalidMessage)
