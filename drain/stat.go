@@ -13,13 +13,18 @@ import (
 
 // Stat is what one id's mailbox holds.
 type Stat struct {
-	ID          string
-	Depth       uint64    // messages waiting after the cursor
-	Oldest      time.Time // posting time of the next message; zero when empty
-	Cursor      uint64    // last committed mailbox sequence
-	Failures    int       // failed deliveries of the next message
-	DeadLetters uint64
-	Owner       ownership.Status
+	ID       string
+	Depth    uint64    // messages waiting after the cursor
+	Oldest   time.Time // posting time of the next message; zero when empty
+	Cursor   uint64    // last committed mailbox sequence
+	Failures int       // failed deliveries of the next message
+	// Undeliverable: the next message ran out of deliveries and could not
+	// be dead-lettered (its dead letters are full, or the server refused;
+	// a WARN said why). It stays, and the next drain tries again without
+	// calling the handler.
+	Undeliverable bool
+	DeadLetters   uint64
+	Owner         ownership.Status
 }
 
 // Stat reads id's mailbox depth, oldest message, cursor, dead letters and
@@ -45,6 +50,7 @@ func (d *Drainer) Stat(ctx context.Context, id string) (Stat, error) {
 	if len(b.msgs) > 0 {
 		st.Depth, st.Oldest = b.pending+1, b.msgs[0].Time
 		st.Failures = c.FailuresOf(b.msgs[0].Sequence)
+		st.Undeliverable = st.Failures >= d.cfg.MaxDeliveries
 	}
 	if b, err = readBatch(ctx, d.nc, stream, wire.DeadLetterSubject(d.world, id), 1, 1); err != nil {
 		return st, err

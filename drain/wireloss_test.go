@@ -298,6 +298,7 @@ func testDeadLetterFails(t *testing.T, env *testutil.Env) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), st.Depth, "the message must stay")
 	require.Equal(t, 2, st.Failures)
+	require.True(t, st.Undeliverable, "stat must surface it")
 	// Room again: the next drain dead-letters it, still without a call.
 	_, err = d.PurgeDeadLetters(ctx, "x")
 	require.NoError(t, err)

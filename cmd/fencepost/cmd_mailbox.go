@@ -183,6 +183,9 @@ func runStat(e *env, args []string) int {
 			fields = append(fields, f("oldest", st.Oldest))
 		}
 		fields = append(fields, f("cursor", st.Cursor), f("failures", st.Failures), f("dead", st.DeadLetters), f("limit", w.Queue.Limit()))
+		if st.Undeliverable {
+			fields = append(fields, f("undeliverable", true))
+		}
 		if st.Owner.Held {
 			fields = append(fields, f("node", st.Owner.Node), f("epoch", st.Owner.Epoch), f("expires", st.Owner.Expires))
 		} else {
