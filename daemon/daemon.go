@@ -29,6 +29,7 @@ type Daemon struct {
 	metrics *metrics.Set
 	gather  prometheus.Gatherer
 	srv     *server.Server // nil with --nats
+	unlock  func()         // drops the data dir lock; nil with --nats
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	httpL   net.Listener // nil with http=off
@@ -94,6 +95,11 @@ func (d *Daemon) startServer() error {
 		return nil
 	}
 	c := d.cfg
+	unlock, err := lockDataDir(c.DataDir)
+	if err != nil {
+		return err
+	}
+	d.unlock = unlock
 	sc := server.Config{
 		Name:        c.ServerName,
 		Host:        c.Host,
@@ -136,6 +142,11 @@ func (d *Daemon) startServer() error {
 			"owner", CredsFile(c.DataDir, RoleOwner), "operator", CredsFile(c.DataDir, RoleOperator))
 	}
 	srv, err := server.Start(sc)
+	var inUse *server.PortInUseError
+	if errors.As(err, &inUse) {
+		flag := map[string]string{"client": "--port (or --host)", "cluster": "--cluster", "monitoring": "the monitoring port in --nats-config"}[inUse.Listener]
+		return fmt.Errorf("embedded nats-server: %w; stop the other one, or change it with %s", err, flag)
+	}
 	if err != nil {
 		return fmt.Errorf("embedded nats-server: %w", err)
 	}
@@ -316,6 +327,9 @@ func (d *Daemon) stop() {
 			}
 			d.srv.Stop()
 			d.log.Info("nats-server stopped")
+		}
+		if d.unlock != nil {
+			d.unlock() // after the store was written out
 		}
 	})
 }

@@ -3,7 +3,10 @@ package server
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
+	"syscall"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -49,6 +52,55 @@ type Server struct {
 
 // ErrConfig wraps a bad server configuration.
 var ErrConfig = errors.New("server: invalid config")
+
+// ErrPortInUse: a port the server must listen on is taken (by another
+// nats-server or fencepostd, most often). *PortInUseError names it.
+var ErrPortInUse = errors.New("server: port in use")
+
+// PortInUseError names the address that is taken and which listener
+// wanted it ("client", "cluster", "monitoring").
+type PortInUseError struct {
+	Listener string
+	Addr     string
+	Err      error
+}
+
+func (e *PortInUseError) Error() string {
+	return fmt.Sprintf("server: the %s port %s is in use (%v): another nats-server or fencepostd is listening there", e.Listener, e.Addr, e.Err)
+}
+
+// Is matches ErrPortInUse.
+func (e *PortInUseError) Is(target error) bool { return target == ErrPortInUse }
+
+// Unwrap gives the listen error.
+func (e *PortInUseError) Unwrap() error { return e.Err }
+
+// checkPorts fails at once if a fixed port of opts is taken: nats-server
+// itself would only log the listen error and never become ready, and the
+// caller would wait out its whole deadline to learn nothing. A port that
+// another process takes between this check and the server's own listen
+// still ends in the deadline; this check catches the common case.
+func checkPorts(opts *natsserver.Options) error {
+	for _, l := range []struct {
+		name string
+		host string
+		port int
+	}{{"client", opts.Host, opts.Port}, {"cluster", opts.Cluster.Host, opts.Cluster.Port}, {"monitoring", opts.HTTPHost, opts.HTTPPort}} {
+		if l.port <= 0 {
+			continue
+		}
+		addr := net.JoinHostPort(l.host, strconv.Itoa(l.port))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return &PortInUseError{Listener: l.name, Addr: addr, Err: err}
+			}
+			return fmt.Errorf("server: listen on %s (%s): %w", addr, l.name, err)
+		}
+		ln.Close()
+	}
+	return nil
+}
 
 // Options turns the config into nats-server options.
 func (c Config) Options() (*natsserver.Options, error) {
@@ -114,6 +166,9 @@ func (c Config) Options() (*natsserver.Options, error) {
 func Start(c Config) (*Server, error) {
 	opts, err := c.Options()
 	if err != nil {
+		return nil, err
+	}
+	if err := checkPorts(opts); err != nil {
 		return nil, err
 	}
 	ns, err := natsserver.NewServer(opts)
