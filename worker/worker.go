@@ -76,7 +76,14 @@ type holding struct {
 	lease    *ownership.Lease
 	more     chan struct{} // capacity 1: "there may be new mail"
 	lastDone atomic.Int64  // unix nanos of the end of the last drain
+	// lost ends the holding's context (its drain and running handler)
+	// when the watch shows the id taken by another holding.
+	lost context.CancelCauseFunc
 }
+
+// errTakenOver is the cause given to a holding whose id another holding
+// took (a seize, forced or after a lapse the worker missed).
+var errTakenOver = errors.New("worker: the id was taken over")
 
 // candidate is an id that may need this worker: it got mail (post), its
 // holder went away (free), or the scan found mail in it (scan).
@@ -255,6 +262,11 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 		defer wg.Done()
 		defer posts.Stop()
 		for ev := range events {
+			if h := wk.holding(ev.ID); h != nil && h.lost != nil && ev.Epoch > h.lease.Epoch {
+				// A newer epoch is on the record: stop this holding's
+				// drain and handler now, not at its next commit.
+				h.lost(fmt.Errorf("%w: %s by node %q at epoch %d", errTakenOver, ev.Kind, ev.Node, ev.Epoch))
+			}
 			switch ev.Kind {
 			case ownership.EventLapsed, ownership.EventReleased, ownership.EventDeleted:
 				if wk.wants(ev.ID) {
@@ -352,7 +364,8 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 			}
 			continue
 		}
-		h := &holding{lease: l, more: make(chan struct{}, 1)}
+		hctx, lost := context.WithCancelCause(ctx)
+		h := &holding{lease: l, more: make(chan struct{}, 1), lost: lost}
 		nudge(h)
 		wk.mu.Lock()
 		wk.held[id] = h
@@ -361,7 +374,8 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			wk.serve(ctx, ss, id, h)
+			defer lost(nil)
+			wk.serve(hctx, ss, id, h)
 		}()
 	}
 }
@@ -417,6 +431,9 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 			}
 			continue
 		case ctx.Err() != nil:
+			if cause := context.Cause(ctx); errors.Is(cause, errTakenOver) {
+				wk.log.Info("lost an id", "id", id, "reason", cause)
+			}
 			return
 		case errors.Is(err, ownership.ErrFree), errors.Is(err, ownership.ErrHeld), errors.Is(err, ownership.ErrFenced):
 			wk.log.Info("lost an id", "id", id, "reason", err)

@@ -29,6 +29,7 @@ var (
 	flagWorkIDs     string
 	flagWorkAll     bool
 	flagWorkExec    string
+	flagWorkGrace   time.Duration
 	flagWorkMetrics string
 )
 
@@ -41,6 +42,7 @@ func init() {
 			fs.StringVar(&flagWorkIDs, "ids", "", "comma-separated ids to serve")
 			fs.BoolVar(&flagWorkAll, "all", false, "serve every id of the world")
 			fs.StringVar(&flagWorkExec, "exec", "", "shell command run per message (required)")
+			fs.DurationVar(&flagWorkGrace, "grace", 5*time.Second, "when a holding is lost or the worker stops: SIGTERM to the command's process group, SIGKILL this long after")
 			fs.StringVar(&flagWorkMetrics, "metrics", "", "serve Prometheus metrics of this worker at http://ADDR/metrics (e.g. 127.0.0.1:9464)")
 		},
 		run: runWork,
@@ -80,7 +82,7 @@ func runWork(e *env, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	wk, err := w.NewWorker(worker.Config{Node: flagNode, TTL: flagTTL, IDs: ids, Log: e.log, Metrics: set}, execHandler(flagWorkExec, flagNode))
+	wk, err := w.NewWorker(worker.Config{Node: flagNode, TTL: flagTTL, IDs: ids, Log: e.log, Metrics: set}, execHandler(flagWorkExec, flagNode, flagWorkGrace))
 	if err != nil {
 		return e.fail(err)
 	}
@@ -97,11 +99,17 @@ func runWork(e *env, args []string) int {
 }
 
 // execHandler runs cmd with sh -c per message: the body on stdin, the
-// message in the environment; exit status 0 acknowledges. The command is
-// killed when the drain must stop (self-fence, lost id, shutdown).
-func execHandler(cmd, node string) drain.Handler {
+// message in the environment; exit status 0 acknowledges. Each command
+// runs in a process group of its own. When the drain must stop (the id was
+// taken over, a self-fence, the worker stops), the whole group gets
+// SIGTERM, and SIGKILL grace later if anything of it is left: no child of
+// a handler goes on writing under an epoch that is no longer the holder's.
+func execHandler(cmd, node string, grace time.Duration) drain.Handler {
 	return func(ctx context.Context, m drain.Message) error {
 		c := exec.CommandContext(ctx, "sh", "-c", cmd)
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		c.Cancel = func() error { return stopGroup(c.Process.Pid, grace) }
+		c.WaitDelay = grace + time.Second // then Wait stops waiting for the command's pipes
 		c.Stdin = bytes.NewReader(m.Body)
 		c.Stdout, c.Stderr = os.Stdout, os.Stderr
 		c.Env = append(os.Environ(),
@@ -117,6 +125,23 @@ func execHandler(cmd, node string) drain.Handler {
 		}
 		return nil
 	}
+}
+
+// stopGroup sends SIGTERM to process group pgid and, if any process of it
+// is left after grace, SIGKILL.
+func stopGroup(pgid int, grace time.Duration) error {
+	err := syscall.Kill(-pgid, syscall.SIGTERM)
+	go func() {
+		deadline := time.Now().Add(grace)
+		for time.Now().Before(deadline) {
+			if syscall.Kill(-pgid, 0) != nil { // ESRCH: the group is gone
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}()
+	return err
 }
 
 // serveMetrics serves the process's metrics registry at http://addr/metrics
