@@ -133,9 +133,19 @@ type authority struct {
 	ttl   time.Duration
 	fence fencing.Fence
 	until time.Time // local, monotonic
+	// backed: held through a node lease session (only a Holding drains it).
+	backed bool
+	// lease, for a Holding's drain: its validity is the session's, which
+	// moves on with every node lease renewal.
+	lease *ownership.Lease
 }
 
-func (a *authority) valid() bool { return time.Now().Before(a.until) }
+func (a *authority) valid() bool {
+	if a.lease != nil {
+		return a.lease.Valid()
+	}
+	return time.Now().Before(a.until)
+}
 
 // authorize asks ownership whether a.node at a.epoch may act on a.id
 // (ownership.Store.Authorize: the record, its liveness and the clock
@@ -151,7 +161,7 @@ func (a *authority) take(au ownership.Authority, err error) error {
 	if err != nil {
 		return err
 	}
-	a.fence = au.Fence
+	a.fence, a.backed = au.Fence, au.Backed
 	if au.Until.After(a.until) {
 		a.until = au.Until
 	}

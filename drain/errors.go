@@ -35,9 +35,15 @@ type ContendedError struct {
 	Epoch   uint64    // the holder's epoch
 	Expires time.Time // when the lock lapses unless renewed
 	Lost    bool      // this drain held the lock and lost it
+	// Session: the id is held through node Node's session, whose worker
+	// drains it (with a Holding, which takes no drain lock).
+	Session bool
 }
 
 func (e *ContendedError) Error() string {
+	if e.Session {
+		return fmt.Sprintf("drain: %q is held through node %q's session (epoch %d): its worker drains it; stop the worker, or seize the id, to drain it here", e.ID, e.Node, e.Epoch)
+	}
 	if e.Lost {
 		return fmt.Sprintf("drain: lost the drain lock of %q (it lapsed and another drain took it over); stopped", e.ID)
 	}

@@ -87,6 +87,9 @@ func (d *Drainer) acquire(ctx context.Context, a *authority) (l *heldLock, takeo
 // check returns the error that must stop the drain, if any: the lock was
 // lost, or its local term ran out and a renewal did not confirm it.
 func (l *heldLock) check(ctx context.Context) error {
+	if l == nil { // a Holding's drain: no lock (holding.go)
+		return nil
+	}
 	l.mu.Lock()
 	lost, fresh := l.lost, time.Now().Before(l.until)
 	l.mu.Unlock()
@@ -101,6 +104,9 @@ func (l *heldLock) check(ctx context.Context) error {
 // stored value still carries this drain's token (a renewal whose answer was
 // lost did land): then the holder adopts that revision and tries again.
 func (l *heldLock) renew(ctx context.Context) error {
+	if l == nil {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lost != nil {
@@ -141,7 +147,7 @@ func (l *heldLock) renew(ctx context.Context) error {
 // keep renews the lock at a third of its term until ctx ends; when the lock
 // is lost it cancels the drain with that cause.
 func (l *heldLock) keep(ctx context.Context, stop context.CancelCauseFunc) {
-	if l.d.noRenew {
+	if l == nil || l.d.noRenew {
 		return
 	}
 	t := time.NewTicker(l.d.lockTTL / 3)
@@ -169,6 +175,9 @@ func (l *heldLock) keep(ctx context.Context, stop context.CancelCauseFunc) {
 // release deletes the lock if it is still this drain's (compare-and-swap on
 // the revision). A lock that was lost is left alone.
 func (l *heldLock) release(ctx context.Context) {
+	if l == nil {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lost != nil {

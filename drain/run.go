@@ -88,6 +88,11 @@ func (d *Drainer) begin(ctx context.Context, a *authority, h Handler, opts []Run
 	if err := d.authorize(ctx, a); err != nil {
 		return nil, err
 	}
+	if a.backed {
+		// Held through a session: its worker drains it with a Holding,
+		// without a lock; a second drain here would run beside it.
+		return nil, &ContendedError{ID: a.id, Node: a.node, Epoch: a.epoch, Session: true}
+	}
 	lk, takeover, err := d.acquire(ctx, a)
 	if err != nil {
 		return nil, err

@@ -3,9 +3,12 @@ package ownership
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/internal/wire"
 )
 
 // Authority is what a holding may do: write with Fence, and act until the
@@ -15,6 +18,9 @@ import (
 type Authority struct {
 	Fence fencing.Fence
 	Until time.Time // local, monotonic
+	// Backed: the holding is through a node lease session (the record
+	// names it); its process's worker is the one that drains it.
+	Backed bool
 }
 
 // Valid says whether the authority still holds by the local clock.
@@ -47,8 +53,9 @@ func (s *Store) authorize(id, node string, epoch uint64, v view, start time.Time
 		return Authority{}, &FencedError{ID: id, Current: v.rec.Epoch, Holder: v.rec.Node}
 	}
 	return Authority{
-		Fence: fencing.Fence{World: s.world, ID: id, Node: node, Epoch: epoch, Revision: v.rev},
-		Until: s.authority(v.expires(), start),
+		Fence:  fencing.Fence{World: s.world, ID: id, Node: node, Epoch: epoch, Revision: v.rev},
+		Until:  s.authority(v.expires(), start),
+		Backed: v.rec.Backed(),
 	}, nil
 }
 
@@ -73,4 +80,20 @@ func (s *Store) Touch(ctx context.Context, id, node string, epoch uint64) (Autho
 		}
 	}
 	return s.Authorize(ctx, id, node, epoch)
+}
+
+// Unchanged says whether id's record is still at revision rev: one read
+// through the stream leader, the cheapest proof that a holding that wrote
+// or read it at rev is still the one on the record (for a holding through
+// a session, whose node lease renewals never rewrite the id record). A
+// false answer says nothing more: Authorize gives the outcome.
+func (s *Store) Unchanged(ctx context.Context, id string, rev uint64) (bool, error) {
+	m, err := jsapi.LeaderGet(ctx, s.js.Conn(), wire.BucketStream(s.world), jsapi.GetRequest{LastFor: wire.RecordSubject(s.world, id)})
+	if errors.Is(err, jsapi.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("ownership: read record of %q: %w", id, err)
+	}
+	return m.Sequence == rev, nil
 }

@@ -31,6 +31,10 @@ func (l *Lease) ValidUntil() time.Time {
 	return l.validUntil
 }
 
+// Backed reports whether the lease is held through a Session (its record
+// names the node lease, which keeps it).
+func (l *Lease) Backed() bool { return l.backing != nil }
+
 // Valid reports whether the holder may still act. It uses the monotonic
 // clock, so wall-clock jumps do not extend it.
 func (l *Lease) Valid() bool { return time.Now().Before(l.ValidUntil()) }

@@ -47,7 +47,13 @@ type Config struct {
 	// waits k*Spread (at most MaxSpread) before it claims another. Default
 	// 1 ms, MaxSpread 100 ms.
 	Spread, MaxSpread time.Duration
-	Log               *slog.Logger
+	// Parallel bounds the drains this worker runs at once (default 32):
+	// beyond it, an id with mail waits for a slot. Without a bound a worker
+	// holding thousands of ids sends thousands of requests at once, and its
+	// node lease renewal queues behind them (it self-fenced under the
+	// fan-in bench).
+	Parallel int
+	Log      *slog.Logger
 	// Metrics is told of the worker's drains (nil: nobody; *metrics.Set
 	// records them for Prometheus); the ownership store's counts come from
 	// client.WithMetrics.
@@ -67,6 +73,8 @@ type Worker struct {
 	ids map[string]bool // cfg.IDs as a set; nil: all
 	dr  *drain.Drainer
 
+	slots chan struct{} // one per running drain (cfg.Parallel)
+
 	mu      sync.Mutex
 	held    map[string]*holding
 	session *ownership.Session
@@ -74,8 +82,9 @@ type Worker struct {
 
 type holding struct {
 	lease    *ownership.Lease
-	more     chan struct{} // capacity 1: "there may be new mail"
-	lastDone atomic.Int64  // unix nanos of the end of the last drain
+	drains   *drain.Holding // drains without a lock or a record read (drain.Hold)
+	more     chan struct{}  // capacity 1: "there may be new mail"
+	lastDone atomic.Int64   // unix nanos of the end of the last drain
 	// lost ends the holding's context (its drain and running handler)
 	// when the watch shows the id taken by another holding.
 	lost context.CancelCauseFunc
@@ -124,6 +133,9 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	if cfg.MaxSpread <= 0 {
 		cfg.MaxSpread = 100 * time.Millisecond
 	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 32
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -136,7 +148,7 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	if err != nil {
 		return nil, err
 	}
-	wk := &Worker{w: w, own: own, cfg: cfg, h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}}
+	wk := &Worker{w: w, own: own, cfg: cfg, slots: make(chan struct{}, cfg.Parallel), h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}}
 	if len(cfg.IDs) > 0 {
 		wk.ids = map[string]bool{}
 		for _, id := range cfg.IDs {
@@ -364,8 +376,13 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 			}
 			continue
 		}
+		drains, err := wk.dr.Hold(l)
+		if err != nil {
+			wk.log.Warn("cannot drain a claimed id", "id", id, "error", err)
+			continue
+		}
 		hctx, lost := context.WithCancelCause(ctx)
-		h := &holding{lease: l, more: make(chan struct{}, 1), lost: lost}
+		h := &holding{lease: l, drains: drains, more: make(chan struct{}, 1), lost: lost}
 		nudge(h)
 		wk.mu.Lock()
 		wk.held[id] = h
@@ -421,7 +438,13 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 			return
 		case <-h.more:
 		}
-		res, err := wk.dr.DrainLease(ctx, h.lease, wk.h)
+		select {
+		case wk.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		res, err := h.drains.Drain(ctx, wk.h)
+		<-wk.slots
 		h.lastDone.Store(time.Now().UnixNano())
 		switch {
 		case err == nil:
