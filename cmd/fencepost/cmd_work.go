@@ -131,6 +131,9 @@ func execHandler(cmd, node string, grace time.Duration) drain.Handler {
 // is left after grace, SIGKILL.
 func stopGroup(pgid int, grace time.Duration) error {
 	err := syscall.Kill(-pgid, syscall.SIGTERM)
+	if errors.Is(err, syscall.ESRCH) {
+		return os.ErrProcessDone // it ended on its own: its exit status stands
+	}
 	go func() {
 		deadline := time.Now().Add(grace)
 		for time.Now().Before(deadline) {
