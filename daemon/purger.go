@@ -8,7 +8,6 @@ import (
 
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/metrics"
-	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -65,11 +64,7 @@ func (d *Daemon) purgeLoop(ctx context.Context) error {
 					<-p.done
 				}
 			}
-			own, err := ownership.New(w, ownership.WithLogger(d.log))
-			if err != nil {
-				continue
-			}
-			dr, err := drain.New(w, own, drain.WithLogger(d.log))
+			dr, err := d.drainer(w)
 			if err != nil {
 				continue
 			}

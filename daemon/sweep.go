@@ -30,6 +30,16 @@ func (d *Daemon) sweepLoop(ctx context.Context) error {
 	}
 }
 
+// drainer is fencepostd's drainer of world w (for its purger and sweep):
+// its logger, its metrics.
+func (d *Daemon) drainer(w *world.World) (*drain.Drainer, error) {
+	own, err := ownership.New(w, ownership.WithLogger(d.log))
+	if err != nil {
+		return nil, err
+	}
+	return drain.New(w, own, drain.WithLogger(d.log), drain.WithMetrics(d.metrics))
+}
+
 func (d *Daemon) sweep(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*sweepInterval)
 	defer cancel()
@@ -43,11 +53,7 @@ func (d *Daemon) sweep(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		own, err := ownership.New(w, ownership.WithLogger(d.log))
-		if err != nil {
-			continue
-		}
-		dr, err := drain.New(w, own, drain.WithLogger(d.log), drain.WithMetrics(d.metrics))
+		dr, err := d.drainer(w)
 		if err != nil {
 			continue
 		}
