@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
@@ -148,7 +150,7 @@ func runDrain(e *env, args []string) int {
 		return e.fail(err)
 	}
 	res, err := w.Drainer.Drain(ctx, args[0], mbNode, mbEpoch, func(_ context.Context, m drain.Message) error {
-		e.emit("message", f("seq", m.Seq), f("from", m.From), f("delivery", m.Delivery), f("epoch", m.Fence.Epoch), f("body", string(m.Body)))
+		e.emit("message", append([]field{f("seq", m.Seq), f("from", m.From), f("delivery", m.Delivery), f("epoch", m.Fence.Epoch)}, bodyFields(m.Body)...)...)
 		return nil
 	}, drain.WithMax(mbMax))
 	if err != nil {
@@ -207,8 +209,8 @@ func runDLQ(e *env, args []string) int {
 				return e.fail(err)
 			}
 			for _, dl := range dls {
-				e.emit("unroutable", f("seq", dl.Seq), f("mailbox_seq", dl.MailboxSeq), f("subject", dl.Subject), f("from", dl.From),
-					f("error", dl.Error), f("posted", dl.Posted), f("body", string(dl.Body)))
+				e.emit("unroutable", append([]field{f("seq", dl.Seq), f("mailbox_seq", dl.MailboxSeq), f("subject", dl.Subject), f("from", dl.From),
+					f("error", dl.Error), f("posted", dl.Posted)}, bodyFields(dl.Body)...)...)
 			}
 			e.emit("listed", f("count", len(dls)))
 			return exitOK
@@ -226,8 +228,8 @@ func runDLQ(e *env, args []string) int {
 				return e.fail(err)
 			}
 			for _, dl := range dls {
-				e.emit("dead-letter", f("seq", dl.Seq), f("mailbox_seq", dl.MailboxSeq), f("from", dl.From),
-					f("deliveries", dl.Deliveries), f("error", dl.Error), f("posted", dl.Posted), f("body", string(dl.Body)))
+				e.emit("dead-letter", append([]field{f("seq", dl.Seq), f("mailbox_seq", dl.MailboxSeq), f("from", dl.From),
+					f("deliveries", dl.Deliveries), f("error", dl.Error), f("posted", dl.Posted)}, bodyFields(dl.Body)...)...)
 			}
 			e.emit("listed", f("count", len(dls)))
 		case "repost":
@@ -250,4 +252,15 @@ func runDLQ(e *env, args []string) int {
 		}
 		return exitOK
 	})
+}
+
+// bodyFields is a message body as output fields: "body" as text, and, for
+// a body that is not valid UTF-8 (which text and JSON cannot carry as it
+// is), "body_b64" too, the exact bytes in standard base64.
+func bodyFields(b []byte) []field {
+	out := []field{f("body", string(b))}
+	if !utf8.Valid(b) {
+		out = append(out, f("body_b64", base64.StdEncoding.EncodeToString(b)))
+	}
+	return out
 }
