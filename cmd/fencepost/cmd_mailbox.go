@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"unicode/utf8"
 
@@ -44,8 +45,15 @@ func init() {
 		short: "print the mailbox in order, then done count=K | held-by | free | fenced | contended",
 		flags: func(fs *flagSet) {
 			fs.StringVar(&mbNode, "node", "", "the holding node (required)")
-			fs.Uint64Var(&mbEpoch, "epoch", 0, "the holding's epoch (required)")
-			fs.IntVar(&mbMax, "max", 0, "stop after N messages (default: until the mailbox is empty)")
+			fs.Func("epoch", "the holding's epoch (required)", epochFlag(&mbEpoch))
+			fs.Func("max", "stop after N messages, N >= 1 (default: until the mailbox is empty)", func(s string) error {
+				n, err := strconv.Atoi(s)
+				if err != nil || n < 1 {
+					return fmt.Errorf("want a count of 1 or more (leave --max out to drain until the mailbox is empty)")
+				}
+				mbMax = n
+				return nil
+			})
 		},
 		run: runDrain,
 	})

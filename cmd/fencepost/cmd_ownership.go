@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -57,7 +59,7 @@ func init() {
 		short: "check a holding: owner | fenced current=E | free",
 		flags: func(fs *flagSet) {
 			ownerFlags(false)(fs)
-			fs.Uint64Var(&flagEpoch, "epoch", 0, "the epoch to check (required)")
+			fs.Func("epoch", "the epoch to check (required)", epochFlag(&flagEpoch))
 		},
 		run: withID("guard", func(e *env, id string) int {
 			if flagEpoch == 0 {
@@ -145,7 +147,14 @@ func ownerFlags(ttl bool) func(fs *flagSet) {
 	return func(fs *flagSet) {
 		fs.StringVar(&flagNode, "node", "", "the node acting (required)")
 		if ttl {
-			fs.DurationVar(&flagTTL, "ttl", 0, "lease term (default: the world's, 10s unless set)")
+			fs.Func("ttl", "lease term, e.g. 10s (default: the world's, 10s unless set)", func(s string) error {
+				d, err := time.ParseDuration(s)
+				if err != nil || d <= 0 {
+					return fmt.Errorf("want a positive duration such as 10s (leave --ttl out for the world's default)")
+				}
+				flagTTL = d
+				return nil
+			})
 		}
 	}
 }
@@ -161,5 +170,20 @@ func withID(name string, fn func(e *env, id string) int) func(e *env, args []str
 			return e.usageErr(name, "--node is required")
 		}
 		return fn(e, args[0])
+	}
+}
+
+// epochFlag parses an epoch: a number of 1 or more (epochs start at 1).
+func epochFlag(into *uint64) func(string) error {
+	return func(s string) error {
+		n, err := strconv.ParseUint(s, 10, 64)
+		switch {
+		case err != nil:
+			return fmt.Errorf("want a number: %v", err)
+		case n == 0:
+			return fmt.Errorf("epochs start at 1")
+		}
+		*into = n
+		return nil
 	}
 }
