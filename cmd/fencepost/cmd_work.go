@@ -107,7 +107,7 @@ func runWork(e *env, args []string) int {
 func execHandler(cmd, node string, grace time.Duration) drain.Handler {
 	return func(ctx context.Context, m drain.Message) error {
 		c := exec.CommandContext(ctx, "sh", "-c", cmd)
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		c.SysProcAttr = handlerProcAttr()
 		c.Cancel = func() error { return stopGroup(c.Process.Pid, grace) }
 		c.WaitDelay = grace + time.Second // then Wait stops waiting for the command's pipes
 		c.Stdin = bytes.NewReader(m.Body)
