@@ -47,7 +47,8 @@ type Config struct {
 	// waits k*Spread (at most MaxSpread) before it claims another. Default
 	// 1 ms, MaxSpread 100 ms.
 	Spread, MaxSpread time.Duration
-	// Parallel bounds the drains this worker runs at once (default 32):
+	// Parallel bounds the drains this worker runs at once, and its claims
+	// (default 32 each):
 	// beyond it, an id with mail waits for a slot. Without a bound a worker
 	// holding thousands of ids sends thousands of requests at once, and its
 	// node lease renewal queues behind them (it self-fenced under the
@@ -73,7 +74,8 @@ type Worker struct {
 	ids map[string]bool // cfg.IDs as a set; nil: all
 	dr  *drain.Drainer
 
-	slots chan struct{} // one per running drain (cfg.Parallel)
+	slots  chan struct{} // one per running drain (cfg.Parallel)
+	claims chan struct{} // one per running claim (cfg.Parallel)
 
 	mu      sync.Mutex
 	held    map[string]*holding
@@ -148,7 +150,7 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	if err != nil {
 		return nil, err
 	}
-	wk := &Worker{w: w, own: own, cfg: cfg, slots: make(chan struct{}, cfg.Parallel), h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}}
+	wk := &Worker{w: w, own: own, cfg: cfg, slots: make(chan struct{}, cfg.Parallel), claims: make(chan struct{}, cfg.Parallel), h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}}
 	if len(cfg.IDs) > 0 {
 		wk.ids = map[string]bool{}
 		for _, id := range cfg.IDs {
@@ -328,16 +330,27 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 // drain again; another id is claimed after a delay that grows with the
 // number of ids this worker holds (load spreading).
 func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownership.Session, cand chan candidate) {
-	pending := map[string]bool{} // claims scheduled and not yet tried
+	pending := map[string]bool{} // claims scheduled or running
 	// others: ids another worker was seen holding, not tried again until
 	// the watch reports them free (or, as a backstop, until the time set).
 	others := map[string]time.Time{}
-	retry := make(chan string, 4096)
+	retry := make(chan string, 1<<14)
+	type claimed struct {
+		id   string
+		held bool // another worker holds it
+	}
+	done := make(chan claimed, 256)
 	for {
 		var id string
 		select {
 		case <-ctx.Done():
 			return
+		case r := <-done:
+			delete(pending, r.id)
+			if r.held {
+				others[r.id] = time.Now().Add(10 * wk.cfg.Scan)
+			}
+			continue
 		case c := <-cand:
 			id = c.id
 			if h := wk.holding(id); h != nil {
@@ -362,39 +375,64 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 			time.AfterFunc(wait, func() { offer(retry, id) })
 			continue
 		case id = <-retry:
-			delete(pending, id)
 		}
 		if wk.holding(id) != nil {
+			delete(pending, id)
 			continue
 		}
-		l, err := ss.Claim(ctx, id)
-		if err != nil {
-			if errors.Is(err, ownership.ErrHeld) {
-				others[id] = time.Now().Add(10 * wk.cfg.Scan)
-			} else if ctx.Err() == nil {
-				wk.log.Warn("claim failed", "id", id, "error", err)
-			}
-			continue
+		// Claims run beside each other, at most cfg.Parallel at once: one
+		// at a time, a worker facing thousands of new ids took a round
+		// trip per id before it served any of them.
+		select {
+		case wk.claims <- struct{}{}:
+		case <-ctx.Done():
+			return
 		}
-		drains, err := wk.dr.Hold(l)
-		if err != nil {
-			wk.log.Warn("cannot drain a claimed id", "id", id, "error", err)
-			continue
-		}
-		hctx, lost := context.WithCancelCause(ctx)
-		h := &holding{lease: l, drains: drains, more: make(chan struct{}, 1), lost: lost}
-		nudge(h)
-		wk.mu.Lock()
-		wk.held[id] = h
-		wk.mu.Unlock()
-		wk.log.Debug("claimed", "id", id, "epoch", l.Epoch)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer lost(nil)
-			wk.serve(hctx, ss, id, h)
+			held := wk.claim(ctx, wg, ss, id)
+			<-wk.claims
+			select {
+			case done <- claimed{id, held}:
+			case <-ctx.Done():
+			}
 		}()
 	}
+}
+
+// claim takes id through the session and starts serving it; it says
+// whether another worker holds id.
+func (wk *Worker) claim(ctx context.Context, wg *sync.WaitGroup, ss *ownership.Session, id string) (heldByOther bool) {
+	l, err := ss.Claim(ctx, id)
+	if err != nil {
+		if errors.Is(err, ownership.ErrHeld) {
+			return true
+		}
+		if ctx.Err() == nil {
+			wk.log.Warn("claim failed", "id", id, "error", err)
+		}
+		return false
+	}
+	drains, err := wk.dr.Hold(l)
+	if err != nil {
+		wk.log.Warn("cannot drain a claimed id", "id", id, "error", err)
+		return false
+	}
+	hctx, lost := context.WithCancelCause(ctx)
+	h := &holding{lease: l, drains: drains, more: make(chan struct{}, 1), lost: lost}
+	nudge(h)
+	wk.mu.Lock()
+	wk.held[id] = h
+	wk.mu.Unlock()
+	wk.log.Debug("claimed", "id", id, "epoch", l.Epoch)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer lost(nil)
+		wk.serve(hctx, ss, id, h)
+	}()
+	return false
 }
 
 func nudge(h *holding) {
