@@ -166,7 +166,7 @@ func TestAuth_ProducerPostsAndNothingElse(t *testing.T) {
 	p.refused(t, "drain", "$JS.API.STREAM.MSG.GET.KV_fp_default", func(ctx context.Context) error {
 		return ok(p.w.Drainer.Drain(ctx, "order-1", "evil", 1, func(context.Context, drain.Message) error { return nil }))
 	})
-	p.refused(t, "reset", "$JS.API.STREAM.UPDATE.FP_MB_default", func(ctx context.Context) error {
+	p.refused(t, "reset", "$JS.API.STREAM.PURGE.KV_fp_default", func(ctx context.Context) error {
 		return p.c.ResetWorld(ctx, "default")
 	})
 	p.refused(t, "remove", "$JS.API.STREAM.DELETE.FP_MB_default", func(ctx context.Context) error {
@@ -296,7 +296,7 @@ func TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset(t *testing.T) {
 	o.refused(t, "stream delete", "$JS.API.STREAM.DELETE.KV_fp_default", func(ctx context.Context) error {
 		return o.c.JetStream().DeleteStream(ctx, "KV_fp_default")
 	})
-	o.refused(t, "reset", "$JS.API.STREAM.UPDATE.FP_MB_default", func(ctx context.Context) error {
+	o.refused(t, "reset", "$JS.API.STREAM.PURGE.KV_fp_default", func(ctx context.Context) error {
 		return o.c.ResetWorld(ctx, "default")
 	})
 	o.refused(t, "stream update", "$JS.API.STREAM.UPDATE.FP_MB_default", func(ctx context.Context) error {

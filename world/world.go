@@ -191,19 +191,27 @@ func Open(ctx context.Context, js jetstream.JetStream, name string) (*World, err
 // covering a message posted after it. The bucket is purged as before (its
 // stream sequences continue on their own).
 //
-// The order: the mailbox stream is sealed first, so that the LastSeq read
-// next is its last (a sealed stream refuses every publish), then deleted,
-// then created again, then the bucket is purged. A producer posting during
+// The order: the bucket is purged first (see below); then the mailbox
+// stream is sealed, so that the LastSeq read next is its last (a sealed
+// stream refuses every publish), deleted, and created again. A producer posting during
 // the reset gets an error and never "posted": "invalid operation on sealed
 // stream" while it is sealed, no responders or no stream while it is gone.
 // A message posted before the seal is dropped with the rest, as a reset
 // does. If Reset fails after the delete and before the create, the world has
 // no mailbox stream and Open refuses it; `fencepost world add` creates the
-// stream again, but with sequences from 1.
+// stream again, with sequences from 1, which is safe since the cursors
+// went first.
 func Reset(ctx context.Context, js jetstream.JetStream, name string) error {
 	w, err := Open(ctx, js, name)
 	if err != nil {
 		return err
+	}
+	// The bucket first: once its cursors are gone, no step below that
+	// fails can leave a cursor covering a message posted later (a world
+	// re-created by `world add` after a failed reset starts its sequences
+	// at 1 again). What a failure leaves is committed mail delivered again.
+	if err := w.Bucket.Purge(ctx); err != nil {
+		return fmt.Errorf("world %q: purge bucket: %w", name, err)
 	}
 	info, err := w.Mailbox.Info(ctx)
 	if err != nil {
@@ -226,9 +234,6 @@ func Reset(ctx context.Context, js jetstream.JetStream, name string) error {
 	}
 	if _, err := js.CreateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("world %q: create the mailbox stream again (first sequence %d): %w", name, cfg.FirstSeq, err)
-	}
-	if err := w.Bucket.Purge(ctx); err != nil {
-		return fmt.Errorf("world %q: purge bucket: %w", name, err)
 	}
 	return nil
 }
