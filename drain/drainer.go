@@ -52,13 +52,16 @@ type Drainer struct {
 	w     *world.World
 	own   *ownership.Store
 
-	batch      int
-	lockTTL    time.Duration
-	backoffMin time.Duration
-	backoffMax time.Duration
-	skew       time.Duration
-	log        *slog.Logger
-	metrics    Observer
+	batch   int
+	lockTTL time.Duration
+	// commitEvery, commitInterval: commits within a batch (WithCommitEvery).
+	commitEvery    int
+	commitInterval time.Duration
+	backoffMin     time.Duration
+	backoffMax     time.Duration
+	skew           time.Duration
+	log            *slog.Logger
+	metrics        Observer
 
 	// beforeCommit, when set (tests only), runs after a batch was handled
 	// and before its fenced cursor write.
@@ -75,6 +78,7 @@ func New(w *world.World, own *ownership.Store, opts ...Option) (*Drainer, error)
 	d := &Drainer{
 		world: w.Name, cfg: w.Config, js: w.JS, nc: w.JS.Conn(), w: w, own: own,
 		batch: DefaultBatch, lockTTL: DefaultLockTTL,
+		commitEvery: DefaultCommitEvery, commitInterval: DefaultCommitInterval,
 		backoffMin: DefaultBackoffMin, backoffMax: DefaultBackoffMax,
 		skew: ownership.DefaultMaxSkew, log: slog.Default(), metrics: nopObserver{},
 	}

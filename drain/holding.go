@@ -82,7 +82,7 @@ func (h *Holding) Drain(ctx context.Context, hd Handler, opts ...RunOption) (res
 		}
 		h.fence = a.fence
 	}
-	r := &run{d: d, a: a, h: hd, o: o,
+	r := &run{d: d, a: a, h: hd, o: o, committed: time.Now(),
 		subj:       wire.MailboxSubject(d.world, l.ID),
 		cursorSubj: wire.KeySubject(d.world, wire.CursorKey(l.ID)),
 	}

@@ -12,7 +12,13 @@ const (
 	DefaultLockTTL    = 30 * time.Second
 	DefaultBackoffMin = 100 * time.Millisecond
 	DefaultBackoffMax = 5 * time.Second
-	maxBatch          = 10000
+	// A drain commits what its handler acknowledged at the end of each
+	// batch, and also within a batch every DefaultCommitEvery messages or
+	// DefaultCommitInterval, whichever comes first: a crash then hands out
+	// again at most that much of what was already handled.
+	DefaultCommitEvery    = 100
+	DefaultCommitInterval = time.Second
+	maxBatch              = 10000
 )
 
 // Option configures a Drainer.
@@ -51,6 +57,18 @@ func WithBackoff(min, max time.Duration) Option {
 			return fmt.Errorf("%w: backoff %v..%v (need 0 <= min <= max)", ErrInvalidOption, min, max)
 		}
 		d.backoffMin, d.backoffMax = min, max
+		return nil
+	}
+}
+
+// WithCommitEvery sets how often a drain commits within a batch: every n
+// messages (n >= 1) or every d (d > 0), whichever comes first.
+func WithCommitEvery(n int, d time.Duration) Option {
+	return func(dr *Drainer) error {
+		if n < 1 || d <= 0 {
+			return fmt.Errorf("%w: commit every %d messages or %v (need n >= 1, d > 0)", ErrInvalidOption, n, d)
+		}
+		dr.commitEvery, dr.commitInterval = n, d
 		return nil
 	}
 }

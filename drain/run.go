@@ -40,7 +40,8 @@ type run struct {
 	purgedBelow uint64      // messages below this sequence were purged
 	purging     chan purgeResult
 	res         Result
-	uncertain   bool // a commit's outcome is unknown
+	uncertain   bool      // a commit's outcome is unknown
+	committed   time.Time // when the last commit was stored (or the run began)
 
 	ctx  context.Context // the drain's: ends when the lock is lost
 	stop context.CancelCauseFunc
@@ -97,7 +98,7 @@ func (d *Drainer) begin(ctx context.Context, a *authority, h Handler, opts []Run
 	if err != nil {
 		return nil, err
 	}
-	r := &run{d: d, a: a, lk: lk, h: h, o: o,
+	r := &run{d: d, a: a, lk: lk, h: h, o: o, committed: time.Now(),
 		subj:       wire.MailboxSubject(d.world, a.id),
 		cursorSubj: wire.KeySubject(d.world, wire.CursorKey(a.id)),
 	}
@@ -362,6 +363,12 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 		herr := r.h(ctx, msg)
 		if herr == nil {
 			next, acked = wire.Cursor{Seq: m.Sequence}, acked+1
+			if r.commitDue(acked + dead) {
+				if err := r.commit(ctx, next, acked, dead); err != nil {
+					return false, err
+				}
+				acked, dead = 0, 0
+			}
 			continue
 		}
 		if ctx.Err() != nil {
@@ -395,6 +402,12 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 		return false, nil
 	}
 	return false, r.commit(ctx, next, acked, dead)
+}
+
+// commitDue says whether what the handler acknowledged since the last
+// commit (n messages) is to be committed now, within the batch.
+func (r *run) commitDue(n int) bool {
+	return n >= r.d.commitEvery || time.Since(r.committed) >= r.d.commitInterval
 }
 
 // keepAcked commits next if it moves the cursor (what the drain delivered
