@@ -16,8 +16,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +109,7 @@ const (
 	fromPost source = iota
 	fromFree
 	fromScan
+	fromTaken // another node claimed or seized it: not a candidate, a note
 )
 
 // New returns a worker for world w, holding ids through own, running
@@ -286,6 +287,10 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 				if wk.wants(ev.ID) {
 					offer(cand, candidate{ev.ID, fromFree})
 				}
+			case ownership.EventClaimed, ownership.EventSeized:
+				if ev.Node != wk.cfg.Node && wk.wants(ev.ID) {
+					offer(cand, candidate{ev.ID, fromTaken})
+				}
 			}
 		}
 	}()
@@ -353,6 +358,12 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 			continue
 		case c := <-cand:
 			id = c.id
+			if c.why == fromTaken {
+				// Another worker won it: a claim scheduled here would only
+				// read the record to be told so.
+				others[id] = time.Now().Add(10 * wk.cfg.Scan)
+				continue
+			}
 			if h := wk.holding(id); h != nil {
 				// A scan only nudges a held id that has not been drained
 				// for a while: posts nudge it at once.
@@ -370,13 +381,17 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 				continue
 			}
 			pending[id] = true
+			// The least loaded worker tries first; among equally loaded
+			// ones, each id has its own order of nodes (a hash of id and
+			// node), so that one tries first and the others, told by the
+			// watch, do not try at all.
 			wait := min(time.Duration(wk.count())*wk.cfg.Spread, wk.cfg.MaxSpread)
-			wait += time.Duration(rand.Int64N(int64(wk.cfg.Spread) + 1))
+			wait += rank(id, wk.cfg.Node, 10*wk.cfg.Spread)
 			time.AfterFunc(wait, func() { offer(retry, id) })
 			continue
 		case id = <-retry:
 		}
-		if wk.holding(id) != nil {
+		if until, ok := others[id]; ok && time.Now().Before(until) || wk.holding(id) != nil {
 			delete(pending, id)
 			continue
 		}
@@ -510,4 +525,23 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 		backoff = min(2*backoff, max(wk.cfg.TTL/5, 10*time.Millisecond))
 		nudge(h)
 	}
+}
+
+// rank is id's delay for node, in [0, span): a hash of both, so that the
+// workers of a world try a new id in an order of their own for each id.
+func rank(id, node string, span time.Duration) time.Duration {
+	if span <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	h.Write([]byte{0})
+	h.Write([]byte(node))
+	x := h.Sum64() // FNV mixes its last bytes poorly into the low bits: finish it (splitmix64)
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return time.Duration(x % uint64(span))
 }
