@@ -298,10 +298,7 @@ const HeaderRepostOf = "Fencepost-Repost-Of"
 // repostOne posts one dead letter back into id's mailbox (Repost).
 func (d *Drainer) repostOne(ctx context.Context, q *queue.Queue, id string, dl DeadLetter) error {
 	of := strconv.FormatUint(dl.Seq, 10)
-	h := nats.Header{}
-	for k, vs := range dl.Headers {
-		h[k] = append([]string(nil), vs...)
-	}
+	h := cloneHeader(dl.Headers)
 	if dl.From != "" {
 		h.Set(queue.HeaderFrom, dl.From)
 	}

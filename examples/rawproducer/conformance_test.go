@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
@@ -81,7 +82,7 @@ func TestConformance(t *testing.T) {
 	// Size: at the limit is stored (and dead-letterable), over it is not.
 	at := p("big", "")
 	at.From = "shop"
-	at.Body = []byte(strings.Repeat("b", 4096-headerSize(at.msg().Header)))
+	at.Body = []byte(strings.Repeat("b", 4096-queue.HeaderSize(at.msg().Header)))
 	ok(at, "body at the limit")
 	over := at
 	over.Body = append([]byte("o"), at.Body...)
@@ -185,15 +186,4 @@ func TestConformance(t *testing.T) {
 		}
 		require.Empty(t, m.Headers.Get("nats-msg-id"), "a reserved header reached the handler")
 	}
-}
-
-// headerSize is the size of h on the wire, as the broker counts it.
-func headerSize(h nats.Header) int {
-	n := len("NATS/1.0\r\n\r\n")
-	for k, vs := range h {
-		for _, v := range vs {
-			n += len(k) + len(": ") + len(v) + len("\r\n")
-		}
-	}
-	return n
 }
