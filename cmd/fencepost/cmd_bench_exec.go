@@ -29,7 +29,8 @@ func runBenchBinary(argv []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "error: fencepost bench: %v\n"+
 			"This fencepost is built without the benchmark harness (it links an embedded nats-server).\n"+
-			"Build it beside this binary: go build -tags bench -o %s ./cmd/fencepost (make build does)\n",
+			"Build it beside this binary: go build -tags bench -o %s ./cmd/fencepost (make build does),\n"+
+			"or run it from the source: go run -tags bench ./cmd/fencepost bench ...\n",
 			err, filepath.Join(filepath.Dir(self()), benchBinary))
 		return exitError
 	}
