@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -111,6 +112,10 @@ func (r *run) purge(ctx context.Context) {
 	if r.deferPurge || r.d.serverPurges() {
 		return
 	}
+	if r.bg != nil {
+		r.bg.request(r.d, r.subj, r.cur.Seq+1)
+		return
+	}
 	if r.purging != nil {
 		select {
 		case res := <-r.purging:
@@ -149,6 +154,9 @@ func (r *run) purged(res purgeResult) {
 // finishPurge waits for the purge in flight and purges what the last
 // commits covered.
 func (r *run) finishPurge(ctx context.Context) {
+	if r.bg != nil {
+		return // a holding's purges run after the drain
+	}
 	if r.purging != nil {
 		r.purged(<-r.purging)
 	}
@@ -163,4 +171,62 @@ func (r *run) finishPurge(ctx context.Context) {
 func wrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// purgeLater is the purge of a holding's committed messages: it runs after
+// the drains, not within them, at most one at a time, and a purge that
+// starts waits for purgeDelay first, so that the commits of an id that
+// gets mail often are removed by one purge (each purge of one subject of
+// an interleaved stream costs the server a search: design.md 3.7).
+type purgeLater struct {
+	mu      sync.Mutex
+	want    uint64 // purge below this
+	done    uint64 // purged below this
+	running bool
+}
+
+// purgeDelay is how long a holding's purge waits for more commits.
+const purgeDelay = 500 * time.Millisecond
+
+func (p *purgeLater) request(d *Drainer, subj string, below uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.want = max(p.want, below)
+	if p.running || p.want <= p.done {
+		return
+	}
+	p.running = true
+	delay := purgeDelay
+	if d.sweeper.Load() != nil {
+		delay = sweepGrace
+	}
+	time.AfterFunc(delay, func() { p.run(d, subj) })
+}
+
+func (p *purgeLater) run(d *Drainer, subj string) {
+	for {
+		p.mu.Lock()
+		below := p.want
+		if sw := d.sweeper.Load(); sw != nil && sw.Swept() >= below {
+			p.done = max(p.done, below) // the sweeps removed them
+		}
+		if below <= p.done {
+			p.running = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := d.w.Mailbox.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(below))
+		cancel()
+		p.mu.Lock()
+		if err != nil {
+			p.running = false
+			p.mu.Unlock()
+			d.log.Warn("drain: purge of committed messages failed; the next commit retries", "world", d.world, "subject", subj, "below", below, "error", err)
+			return
+		}
+		p.done = max(p.done, below)
+		p.mu.Unlock()
+	}
 }

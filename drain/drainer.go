@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,11 +58,13 @@ type Drainer struct {
 	// commitEvery, commitInterval: commits within a batch (WithCommitEvery).
 	commitEvery    int
 	commitInterval time.Duration
-	backoffMin     time.Duration
-	backoffMax     time.Duration
-	skew           time.Duration
-	log            *slog.Logger
-	metrics        Observer
+	// sweeper, once NewSweeper made one: the holdings' purges are its.
+	sweeper    atomic.Pointer[Sweeper]
+	backoffMin time.Duration
+	backoffMax time.Duration
+	skew       time.Duration
+	log        *slog.Logger
+	metrics    Observer
 
 	// beforeCommit, when set (tests only), runs after a batch was handled
 	// and before its fenced cursor write.

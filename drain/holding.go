@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Holding is the right of one process to drain one id it holds through its
@@ -40,6 +42,18 @@ type Holding struct {
 	fence fencing.Fence // the lease's, refreshed if a drain re-read the record
 	cur   wire.Cursor
 	known bool // cur is the stored cursor
+	live  bool // caught up: Deliver may hand out messages read elsewhere
+	purge purgeLater
+	// sent: Deliver's last commit, sent without waiting for its answer;
+	// the next call (or Flush) settles it first.
+	sent *sentCommit
+}
+
+// sentCommit is a commit in flight.
+type sentCommit struct {
+	ack   jetstream.PubAckFuture
+	last  lastCommit
+	fence fencing.Fence
 }
 
 // Hold returns the Holding of a lease won through a session. A lease of
@@ -58,13 +72,162 @@ func (h *Holding) Lease() *ownership.Lease { return h.lease }
 // with DrainLease's outcomes: *ownership.FencedError, *HeldError or
 // *FreeError once the holding is lost (after the last commit the broker
 // accepted), *UnknownError when a commit's outcome is unknown.
-func (h *Holding) Drain(ctx context.Context, hd Handler, opts ...RunOption) (res Result, err error) {
+//
+// A drain that ends with the mailbox empty makes the holding live: from
+// then on Deliver may hand out the id's later messages read elsewhere.
+func (h *Holding) Drain(ctx context.Context, hd Handler, opts ...RunOption) (Result, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err := h.settle(ctx); err != nil {
+		return Result{}, err
+	}
+	r, err := h.begin(ctx, hd, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	err = r.loop(r.ctx)
+	return h.end(ctx, r, err, err == nil && !r.limited())
+}
+
+// Deliver hands hd msgs, messages of the holding's id that the caller read
+// elsewhere (a worker reads every mailbox with one consumer), in stream
+// order: every message of the id stored after the previous read of the
+// holding (a Drain, or the Deliver before) and up to the last of msgs, with
+// none missing. Messages the cursor covers are skipped. Each is handed out
+// and committed as a Drain would (the same checks before each call, the
+// same failure counts and dead letters), without reading the mailbox.
+//
+// ok is false, and nothing was done, when the holding is not live: no
+// Drain ended with the mailbox empty since the holding began or since a
+// Deliver failed, so the caller drains instead (which reads from the
+// cursor and covers msgs). After a failed delivery (to be retried after
+// its backoff) or an error, the holding is no longer live.
+func (h *Holding) Deliver(ctx context.Context, msgs []*jetstream.RawStreamMsg, hd Handler) (res Result, ok bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.settle(ctx); err != nil {
+		return Result{}, true, err
+	}
+	if !h.live {
+		return Result{}, false, nil
+	}
+	for len(msgs) > 0 && msgs[0].Sequence <= h.cur.Seq {
+		msgs = msgs[1:]
+	}
+	if len(msgs) == 0 {
+		return Result{}, true, nil
+	}
+	r, err := h.begin(ctx, hd, nil)
+	if err != nil {
+		h.live = false
+		return Result{}, true, err
+	}
+	r.deferLast = true
+	again, err := r.handle(r.ctx, msgs)
+	if err == nil && r.last != nil {
+		err = h.send(r)
+	}
+	res, err = h.end(ctx, r, err, err == nil && !again)
+	return res, true, err
+}
+
+// send sends the commit handle left (r.last) without waiting for the
+// answer (settle takes it), so that the worker goes on with other ids
+// while it is in flight; its messages count in r's result. A commit that
+// cannot go out at once (the local deadline passed: the record is to be
+// read first) is written as a drain writes it.
+func (h *Holding) send(r *run) error {
+	l := r.last
+	if r.d.beforeCommit != nil || !r.a.valid() {
+		return r.commit(r.ctx, l.next, l.acked, l.dead)
+	}
+	data, err := wire.EncodeCursor(l.next)
+	if err != nil {
+		return err
+	}
+	ack, err := r.d.js.PublishAsync(r.cursorSubj, data, r.a.fence.Expect())
+	if err != nil {
+		return r.commit(r.ctx, l.next, l.acked, l.dead)
+	}
+	h.sent = &sentCommit{ack: ack, last: *l, fence: r.a.fence}
+	r.res.Cursor = l.next.Seq
+	r.res.Acked += l.acked
+	r.res.DeadLettered += l.dead
+	r.res.Count += l.acked + l.dead
+	return nil
+}
+
+// Flush waits for the commit in flight, if any, and returns its outcome
+// (as Drain's). A worker flushes a holding before it releases the id.
+func (h *Holding) Flush(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.settle(ctx)
+}
+
+// settle takes the answer to the commit in flight. A refusal is decided
+// as a drain's commit decides it: the record read again, the commit
+// written again if the holding is unchanged, else the ownership outcome
+// (the messages it covered are delivered again to the new holder). No
+// answer within commitTimeout is an unknown outcome: the cursor is read
+// again before the next delivery.
+func (h *Holding) settle(ctx context.Context) error {
+	p := h.sent
+	if p == nil {
+		return nil
+	}
+	h.sent = nil
+	d := h.d
+	t := time.NewTimer(commitTimeout)
+	defer t.Stop()
+	var err error
+	select {
+	case a := <-p.ack.Ok():
+		if d.onCommit != nil {
+			f := p.fence
+			d.onCommit(Commit{ID: f.ID, Node: f.Node, Epoch: f.Epoch, Revision: f.Revision, Cursor: p.last.next.Seq, StreamSeq: a.Sequence})
+		}
+		h.cur, h.known = p.last.next, true
+		if !d.serverPurges() {
+			h.purge.request(d, wire.MailboxSubject(d.world, h.lease.ID), p.last.next.Seq+1)
+		}
+		return nil
+	case err = <-p.ack.Err():
+	case <-t.C:
+		err = context.DeadlineExceeded
+	}
+	h.live = false
+	if !wrongLastSequence(err) {
+		h.known = false
+		return &UnknownError{ID: h.lease.ID, Cursor: p.last.next.Seq, Err: err}
+	}
+	// Refused by the fence: commit again as a drain would, which reads the
+	// record and gives the ownership outcome if the holding was lost.
+	r, err := h.begin(ctx, nil, nil)
+	if err != nil {
+		if errors.Is(err, ownership.ErrFenced) || errors.Is(err, ownership.ErrHeld) || errors.Is(err, ownership.ErrFree) {
+			d.metrics.FencedCommit(d.world)
+		}
+		return err
+	}
+	err = r.commit(r.ctx, p.last.next, 0, 0)
+	_, err = h.end(ctx, r, err, false)
+	return err
+}
+
+// Live says whether Deliver may be used (see Deliver).
+func (h *Holding) Live() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.live
+}
+
+// begin starts a run of the holding: the record check (invariant 4) and
+// the cursor.
+func (h *Holding) begin(ctx context.Context, hd Handler, opts []RunOption) (*run, error) {
 	d, l := h.d, h.lease
-	defer d.observe(time.Now(), &res)
 	if !l.Valid() {
-		return Result{}, &ownership.FreeError{ID: l.ID, LastEpoch: l.Epoch}
+		return nil, &ownership.FreeError{ID: l.ID, LastEpoch: l.Epoch}
 	}
 	var o runOptions
 	for _, opt := range opts {
@@ -72,33 +235,43 @@ func (h *Holding) Drain(ctx context.Context, hd Handler, opts ...RunOption) (res
 	}
 	a := &authority{id: l.ID, node: l.Node, epoch: l.Epoch, ttl: l.TTL, fence: h.fence, backed: true, lease: l}
 	// Invariant 4: nothing to a holding that is no longer on the record.
-	// One leader read proves it unchanged; a changed record is decided
-	// in full (a seize: refused before anything is delivered).
+	// One read proves it unchanged (batched with other holdings' checks);
+	// a changed record is decided in full (a seize: refused before
+	// anything is delivered).
 	if same, err := d.own.Unchanged(ctx, l.ID, h.fence.Revision); err != nil {
-		return Result{}, err
+		return nil, err
 	} else if !same {
 		if err := d.authorize(ctx, a); err != nil {
-			return Result{}, err
+			return nil, err
 		}
 		h.fence = a.fence
 	}
 	r := &run{d: d, a: a, h: hd, o: o, committed: time.Now(),
 		subj:       wire.MailboxSubject(d.world, l.ID),
 		cursorSubj: wire.KeySubject(d.world, wire.CursorKey(l.ID)),
+		bg:         &h.purge, started: time.Now(),
 	}
 	r.ctx, r.stop = context.WithCancelCause(ctx)
 	if h.known {
 		r.cur, r.res.Cursor = h.cur, h.cur.Seq
 	} else if err := r.loadCursor(r.ctx); err != nil {
 		r.stop(nil)
-		return Result{}, err
+		return nil, err
 	}
-	err = r.loop(r.ctx)
-	res, err = r.end(ctx, err)
-	// A fence the drain refreshed (a refused commit that re-read the
-	// record and found the holding unchanged) carries on to the next one.
-	h.fence = a.fence
+	return r, nil
+}
+
+// end finishes a run of the holding; caughtUp: the run read the mailbox to
+// its end and delivered all of it.
+func (h *Holding) end(ctx context.Context, r *run, err error, caughtUp bool) (Result, error) {
+	d, l := h.d, h.lease
+	defer d.observe(r.started, &r.res)
+	res, err := r.end(ctx, err)
+	// A fence the run refreshed (a refused commit that re-read the record
+	// and found the holding unchanged) carries on to the next one.
+	h.fence = r.a.fence
 	h.cur, h.known = r.cur, !r.uncertain
+	h.live = caughtUp && err == nil && h.known
 	if d.log.Enabled(ctx, slog.LevelDebug) {
 		d.log.Debug("drain", "world", d.world, "id", l.ID, "epoch", l.Epoch, "count", res.Count, "cursor", res.Cursor, "error", err, "holding", true)
 	}

@@ -22,7 +22,7 @@ import (
 func TestReadBatch_UnansweredEndsWithinTimeout(t *testing.T) {
 	node := servertest.New(t)
 	nc, _ := servertest.Connect(t, node.ClientURL())
-	silent, err := nc.Subscribe(apiDirectGet+"SILENT", func(*nats.Msg) {})
+	silent, err := nc.Subscribe(jsapi.APIDirectGet+"SILENT", func(*nats.Msg) {})
 	if err != nil {
 		t.Fatal(err)
 	}

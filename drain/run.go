@@ -39,6 +39,8 @@ type run struct {
 	cur         wire.Cursor // the last committed cursor
 	purgedBelow uint64      // messages below this sequence were purged
 	purging     chan purgeResult
+	bg          *purgeLater // a holding's purges, after its drains
+	started     time.Time
 	res         Result
 	uncertain   bool      // a commit's outcome is unknown
 	committed   time.Time // when the last commit was stored (or the run began)
@@ -57,6 +59,17 @@ type run struct {
 	scanned   []uint64 // sequences the scan saw of this id
 	// deferPurge: DrainAll removes the commits with one sweep (all.go).
 	deferPurge bool
+	// deferLast: handle leaves the commit at the end of its messages in
+	// last instead of writing it (a holding's Deliver sends it without
+	// waiting: holding.go).
+	deferLast bool
+	last      *lastCommit
+}
+
+// lastCommit is a commit that handle left to its caller.
+type lastCommit struct {
+	next        wire.Cursor
+	acked, dead int
 }
 
 func (d *Drainer) drain(ctx context.Context, a *authority, h Handler, opts []RunOption) (Result, error) {
@@ -259,6 +272,9 @@ func (r *run) loop(ctx context.Context) error {
 	}
 }
 
+// limited says whether the run stopped at WithMax.
+func (r *run) limited() bool { return r.o.max > 0 && r.res.Count >= r.o.max }
+
 // batchSize is how many messages the next read asks for once count left
 // the mailbox: the batch, or what remains of WithMax.
 func (r *run) batchSize(count int) int {
@@ -399,6 +415,10 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 		return true, sleep(ctx, r.d.backoff(delivery))
 	}
 	if next.Seq == r.cur.Seq {
+		return false, nil
+	}
+	if r.deferLast {
+		r.last = &lastCommit{next, acked, dead}
 		return false, nil
 	}
 	return false, r.commit(ctx, next, acked, dead)

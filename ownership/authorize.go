@@ -82,12 +82,21 @@ func (s *Store) Touch(ctx context.Context, id, node string, epoch uint64) (Autho
 	return s.Authorize(ctx, id, node, epoch)
 }
 
-// Unchanged says whether id's record is still at revision rev: one read
-// through the stream leader, the cheapest proof that a holding that wrote
-// or read it at rev is still the one on the record (for a holding through
-// a session, whose node lease renewals never rewrite the id record). A
-// false answer says nothing more: Authorize gives the outcome.
+// Unchanged says whether id's record is still at revision rev: the
+// cheapest proof that a holding that wrote or read it at rev is still the
+// one on the record (for a holding through a session, whose node lease
+// renewals never rewrite the id record). A false answer says nothing more:
+// Authorize gives the outcome.
+//
+// The read is made after the call: through the stream leader on a
+// replicated world; on a single replica, calls that arrive while a read is
+// in flight share the next one, a multi-last direct get of up to 1,000
+// records (see recordReads), so that a worker checking many ids pays a
+// round trip per batch, not per id.
 func (s *Store) Unchanged(ctx context.Context, id string, rev uint64) (bool, error) {
+	if s.cfg.Replicas == 1 {
+		return s.reads.unchanged(ctx, s, id, rev)
+	}
 	m, err := jsapi.LeaderGet(ctx, s.js.Conn(), wire.BucketStream(s.world), jsapi.GetRequest{LastFor: wire.RecordSubject(s.world, id)})
 	if errors.Is(err, jsapi.ErrNotFound) {
 		return false, nil

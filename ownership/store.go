@@ -35,6 +35,7 @@ type Store struct {
 	beforeWrite func(op, id string)
 
 	cache viewCache
+	reads recordReads // Unchanged, batched
 }
 
 // New returns the ownership store of an open world.

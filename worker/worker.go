@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,9 +74,17 @@ type Worker struct {
 	log *slog.Logger
 	ids map[string]bool // cfg.IDs as a set; nil: all
 	dr  *drain.Drainer
+	// sweep removes the committed messages of every id with one purge a
+	// second (drain.Sweeper), fed by the worker's consumer; nil when the
+	// worker reads only some ids (cfg.IDs) or the server purges.
+	sweep *drain.Sweeper
 
 	slots  chan struct{} // one per running drain (cfg.Parallel)
 	claims chan struct{} // one per running claim (cfg.Parallel)
+
+	// peers: the world's live nodes as last listed (sorted), for the
+	// order in which workers try a new id (claimWait); nil until listed.
+	peers atomic.Pointer[[]string]
 
 	mu      sync.Mutex
 	held    map[string]*holding
@@ -83,10 +92,16 @@ type Worker struct {
 }
 
 type holding struct {
-	lease    *ownership.Lease
-	drains   *drain.Holding // drains without a lock or a record read (drain.Hold)
-	more     chan struct{}  // capacity 1: "there may be new mail"
-	lastDone atomic.Int64   // unix nanos of the end of the last drain
+	lease  *ownership.Lease
+	drains *drain.Holding // drains without a lock (drain.Hold)
+	more   chan struct{}  // capacity 1: "there may be new mail"
+	// inbox: the id's messages from the worker's one consumer of every
+	// mailbox, in stream order, handed out with drains.Deliver. One that
+	// finds inbox full is dropped and sets gap: the next delivery is a
+	// drain (from the cursor), which covers it.
+	inbox    chan *jetstream.RawStreamMsg
+	gap      atomic.Bool
+	lastDone atomic.Int64 // unix nanos of the end of the last drain
 	// lost ends the holding's context (its drain and running handler)
 	// when the watch shows the id taken by another holding.
 	lost context.CancelCauseFunc
@@ -137,7 +152,7 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 		cfg.MaxSpread = 100 * time.Millisecond
 	}
 	if cfg.Parallel <= 0 {
-		cfg.Parallel = 32
+		cfg.Parallel = 256
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -152,6 +167,9 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 		return nil, err
 	}
 	wk := &Worker{w: w, own: own, cfg: cfg, slots: make(chan struct{}, cfg.Parallel), claims: make(chan struct{}, cfg.Parallel), h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}}
+	if len(cfg.IDs) == 0 && w.Config.Purge != world.PurgeByServer {
+		wk.sweep = dr.NewSweeper()
+	}
 	if len(cfg.IDs) > 0 {
 		wk.ids = map[string]bool{}
 		for _, id := range cfg.IDs {
@@ -240,11 +258,14 @@ func offer[T any](cand chan<- T, c T) {
 	}
 }
 
+// inboxSize is how many messages a held id's inbox holds (see holding).
+const inboxSize = 256
+
 // feed starts the three sources of candidate ids: posts to mailboxes (an
-// ordered consumer of the mailbox subjects, new messages only, headers
-// only: one per worker, not per id), ownership changes (a lapse or release
-// makes an id claimable) and a periodic scan of the mailbox stream (the
-// backstop).
+// ordered consumer of the mailbox subjects, new messages only: one per
+// worker, not per id; a held id's messages go to its inbox, another id's
+// make it a candidate), ownership changes (a lapse or release makes an id
+// claimable) and a periodic scan of the mailbox stream (the backstop).
 func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- candidate) error {
 	filter := []string{wire.MailboxFilter(wk.w.Name)}
 	if wk.ids != nil && len(wk.ids) <= 64 {
@@ -253,17 +274,43 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 			filter = append(filter, wire.MailboxSubject(wk.w.Name, id))
 		}
 	}
+	// With a sweep the consumer reads every message from the first on
+	// (the sweep must see each); without, new messages only.
+	deliver := jetstream.DeliverNewPolicy
+	if wk.sweep != nil {
+		deliver = jetstream.DeliverAllPolicy
+	}
 	cons, err := wk.w.Mailbox.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: filter, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true,
+		FilterSubjects: filter, DeliverPolicy: deliver,
 	})
 	if err != nil {
 		return fmt.Errorf("worker: follow posts: %w", err)
 	}
 	posts, err := cons.Consume(func(m jetstream.Msg) {
-		if id, err := wire.MailboxID(wk.w.Name, m.Subject()); err == nil && wk.wants(id) {
-			offer(cand, candidate{id, fromPost})
+		meta, err := m.Metadata()
+		if err != nil {
+			wk.log.Warn("follow posts: a message without metadata", "subject", m.Subject(), "error", err)
+			wk.gapAll()
+			return
 		}
-	})
+		if wk.sweep != nil {
+			wk.sweep.Saw(meta.Sequence.Stream, m.Subject())
+		}
+		id, err := wire.MailboxID(wk.w.Name, m.Subject())
+		if err != nil || !wk.wants(id) {
+			return
+		}
+		if h := wk.holding(id); h != nil {
+			h.post(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp})
+			return
+		}
+		offer(cand, candidate{id, fromPost})
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		// The consumer may have missed messages while it failed: every
+		// held id drains from its cursor before it takes its inbox again.
+		wk.log.Debug("follow posts", "error", err)
+		wk.gapAll()
+	}))
 	if err != nil {
 		return fmt.Errorf("worker: follow posts: %w", err)
 	}
@@ -271,6 +318,13 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 	if err != nil {
 		posts.Stop()
 		return fmt.Errorf("worker: watch ownership: %w", err)
+	}
+	if wk.sweep != nil {
+		wg.Go(func() {
+			if err := wk.sweep.Run(ctx, time.Second); err != nil {
+				wk.log.Warn("the sweep of committed messages stopped; each id purges its own", "error", err)
+			}
+		})
 	}
 	wg.Add(2)
 	go func() {
@@ -284,6 +338,9 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 			}
 			switch ev.Kind {
 			case ownership.EventLapsed, ownership.EventReleased, ownership.EventDeleted:
+				if ev.Kind == ownership.EventLapsed && ev.NodeLease != 0 {
+					wk.dropPeer(ev.Node) // its node lease lapsed: it is gone
+				}
 				if wk.wants(ev.ID) {
 					offer(cand, candidate{ev.ID, fromFree})
 				}
@@ -294,6 +351,20 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 			}
 		}
 	}()
+	wg.Go(func() {
+		// Often: a node that starts is a new id's first choice for every
+		// worker only once they all listed it.
+		t := time.NewTicker(min(max(wk.cfg.TTL/4, 100*time.Millisecond), 500*time.Millisecond))
+		defer t.Stop()
+		for {
+			wk.listPeers(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
 	go func() {
 		defer wg.Done()
 		t := time.NewTicker(wk.cfg.Scan)
@@ -381,13 +452,7 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 				continue
 			}
 			pending[id] = true
-			// The least loaded worker tries first; among equally loaded
-			// ones, each id has its own order of nodes (a hash of id and
-			// node), so that one tries first and the others, told by the
-			// watch, do not try at all.
-			wait := min(time.Duration(wk.count())*wk.cfg.Spread, wk.cfg.MaxSpread)
-			wait += rank(id, wk.cfg.Node, 10*wk.cfg.Spread)
-			time.AfterFunc(wait, func() { offer(retry, id) })
+			time.AfterFunc(wk.claimWait(id), func() { offer(retry, id) })
 			continue
 		case id = <-retry:
 		}
@@ -435,7 +500,7 @@ func (wk *Worker) claim(ctx context.Context, wg *sync.WaitGroup, ss *ownership.S
 		return false
 	}
 	hctx, lost := context.WithCancelCause(ctx)
-	h := &holding{lease: l, drains: drains, more: make(chan struct{}, 1), lost: lost}
+	h := &holding{lease: l, drains: drains, more: make(chan struct{}, 1), inbox: make(chan *jetstream.RawStreamMsg, inboxSize), lost: lost}
 	nudge(h)
 	wk.mu.Lock()
 	wk.held[id] = h
@@ -448,6 +513,27 @@ func (wk *Worker) claim(ctx context.Context, wg *sync.WaitGroup, ss *ownership.S
 		wk.serve(hctx, ss, id, h)
 	}()
 	return false
+}
+
+// post puts a message from the feed in the holding's inbox, or, when the
+// inbox is full, notes the gap.
+func (h *holding) post(m *jetstream.RawStreamMsg) {
+	select {
+	case h.inbox <- m:
+	default:
+		h.gap.Store(true)
+		nudge(h)
+	}
+}
+
+// gapAll marks every held id's inbox as missing messages.
+func (wk *Worker) gapAll() {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	for _, h := range wk.held {
+		h.gap.Store(true)
+		nudge(h)
+	}
 }
 
 func nudge(h *holding) {
@@ -473,6 +559,13 @@ func (wk *Worker) count() int {
 // lost, the id stays idle for cfg.Idle (then it is released), or ctx ends.
 func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h *holding) {
 	defer func() {
+		// The last commit, if one is in flight, is taken before the id
+		// is released (or the worker's node lease is).
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if err := h.drains.Flush(fctx); err != nil {
+			wk.log.Debug("last commit of an id", "id", id, "error", err)
+		}
+		cancel()
 		wk.mu.Lock()
 		delete(wk.held, id)
 		wk.mu.Unlock()
@@ -480,23 +573,31 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 	idle := time.NewTimer(wk.cfg.Idle)
 	defer idle.Stop()
 	backoff := 10 * time.Millisecond
+	var msgs []*jetstream.RawStreamMsg
 	for {
+		msgs = msgs[:0]
 		select {
 		case <-ctx.Done():
 			return
 		case <-idle.C:
+			if err := h.drains.Flush(ctx); err != nil {
+				wk.log.Debug("last commit of an idle id", "id", id, "error", err)
+				return
+			}
 			if err := ss.Release(ctx, id); err != nil && ctx.Err() == nil {
 				wk.log.Debug("release of an idle id", "id", id, "error", err)
 			}
 			return
 		case <-h.more:
+		case m := <-h.inbox:
+			msgs = takeInbox(append(msgs, m), h.inbox)
 		}
 		select {
 		case wk.slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
-		res, err := h.drains.Drain(ctx, wk.h)
+		res, err := wk.deliver(ctx, h, msgs)
 		<-wk.slots
 		h.lastDone.Store(time.Now().UnixNano())
 		switch {
@@ -527,12 +628,106 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 	}
 }
 
+// takeInbox adds what the inbox holds now to msgs (up to a batch).
+func takeInbox(msgs []*jetstream.RawStreamMsg, inbox chan *jetstream.RawStreamMsg) []*jetstream.RawStreamMsg {
+	for len(msgs) < inboxSize {
+		select {
+		case m := <-inbox:
+			msgs = append(msgs, m)
+		default:
+			return msgs
+		}
+	}
+	return msgs
+}
+
+// deliver hands out msgs from the inbox, or drains the id from its cursor
+// when the holding is not caught up or the inbox missed messages (the gap
+// is read after msgs were taken: a message dropped before one of msgs
+// was put in the inbox set it first).
+func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.RawStreamMsg) (drain.Result, error) {
+	if len(msgs) > 0 && !h.gap.Swap(false) {
+		if res, ok, err := h.drains.Deliver(ctx, msgs, wk.h); ok {
+			if err == nil && !h.drains.Live() {
+				nudge(h) // a failed delivery, to be tried again from the cursor
+			}
+			return res, err
+		}
+	}
+	return h.drains.Drain(ctx, wk.h)
+}
+
+// claimFallback is how long, at least, a worker that is not a new id's
+// first choice waits before it tries the id itself (the first choice may
+// be gone, may not serve the id, or may not be listed here yet); half the
+// node lease ttl when longer.
+const claimFallback = time.Second
+
+// claimWait is how long the worker waits before it tries to claim a new
+// id. Each id has its own order of the world's live nodes (rendezvous
+// hashing: a hash of id and node): the first tries at once, the others
+// after claimFallback and a delay that grows with the ids they hold, and
+// the watch shows them the first one's claim, so that they never try.
+// Ids spread evenly over the live nodes, and a new id costs one claim, not
+// one per worker (under the fan-in bench 4 workers made 6 claims per id).
+// Until the nodes were listed, the least loaded worker tries first.
+func (wk *Worker) claimWait(id string) time.Duration {
+	load := min(time.Duration(wk.count())*wk.cfg.Spread, wk.cfg.MaxSpread) + rank(id, wk.cfg.Node, 10*wk.cfg.Spread)
+	peers := wk.peers.Load()
+	if peers == nil {
+		return load
+	}
+	first, best := wk.cfg.Node, score(id, wk.cfg.Node)
+	for _, n := range *peers {
+		if sc := score(id, n); sc > best || sc == best && n < first {
+			first, best = n, sc
+		}
+	}
+	if first == wk.cfg.Node {
+		return 0
+	}
+	return max(claimFallback, wk.cfg.TTL/2) + load
+}
+
+// listPeers lists the live nodes again.
+func (wk *Worker) listPeers(ctx context.Context) {
+	nodes, err := wk.own.LiveNodes(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			wk.log.Debug("list of live nodes", "error", err)
+		}
+		return
+	}
+	slices.Sort(nodes)
+	wk.peers.Store(&nodes)
+}
+
+// dropPeer removes a node whose node lease lapsed from the live nodes, so
+// that the ids it held are not left to it.
+func (wk *Worker) dropPeer(node string) {
+	for {
+		old := wk.peers.Load()
+		if old == nil || !slices.Contains(*old, node) {
+			return
+		}
+		next := slices.DeleteFunc(slices.Clone(*old), func(n string) bool { return n == node })
+		if wk.peers.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
 // rank is id's delay for node, in [0, span): a hash of both, so that the
 // workers of a world try a new id in an order of their own for each id.
 func rank(id, node string, span time.Duration) time.Duration {
 	if span <= 0 {
 		return 0
 	}
+	return time.Duration(score(id, node) % uint64(span))
+}
+
+// score is the rendezvous hash of id and node.
+func score(id, node string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(id))
 	h.Write([]byte{0})
@@ -543,5 +738,5 @@ func rank(id, node string, span time.Duration) time.Duration {
 	x ^= x >> 27
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
-	return time.Duration(x % uint64(span))
+	return x
 }

@@ -1,4 +1,4 @@
-package drain
+package jsapi
 
 import (
 	"strconv"
@@ -26,9 +26,9 @@ func FuzzRawFromDirect(f *testing.F) {
 		m.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(seq, 10))
 		m.Header.Set(jetstream.TimeStampHeaer, when.Format(time.RFC3339Nano))
 		m.Header.Set(jetstream.SubjectHeader, subj)
-		sm, err := rawFromDirect(m)
+		sm, err := RawFromDirect(m)
 		if err != nil {
-			t.Fatalf("rawFromDirect of seq %d, time %v: %v", seq, when, err)
+			t.Fatalf("RawFromDirect of seq %d, time %v: %v", seq, when, err)
 		}
 		if sm.Sequence != seq || !sm.Time.Equal(when) || sm.Subject != subj || string(sm.Data) != string(data) {
 			t.Fatalf("read %+v from seq %d, time %v, subject %q", sm, seq, when, subj)
@@ -36,19 +36,19 @@ func FuzzRawFromDirect(f *testing.F) {
 
 		m.Header.Set(jetstream.SequenceHeader, rawSeq)
 		m.Header.Set(jetstream.TimeStampHeaer, rawTS)
-		sm, err = rawFromDirect(m)
+		sm, err = RawFromDirect(m)
 		wantSeq, seqErr := strconv.ParseUint(rawSeq, 10, 64)
 		wantTS, tsErr := time.Parse(time.RFC3339Nano, rawTS)
 		switch {
 		case seqErr != nil || tsErr != nil:
 			if err == nil {
-				t.Fatalf("rawFromDirect accepted sequence %q, time %q as %+v", rawSeq, rawTS, sm)
+				t.Fatalf("RawFromDirect accepted sequence %q, time %q as %+v", rawSeq, rawTS, sm)
 			}
 			if bad := map[bool]string{true: rawSeq, false: rawTS}[seqErr != nil]; !strings.Contains(err.Error(), strconv.Quote(bad)) {
 				t.Fatalf("error %q does not quote the bad header %q", err, bad)
 			}
 		case err != nil:
-			t.Fatalf("rawFromDirect refused sequence %q, time %q: %v", rawSeq, rawTS, err)
+			t.Fatalf("RawFromDirect refused sequence %q, time %q: %v", rawSeq, rawTS, err)
 		case sm.Sequence != wantSeq || !sm.Time.Equal(wantTS):
 			t.Fatalf("sequence %q, time %q read as %d, %v", rawSeq, rawTS, sm.Sequence, sm.Time)
 		}

@@ -1,0 +1,231 @@
+package drain_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/testkit/testutil"
+	"github.com/fencepost/fencepost/world"
+)
+
+// mailboxMsgs reads id's stored messages after seq after, as a worker's
+// consumer would have carried them.
+func mailboxMsgs(t *testing.T, ctx context.Context, w *client.World, id string, after uint64) []*jetstream.RawStreamMsg {
+	t.Helper()
+	var out []*jetstream.RawStreamMsg
+	for seq := after + 1; ; {
+		m, err := w.Mailbox.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(wire.MailboxSubject(w.Name, id)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out
+		}
+		require.NoError(t, err)
+		out = append(out, m)
+		seq = m.Sequence + 1
+	}
+}
+
+// TestHolding_Deliver: messages read elsewhere are handed out only once
+// the holding is live (a drain read its mailbox to the end); in order,
+// skipping what the cursor covers; the commit goes out without waiting and
+// is settled by the next call or Flush; a seize makes the settle fail
+// with the ownership outcome, and the new holder gets every message whose
+// commit did not land.
+func TestHolding_Deliver(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{})
+	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
+	require.NoError(t, err)
+	defer ss.Close()
+	l, err := ss.Claim(ctx, "x")
+	require.NoError(t, err)
+	h, err := d.Hold(l)
+	require.NoError(t, err)
+	var rec recorder
+
+	send(t, ctx, w, "x", "1", "2")
+	early := mailboxMsgs(t, ctx, w, "x", 0)
+	_, ok, err := h.Deliver(ctx, early, rec.handle)
+	require.NoError(t, err)
+	require.False(t, ok, "Deliver before any drain")
+	require.Empty(t, rec.bodies())
+	require.False(t, h.Live())
+
+	res, err := h.Drain(ctx, rec.handle)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Count)
+	require.True(t, h.Live(), "a drain that read to the end makes the holding live")
+
+	send(t, ctx, w, "x", "3", "4")
+	// The caller's read overlaps what the drain delivered: skipped.
+	all := mailboxMsgs(t, ctx, w, "x", 0)
+	require.Len(t, all, 4)
+	before := bucketLastSeq(t, w)
+	res, ok, err = h.Deliver(ctx, all, rec.handle)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 2, res.Count)
+	require.Equal(t, []string{"1", "2", "3", "4"}, rec.bodies())
+	require.NoError(t, h.Flush(ctx))
+	require.Equal(t, uint64(1), bucketLastSeq(t, w)-before, "one cursor write")
+	st, err := d.Stat(ctx, "x")
+	require.NoError(t, err)
+	require.Equal(t, all[3].Sequence, st.Cursor, "the commit sent without waiting is stored")
+	require.Zero(t, st.Depth)
+
+	// A commit in flight when the id is seized: the settle fails with the
+	// ownership outcome and the new holder gets those messages again.
+	send(t, ctx, w, "x", "5")
+	_, ok, err = h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", all[3].Sequence), rec.handle)
+	require.NoError(t, err)
+	require.True(t, ok)
+	seized, err := w.Ownership.Seize(ctx, "x", "n2", time.Minute, true)
+	require.NoError(t, err)
+	err = h.Flush(ctx)
+	if err != nil {
+		// The commit was refused: the record moved before it landed.
+		require.ErrorIs(t, err, ownership.ErrHeld)
+	}
+	send(t, ctx, w, "x", "6")
+	var stale recorder
+	_, _, err = h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", 0), stale.handle)
+	require.Error(t, err, "a seized holding delivered")
+	require.Empty(t, stale.bodies())
+	var next recorder
+	_, err = d.DrainLease(ctx, seized, next.handle)
+	require.NoError(t, err)
+	got := next.bodies()
+	require.Equal(t, "6", got[len(got)-1])
+	require.Subset(t, []string{"5", "6"}, got, "at least the messages whose commit did not land, in order")
+}
+
+// TestHolding_DeliverFailure: a failed delivery ends liveness (the next
+// delivery is a drain, which retries it after its backoff) and nothing is
+// skipped.
+func TestHolding_DeliverFailure(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{}, drain.WithBackoff(time.Millisecond, time.Millisecond))
+	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
+	require.NoError(t, err)
+	defer ss.Close()
+	l, err := ss.Claim(ctx, "x")
+	require.NoError(t, err)
+	h, err := d.Hold(l)
+	require.NoError(t, err)
+	_, err = h.Drain(ctx, func(context.Context, drain.Message) error { return nil })
+	require.NoError(t, err)
+	require.True(t, h.Live())
+
+	send(t, ctx, w, "x", "a", "b")
+	failOnce := true
+	var rec recorder
+	rec.fail = func(m drain.Message) error {
+		if string(m.Body) == "b" && failOnce {
+			failOnce = false
+			return errors.New("not now")
+		}
+		return nil
+	}
+	_, ok, err := h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", 0), rec.handle)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.False(t, h.Live(), "a failed delivery ends liveness")
+	_, ok, err = h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", 0), rec.handle)
+	require.NoError(t, err)
+	require.False(t, ok)
+	_, err = h.Drain(ctx, rec.handle)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b", "b"}, rec.bodies())
+	require.True(t, h.Live())
+}
+
+// sweepFeed feeds sw every mailbox message from the first, as a worker's
+// consumer does, until ctx ends.
+func sweepFeed(t *testing.T, ctx context.Context, w *client.World, sw *drain.Sweeper) {
+	t.Helper()
+	cons, err := w.Mailbox.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{wire.MailboxFilter(w.Name)}, DeliverPolicy: jetstream.DeliverAllPolicy, HeadersOnly: true,
+	})
+	require.NoError(t, err)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		meta, err := m.Metadata()
+		if err == nil {
+			sw.Saw(meta.Sequence.Stream, m.Subject())
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(cc.Stop)
+}
+
+// TestSweeper: one purge removes the committed messages of every id below
+// the first message that no stored cursor covers, and nothing else: an
+// undrained id's messages stay, and so do committed messages after them,
+// until that id is drained too; a cursor above the stream's last sequence
+// (written by no commit) purges nothing.
+func TestSweeper(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	// The server purges this world: the drains below purge nothing
+	// themselves, so what goes, the sweeper removed.
+	w, d := newWorld(t, env, world.Config{Purge: world.PurgeByServer})
+	sw := d.NewSweeper()
+	sweepFeed(t, ctx, w, sw)
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = sw.Run(rctx, 20*time.Millisecond) })
+	defer func() { stop(); wg.Wait() }()
+
+	// Interleaved: a1 b1 c1 a2 b2 c2 ...; c is never drained at first.
+	for i := range 5 {
+		for _, id := range []string{"a", "b", "c"} {
+			send(t, ctx, w, id, fmt.Sprintf("%s%d", id, i))
+		}
+	}
+	// A forged cursor for c, far above the last sequence: nothing purged.
+	_, err := w.KV.Put(ctx, wire.CursorKey("c"), []byte(`{"v":1,"seq":1000000}`))
+	require.NoError(t, err)
+	drainAll := func(id string) {
+		l, err := w.Ownership.Claim(ctx, id, "n-"+id, time.Minute)
+		require.NoError(t, err)
+		_, err = d.DrainLease(ctx, l, func(context.Context, drain.Message) error { return nil })
+		require.NoError(t, err)
+		require.NoError(t, w.Ownership.Release(ctx, id, "n-"+id))
+	}
+	drainAll("a")
+	drainAll("b")
+	stored := func() uint64 {
+		info, err := w.Mailbox.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Msgs
+	}
+	// c0 at sequence 3 holds the mark: a0 and b0 (1, 2) go, the rest stay.
+	testutil.WaitFor(t, 10*time.Second, "the sweep up to c0", func() bool { return sw.Swept() == 3 })
+	require.Equal(t, uint64(13), stored())
+	// A window of ten more sweeps for the mark to pass c0 (it must not).
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, uint64(3), sw.Swept())
+	require.Len(t, mailboxMsgs(t, ctx, w, "c", 0), 5, "the forged cursor purged nothing")
+
+	// Repair c's cursor and drain it: everything goes.
+	require.NoError(t, w.KV.Delete(ctx, wire.CursorKey("c")))
+	var rec recorder
+	l, err := w.Ownership.Claim(ctx, "c", "n-c", time.Minute)
+	require.NoError(t, err)
+	_, err = d.DrainLease(ctx, l, rec.handle)
+	require.NoError(t, err)
+	require.Equal(t, []string{"c0", "c1", "c2", "c3", "c4"}, rec.bodies())
+	testutil.WaitFor(t, 10*time.Second, "the sweep of everything", func() bool { return stored() == 0 })
+	require.Equal(t, uint64(16), sw.Swept())
+}
