@@ -48,8 +48,8 @@ type Config struct {
 	// waits k*Spread (at most MaxSpread) before it claims another. Default
 	// 1 ms, MaxSpread 100 ms.
 	Spread, MaxSpread time.Duration
-	// Parallel bounds the drains this worker runs at once, and its claims
-	// (default 32 each):
+	// Parallel bounds the deliveries this worker runs at once, and its
+	// claims (default 256 each):
 	// beyond it, an id with mail waits for a slot. Without a bound a worker
 	// holding thousands of ids sends thousands of requests at once, and its
 	// node lease renewal queues behind them (it self-fenced under the
