@@ -32,7 +32,7 @@ FUZZ_TARGETS := \
 	internal/wire:FuzzEncodeRecord internal/wire:FuzzValidateWorld \
 	queue:FuzzValidateHeader queue:FuzzValidateFrom queue:FuzzValidateMsgID \
 	internal/wire:FuzzDecodeCursor internal/wire:FuzzDecodeLock drain:FuzzDecodeDeadLetter drain:FuzzRawFromDirect \
-	world:FuzzDecodeConfigMeta world:FuzzConfigValidate \
+	world:FuzzDecodeConfigMeta world:FuzzConfigValidate world:FuzzConfigSizes \
 	daemon:FuzzDecodeConfig daemon:FuzzConfigDuration daemon:FuzzParseFlags
 
 fuzz:

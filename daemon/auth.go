@@ -52,7 +52,7 @@ var (
 var Permissions = []Grant{
 	// Producer (and owner).
 	{"fp.<w>.mb.*", pub, prodOwner, "post: the JetStream publish of a message into mailbox <eid> (docs/wire.md Posting); an owner also reposts dead letters"},
-	{"$JS.API.STREAM.INFO.FP_MB_<w>", pub, prodOwner, "open the world: the mailbox stream's limits (max_msg_size, the header room a post keeps free)"},
+	{"$JS.API.STREAM.INFO.FP_MB_<w>", pub, prodOwner, "open the world: the mailbox stream's limits (max_msgs_per_subject, max_bytes), which a full mailbox names"},
 	{"$JS.API.STREAM.INFO.KV_fp_<w>", pub, prodOwner, "open the world: its settings are the bucket stream's metadata (fencepost.world.config); read only"},
 	{"_INBOX.>", sub, prodOwner, "replies: the publish acknowledgement of a post and every JetStream API answer arrive on the client's inbox"},
 

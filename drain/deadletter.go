@@ -333,9 +333,8 @@ func (d *Drainer) repostOne(ctx context.Context, q *queue.Queue, id string, dl D
 }
 
 func repostRefusal(q *queue.Queue, id string, err error) error {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == queue.ErrCodeFull {
-		return &queue.FullError{ID: id, Limit: q.Limit(), Err: err}
+	if full := q.AsFull(id, err); full != nil {
+		return full
 	}
 	return fmt.Errorf("drain: repost to %q: %w", id, err)
 }

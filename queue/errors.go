@@ -9,8 +9,8 @@ import (
 
 // Sentinel outcomes and errors of Send.
 var (
-	// ErrFull: the mailbox is at its limit (messages, or bytes as a message
-	// count; see docs/design.md section 3). Nothing was stored.
+	// ErrFull: the mailbox is at a limit: its messages, or the world's
+	// bytes (*FullError says which). Nothing was stored.
 	ErrFull = errors.New("queue: full")
 	// ErrTooLarge: the message is larger than the world allows. Nothing was
 	// sent.
@@ -24,15 +24,35 @@ var (
 	ErrUnknown = fencing.ErrUnknown
 )
 
-// FullError says which mailbox refused and at what limit.
+// FullError says which mailbox refused, which limit it hit and what the
+// limit is.
 type FullError struct {
 	ID    string
-	Limit int64 // messages per mailbox
-	Err   error // the server's refusal
+	Kind  FullKind // which limit: FullMessages or FullBytes
+	Limit int64    // messages per mailbox (FullMessages) or the world's bytes (FullBytes)
+	Err   error    // the server's refusal
 }
 
+// FullKind names the limit a full mailbox hit. The CLI prints it as
+// `full limit=N kind=K`.
+type FullKind string
+
+// The limits of a mailbox.
+const (
+	// FullMessages: the mailbox holds the world's max_msgs_per_mailbox
+	// messages (Limit is that count).
+	FullMessages FullKind = "messages"
+	// FullBytes: the world's mailboxes and dead letters together hold its
+	// max_bytes, as the server counts stored messages (Limit is that many
+	// bytes).
+	FullBytes FullKind = "bytes"
+)
+
 func (e *FullError) Error() string {
-	return fmt.Sprintf("queue: the mailbox of %q is full (%d messages); nothing was stored: drain it or raise the world's limit", e.ID, e.Limit)
+	if e.Kind == FullBytes {
+		return fmt.Sprintf("queue: the mailbox of %q is full: the world's mailboxes hold its max_bytes of %d bytes; nothing was stored: drain some or raise the world's limit", e.ID, e.Limit)
+	}
+	return fmt.Sprintf("queue: the mailbox of %q is full (%d messages, the world's max_msgs); nothing was stored: drain it or raise the world's limit", e.ID, e.Limit)
 }
 
 // Is matches ErrFull.
@@ -41,14 +61,29 @@ func (e *FullError) Is(target error) bool { return target == ErrFull }
 // Unwrap gives the server's refusal.
 func (e *FullError) Unwrap() error { return e.Err }
 
-// TooLargeError says how large the message was and what the world takes.
+// The limits a TooLargeError names.
+const (
+	LimitMaxBody    = "max_body"    // the world's largest body
+	LimitMaxHeaders = "max_headers" // the world's header room
+	LimitMaxPayload = "max_payload" // the server's largest message
+)
+
+// TooLargeError says what was too large (the body, the headers or the
+// whole message), by how much, and which limit refused it.
 type TooLargeError struct {
-	Size  int // body plus headers, bytes
-	Limit int // the world's max message size (or the server's max payload)
+	Of    string // LimitMaxBody, LimitMaxHeaders or LimitMaxPayload
+	Size  int    // the body, the headers (HeaderSize) or both, bytes
+	Limit int    // the limit named by Of
 }
 
 func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("queue: the message is %d bytes (body and headers), this world takes at most %d; nothing was sent", e.Size, e.Limit)
+	switch e.Of {
+	case LimitMaxHeaders:
+		return fmt.Sprintf("queue: the headers are %d bytes, this world's max_headers is %d; nothing was sent", e.Size, e.Limit)
+	case LimitMaxPayload:
+		return fmt.Sprintf("queue: the message is %d bytes (body and headers), the server's max_payload is %d; nothing was sent", e.Size, e.Limit)
+	}
+	return fmt.Sprintf("queue: the body is %d bytes, this world's max_body is %d; nothing was sent", e.Size, e.Limit)
 }
 
 // Is matches ErrTooLarge.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,10 +16,12 @@ import (
 // Queue posts into the mailboxes of one world. It is safe for concurrent
 // use.
 type Queue struct {
-	world   string
-	js      jetstream.JetStream
-	maxSize int   // the world's max message size, body plus headers
-	limit   int64 // messages per mailbox, as the stream enforces it
+	world      string
+	js         jetstream.JetStream
+	maxBody    int   // the world's max_body
+	maxHeaders int   // the world's max_headers, as HeaderSize counts them
+	limit      int64 // messages per mailbox, as the stream enforces it
+	maxBytes   int64 // bytes of the world's mailbox stream; 0: no limit
 }
 
 // Posted is the outcome of a stored message: its sequence in the world's
@@ -30,18 +33,35 @@ type Posted struct {
 	Duplicate bool
 }
 
-// New returns the queue of an open world.
+// New returns the queue of an open world. The limits a full mailbox
+// reports are the mailbox stream's own (what the broker enforces), or
+// the world's settings if the stream's config is not at hand.
 func New(w *world.World) *Queue {
-	limit := w.Config.MaxMsgsPerMailbox
-	if info := w.Mailbox.CachedInfo(); info != nil && info.Config.MaxMsgsPerSubject > 0 {
-		limit = info.Config.MaxMsgsPerSubject
+	limit, maxBytes := w.Config.MailboxMsgs(), w.Config.MaxBytes
+	if info := w.Mailbox.CachedInfo(); info != nil {
+		if info.Config.MaxMsgsPerSubject > 0 {
+			limit = info.Config.MaxMsgsPerSubject
+		}
+		maxBytes = max(info.Config.MaxBytes, 0)
 	}
-	return &Queue{world: w.Name, js: w.JS, maxSize: int(w.Config.MaxMsgSize), limit: limit}
+	return &Queue{world: w.Name, js: w.JS, maxBody: int(w.Config.MaxBody), maxHeaders: int(w.Config.MaxHeaders), limit: limit, maxBytes: maxBytes}
 }
 
 // Limit is the number of messages one mailbox holds before Send reports
-// ErrFull (see docs/design.md section 3 for how the byte limit folds in).
+// ErrFull (FullError with Kind FullMessages).
 func (q *Queue) Limit() int64 { return q.limit }
+
+// MaxBytes is the number of bytes the world's mailboxes and dead letters
+// hold together before Send reports ErrFull (FullError with Kind
+// FullBytes), as the server counts stored messages; 0 is no limit.
+func (q *Queue) MaxBytes() int64 { return q.maxBytes }
+
+// MaxBody is the largest body Send accepts, in bytes: one byte more is
+// *TooLargeError naming max_body.
+func (q *Queue) MaxBody() int { return q.maxBody }
+
+// MaxHeaders is the most header bytes (HeaderSize) Send accepts.
+func (q *Queue) MaxHeaders() int { return q.maxHeaders }
 
 // Send posts body into id's mailbox and returns once JetStream stored it
 // (Posted), whether or not anyone owns id. It returns *FullError (ErrFull)
@@ -128,7 +148,7 @@ func (q *Queue) message(id string, body []byte, opts []SendOption) (*nats.Msg, s
 		}
 		h.Set(HeaderMsgID, wire.ScopedMsgID(id, o.msgID))
 	}
-	if err := q.checkSize(len(body) + HeaderSize(h)); err != nil {
+	if err := q.checkSize(len(body), HeaderSize(h)); err != nil {
 		return nil, o, err
 	}
 	m := &nats.Msg{Subject: wire.MailboxSubject(q.world, id), Data: body}
@@ -138,17 +158,19 @@ func (q *Queue) message(id string, body []byte, opts []SendOption) (*nats.Msg, s
 	return m, o, nil
 }
 
-// DeadLetterReserve is the room Send keeps free in every message for the
-// headers a dead letter adds (at most half the world's max message size).
-const DeadLetterReserve = 1024
-
-func (q *Queue) checkSize(size int) error {
-	limit := q.maxSize - min(DeadLetterReserve, q.maxSize/2)
-	if mp := int(q.js.Conn().MaxPayload()); mp > 0 && mp < limit {
-		limit = mp
+// checkSize refuses, before anything is sent, a body over max_body,
+// headers over max_headers, and a message the connection would not send
+// (over the server's max_payload, which a world's creation checks against
+// max_body + max_headers, but a server may since have lowered).
+func (q *Queue) checkSize(body, headers int) error {
+	switch {
+	case body > q.maxBody:
+		return &TooLargeError{Of: LimitMaxBody, Size: body, Limit: q.maxBody}
+	case headers > q.maxHeaders:
+		return &TooLargeError{Of: LimitMaxHeaders, Size: headers, Limit: q.maxHeaders}
 	}
-	if size > limit {
-		return &TooLargeError{Size: size, Limit: limit}
+	if mp := int(q.js.Conn().MaxPayload()); mp > 0 && body+headers > mp {
+		return &TooLargeError{Of: LimitMaxPayload, Size: body + headers, Limit: mp}
 	}
 	return nil
 }
@@ -156,13 +178,11 @@ func (q *Queue) checkSize(size int) error {
 // refusal turns a publish error into the queue's outcomes, keeping the
 // server's error underneath.
 func (q *Queue) refusal(id, msgID string, err error) error {
+	if full := q.AsFull(id, err); full != nil {
+		return full
+	}
 	var apiErr *jetstream.APIError
 	switch {
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == ErrCodeFull:
-		// The only store failures the server answers are limit refusals;
-		// the mailbox stream sets no stream-wide limit and the size was
-		// checked above, so this is the per-subject limit.
-		return &FullError{ID: id, Limit: q.limit, Err: err}
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum,
 		errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Errorf("%w: %w", ErrTooLarge, err)
@@ -178,5 +198,30 @@ func (q *Queue) refusal(id, msgID string, err error) error {
 
 // ErrCodeFull is JetStream's "store failed" error (JSStreamStoreFailedF),
 // which a stream with DiscardNew answers for a limit it would exceed: on a
-// mailbox, a full one (docs/wire.md).
+// mailbox, a full one (docs/wire.md). Its description is the limit's
+// text: fullMsgsText or fullBytesText.
 const ErrCodeFull jetstream.ErrorCode = 10077
+
+// The descriptions of ErrCodeFull for the two limits of a mailbox
+// stream (nats-server's ErrMaxMsgsPerSubject and ErrMaxBytes).
+const (
+	fullMsgsText  = "maximum messages per subject exceeded"
+	fullBytesText = "maximum bytes exceeded"
+)
+
+// AsFull is the *FullError of a publish to id's mailbox that err refused
+// for one of the mailbox stream's limits, with the limit it hit; nil when
+// err is anything else.
+func (q *Queue) AsFull(id string, err error) *FullError {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != ErrCodeFull {
+		return nil
+	}
+	switch {
+	case strings.Contains(apiErr.Description, fullBytesText):
+		return &FullError{ID: id, Kind: FullBytes, Limit: q.maxBytes, Err: err}
+	case strings.Contains(apiErr.Description, fullMsgsText):
+		return &FullError{ID: id, Kind: FullMessages, Limit: q.limit, Err: err}
+	}
+	return nil // another store failure: refused, and not for being full
+}

@@ -18,13 +18,43 @@ const (
 
 // Config holds a world's settings. The zero value of a field means its
 // default (see Defaults).
+//
+// The size limits (docs/design.md section 5, "Limits"): MaxBody is the
+// largest body a post accepts and MaxHeaders the most header bytes one may
+// carry (as the server counts them, HeaderSize in package queue); the
+// broker's own limit on one message, the mailbox stream's max_msg_size, is
+// MaxMsgSize = MaxBody + MaxHeaders, so that the Go client refuses exactly
+// what is over MaxBody or MaxHeaders and the broker never refuses what the
+// client accepts. Any two of the three give the third; MaxMsgSize alone is
+// the form of worlds created before MaxBody existed (WithDefaults).
 type Config struct {
-	MinTTL             time.Duration `json:"min_ttl"`
-	MaxTTL             time.Duration `json:"max_ttl"`
-	DefaultTTL         time.Duration `json:"default_ttl"`
-	MaxMsgSize         int32         `json:"max_msg_size"`
-	MaxMsgsPerMailbox  int64         `json:"max_msgs_per_mailbox"`
-	MaxBytesPerMailbox int64         `json:"max_bytes_per_mailbox"`
+	MinTTL     time.Duration `json:"min_ttl"`
+	MaxTTL     time.Duration `json:"max_ttl"`
+	DefaultTTL time.Duration `json:"default_ttl"`
+	// MaxBody is the largest body a post accepts, in bytes.
+	MaxBody int32 `json:"max_body,omitempty"`
+	// MaxHeaders is the most header bytes a post may carry (the sender,
+	// the message id and the caller's headers, as the server counts them).
+	MaxHeaders int32 `json:"max_headers,omitempty"`
+	// MaxMsgSize is the mailbox stream's max_msg_size: body plus headers,
+	// what the broker refuses beyond (MaxBody + MaxHeaders).
+	MaxMsgSize int32 `json:"max_msg_size"`
+	// MaxMsgsPerMailbox is the number of messages one mailbox holds before
+	// a post answers full.
+	MaxMsgsPerMailbox int64 `json:"max_msgs_per_mailbox"`
+	// MaxBytes is the number of bytes the world's mailbox stream holds
+	// (every mailbox and dead letter of the world together, as the server
+	// counts a stored message: subject, headers, body and a few bytes of
+	// its own) before a post answers full; 0 is no limit. JetStream has no
+	// byte limit per subject, so there is none per mailbox (docs/design.md
+	// section 5).
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+	// MaxBytesPerMailbox is the byte limit of worlds created before
+	// MaxBytes: it was enforced as a message count, and still is (the
+	// per-mailbox count is min(MaxMsgsPerMailbox, MaxBytesPerMailbox /
+	// MaxMsgSize), MailboxMsgs). 0, the default, is not set. Deprecated:
+	// use MaxMsgsPerMailbox and MaxBytes.
+	MaxBytesPerMailbox int64         `json:"max_bytes_per_mailbox,omitempty"`
 	MaxDeliveries      int           `json:"max_deliveries"`
 	DedupeWindow       time.Duration `json:"dedupe_window"`
 	Replicas           int           `json:"replicas"`
@@ -47,24 +77,31 @@ const (
 
 // Defaults are the settings of a world created without any.
 var Defaults = Config{
-	MinTTL:             time.Second,
-	MaxTTL:             time.Hour,
-	DefaultTTL:         10 * time.Second,
-	MaxMsgSize:         1 << 20,
-	MaxMsgsPerMailbox:  100_000,
-	MaxBytesPerMailbox: 100_000 << 20, // JetStream limits subjects by count only: see docs/design.md section 5
-	MaxDeliveries:      5,
-	DedupeWindow:       2 * time.Minute,
-	Replicas:           1,
-	Storage:            FileStorage,
-	Purge:              PurgeByOwner,
+	MinTTL:            time.Second,
+	MaxTTL:            time.Hour,
+	DefaultTTL:        10 * time.Second,
+	MaxBody:           1<<20 - 8<<10, // with MaxHeaders, 1 MiB: nats-server's default max_payload
+	MaxHeaders:        8 << 10,
+	MaxMsgSize:        1 << 20,
+	MaxMsgsPerMailbox: 100_000,
+	MaxDeliveries:     5,
+	DedupeWindow:      2 * time.Minute,
+	Replicas:          1,
+	Storage:           FileStorage,
+	Purge:             PurgeByOwner,
 }
+
+// LegacyHeaderRoom is the header room of a world given only MaxMsgSize
+// (a world created before MaxBody existed): the 1 KiB, at most half of
+// MaxMsgSize, that its posts kept free, so that such a world takes the
+// bodies it took before.
+const LegacyHeaderRoom = 1024
 
 // Hard limits on settings, whatever a world asks for.
 const (
 	floorTTL      = time.Millisecond // tests use short ttls; production worlds keep the 1 s default
 	ceilingTTL    = 24 * time.Hour
-	maxMsgSizeCap = 8 << 20 // nats-server's max_payload ceiling
+	maxMsgSizeCap = 8 << 20 // nats-server's max_payload ceiling: max_body + max_headers
 )
 
 // ErrInvalidConfig wraps every problem with a world's settings.
@@ -82,14 +119,9 @@ func (c Config) WithDefaults() Config {
 	if c.DefaultTTL == 0 {
 		c.DefaultTTL = max(min(d.DefaultTTL, c.MaxTTL), c.MinTTL)
 	}
-	if c.MaxMsgSize == 0 {
-		c.MaxMsgSize = d.MaxMsgSize
-	}
+	c.MaxBody, c.MaxHeaders, c.MaxMsgSize = sizes(c.MaxBody, c.MaxHeaders, c.MaxMsgSize)
 	if c.MaxMsgsPerMailbox == 0 {
 		c.MaxMsgsPerMailbox = d.MaxMsgsPerMailbox
-	}
-	if c.MaxBytesPerMailbox == 0 {
-		c.MaxBytesPerMailbox = d.MaxBytesPerMailbox
 	}
 	if c.MaxDeliveries == 0 {
 		c.MaxDeliveries = d.MaxDeliveries
@@ -109,6 +141,47 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// sizes fills the size limits: any two give the third; one alone takes the
+// default of another (of MaxHeaders, or for MaxMsgSize alone, the legacy
+// split); none takes the defaults.
+func sizes(body, headers, msg int32) (int32, int32, int32) {
+	d := Defaults
+	switch {
+	case body != 0 && headers != 0 && msg != 0:
+	case body != 0 && headers != 0:
+		msg = body + headers
+	case body != 0 && msg != 0:
+		headers = msg - body
+	case headers != 0 && msg != 0:
+		body = msg - headers
+	case msg != 0:
+		// A world created before MaxBody: its posts kept 1 KiB (at most
+		// half) free, so its body limit stays what it was.
+		headers = min(LegacyHeaderRoom, msg/2)
+		body = msg - headers
+	case body != 0:
+		headers = d.MaxHeaders
+		msg = body + headers
+	case headers != 0:
+		body = d.MaxBody
+		msg = body + headers
+	default:
+		body, headers, msg = d.MaxBody, d.MaxHeaders, d.MaxMsgSize
+	}
+	return body, headers, msg
+}
+
+// MailboxMsgs is the number of messages one mailbox holds: the mailbox
+// stream's max_msgs_per_subject. It is MaxMsgsPerMailbox, or for a world
+// with the legacy MaxBytesPerMailbox the count that setting was enforced
+// as.
+func (c Config) MailboxMsgs() int64 {
+	if c.MaxBytesPerMailbox > 0 && c.MaxMsgSize > 0 {
+		return min(c.MaxMsgsPerMailbox, c.MaxBytesPerMailbox/int64(c.MaxMsgSize))
+	}
+	return c.MaxMsgsPerMailbox
+}
+
 // Validate names the first field that is out of bounds.
 func (c Config) Validate() error {
 	bad := func(field, format string, a ...any) error {
@@ -122,10 +195,20 @@ func (c Config) Validate() error {
 	case c.DefaultTTL < c.MinTTL || c.DefaultTTL > c.MaxTTL:
 		return bad("default_ttl", "%v is outside %v..%v", c.DefaultTTL, c.MinTTL, c.MaxTTL)
 	case c.MaxMsgSize < 1 || c.MaxMsgSize > maxMsgSizeCap:
-		return bad("max_msg_size", "%d is outside 1..%d bytes", c.MaxMsgSize, maxMsgSizeCap)
+		return bad("max_msg_size", "%d (max_body %d + max_headers %d) is outside 1..%d bytes", c.MaxMsgSize, c.MaxBody, c.MaxHeaders, maxMsgSizeCap)
+	case c.MaxBody < 1 || c.MaxBody > maxMsgSizeCap:
+		return bad("max_body", "%d is outside 1..%d bytes", c.MaxBody, maxMsgSizeCap)
+	case c.MaxHeaders < 0 || c.MaxHeaders > maxMsgSizeCap:
+		return bad("max_headers", "%d is outside 0..%d bytes", c.MaxHeaders, maxMsgSizeCap)
+	case int64(c.MaxMsgSize) != int64(c.MaxBody)+int64(c.MaxHeaders):
+		return bad("max_msg_size", "%d is not max_body %d + max_headers %d", c.MaxMsgSize, c.MaxBody, c.MaxHeaders)
 	case c.MaxMsgsPerMailbox < 1:
 		return bad("max_msgs_per_mailbox", "%d must be at least 1", c.MaxMsgsPerMailbox)
-	case c.MaxBytesPerMailbox < int64(c.MaxMsgSize):
+	case c.MaxBytes < 0:
+		return bad("max_bytes", "%d is negative (0 is no limit)", c.MaxBytes)
+	case c.MaxBytes > 0 && c.MaxBytes < int64(c.MaxBody):
+		return bad("max_bytes", "%d is less than max_body %d: the world could not hold its largest body", c.MaxBytes, c.MaxBody)
+	case c.MaxBytesPerMailbox < 0 || (c.MaxBytesPerMailbox > 0 && c.MaxBytesPerMailbox < int64(c.MaxMsgSize)):
 		return bad("max_bytes_per_mailbox", "%d is less than max_msg_size %d", c.MaxBytesPerMailbox, c.MaxMsgSize)
 	case c.MaxDeliveries < 1 || c.MaxDeliveries > 1000:
 		return bad("max_deliveries", "%d is outside 1..1000", c.MaxDeliveries)

@@ -9,7 +9,7 @@ import (
 
 // jsonKeys are the JSON names of Config's fields: every validation error
 // names one of them.
-var jsonKeys = []string{"min_ttl", "max_ttl", "default_ttl", "max_msg_size", "max_msgs_per_mailbox", "max_bytes_per_mailbox", "max_deliveries", "dedupe_window", "replicas", "storage"}
+var jsonKeys = []string{"min_ttl", "max_ttl", "default_ttl", "max_body", "max_headers", "max_msg_size", "max_msgs_per_mailbox", "max_bytes", "max_bytes_per_mailbox", "max_deliveries", "dedupe_window", "replicas", "storage"}
 
 // namesField reports whether err's message is "world: invalid config: <key>: ...".
 func namesField(err error) bool {
@@ -35,6 +35,10 @@ func FuzzDecodeConfigMeta(f *testing.F) {
 	f.Add(configV, `{"replicas":2}`, true)
 	f.Add(configV, `{"storage":"tape"}`, true)
 	f.Add(configV, `{"max_msg_size":9000000}`, true)
+	f.Add(configV, `{"max_msg_size":1048576,"max_msgs_per_mailbox":100000,"max_bytes_per_mailbox":104857600000}`, true) // a world from before max_body
+	f.Add(configV, `{"max_body":100,"max_bytes":1000}`, true)
+	f.Add(configV, `{"max_body":100,"max_headers":10,"max_msg_size":111}`, true)
+	f.Add(configV, `{"max_body":100,"max_bytes":99}`, true)
 	f.Add("2", `{}`, true)
 	f.Add(configV, `not json`, true)
 	f.Add(configV, `null`, false)
@@ -108,7 +112,7 @@ func FuzzConfigValidate(f *testing.F) {
 		if w.WithDefaults() != w {
 			t.Fatalf("WithDefaults is not idempotent on %+v", c)
 		}
-		if w.MinTTL == 0 || w.MaxTTL == 0 || w.DefaultTTL == 0 || w.MaxMsgSize == 0 || w.MaxMsgsPerMailbox == 0 || w.MaxBytesPerMailbox == 0 ||
+		if w.MinTTL == 0 || w.MaxTTL == 0 || w.DefaultTTL == 0 || w.MaxMsgSize == 0 || w.MaxMsgsPerMailbox == 0 ||
 			w.MaxDeliveries == 0 || w.DedupeWindow == 0 || w.Replicas == 0 || w.Storage == "" {
 			t.Fatalf("WithDefaults left a zero field: %+v", w)
 		}
@@ -122,9 +126,7 @@ func FuzzConfigValidate(f *testing.F) {
 		if !(floorTTL <= w.MinTTL && w.MinTTL <= w.DefaultTTL && w.DefaultTTL <= w.MaxTTL && w.MaxTTL <= ceilingTTL) {
 			t.Fatalf("Validate accepted ttl bounds %v <= %v <= %v", w.MinTTL, w.DefaultTTL, w.MaxTTL)
 		}
-		if w.MaxMsgSize < 1 || w.MaxMsgSize > maxMsgSizeCap || w.MaxBytesPerMailbox < int64(w.MaxMsgSize) {
-			t.Fatalf("Validate accepted sizes %+v", w)
-		}
+		checkSizes(t, w)
 		got, err := w.TTL(time.Duration(ttl))
 		switch {
 		case err != nil:
@@ -141,5 +143,61 @@ func FuzzConfigValidate(f *testing.F) {
 		case got < w.MinTTL || got > w.MaxTTL:
 			t.Fatalf("TTL(%v) = %v outside %v..%v", time.Duration(ttl), got, w.MinTTL, w.MaxTTL)
 		}
+	})
+}
+
+// checkSizes fails unless the size limits of a valid config hold: a body
+// of 1..cap, headers of 0..cap, max_msg_size exactly their sum within the
+// cap, a byte limit that holds the largest body, a legacy per-mailbox
+// byte limit that holds the largest message, and a per-mailbox count of
+// at least 1.
+func checkSizes(t *testing.T, w Config) {
+	t.Helper()
+	if w.MaxBody < 1 || w.MaxHeaders < 0 || int64(w.MaxMsgSize) != int64(w.MaxBody)+int64(w.MaxHeaders) || w.MaxMsgSize > maxMsgSizeCap ||
+		w.MaxBytes < 0 || (w.MaxBytes > 0 && w.MaxBytes < int64(w.MaxBody)) ||
+		w.MaxBytesPerMailbox < 0 || (w.MaxBytesPerMailbox > 0 && w.MaxBytesPerMailbox < int64(w.MaxMsgSize)) ||
+		w.MailboxMsgs() < 1 || w.MailboxMsgs() > w.MaxMsgsPerMailbox {
+		t.Fatalf("Validate accepted sizes %+v", w)
+	}
+}
+
+// FuzzConfigSizes: any mix of the size limits. Any two of max_body,
+// max_headers and max_msg_size give the third, max_msg_size alone keeps
+// the legacy split (1 KiB, at most half, for headers), and WithDefaults
+// is idempotent; Validate accepts only limits that hold (checkSizes) or
+// names the field.
+func FuzzConfigSizes(f *testing.F) {
+	f.Add(int32(0), int32(0), int32(0), int64(0), int64(0))
+	f.Add(int32(10), int32(0), int32(0), int64(0), int64(0))
+	f.Add(int32(100), int32(0), int32(0), int64(1000), int64(0))
+	f.Add(int32(0), int32(0), int32(1<<20), int64(0), int64(100_000<<20))
+	f.Add(int32(0), int32(0), int32(10), int64(0), int64(0))
+	f.Add(int32(100), int32(10), int32(111), int64(0), int64(0))
+	f.Add(int32(1<<23), int32(1), int32(0), int64(0), int64(0))
+	f.Fuzz(func(t *testing.T, body, headers, msg int32, maxBytes, perMailbox int64) {
+		c := Config{MaxBody: body, MaxHeaders: headers, MaxMsgSize: msg, MaxBytes: maxBytes, MaxBytesPerMailbox: perMailbox}
+		w := c.WithDefaults()
+		if w.WithDefaults() != w {
+			t.Fatalf("WithDefaults is not idempotent on %+v", c)
+		}
+		switch {
+		case body == 0 && headers == 0 && msg == 0:
+			if w.MaxBody != Defaults.MaxBody || w.MaxHeaders != Defaults.MaxHeaders || w.MaxMsgSize != Defaults.MaxMsgSize {
+				t.Fatalf("no sizes gave %+v, want the defaults", w)
+			}
+		case body == 0 && headers == 0:
+			if w.MaxMsgSize != msg || w.MaxHeaders != min(LegacyHeaderRoom, msg/2) {
+				t.Fatalf("max_msg_size %d alone gave %+v, want the legacy split", msg, w)
+			}
+		case body != 0 && w.MaxBody != body, headers != 0 && w.MaxHeaders != headers, msg != 0 && w.MaxMsgSize != msg:
+			t.Fatalf("WithDefaults changed a size given: %+v into %+v", c, w)
+		}
+		if err := w.Validate(); err != nil {
+			if !errors.Is(err, ErrInvalidConfig) || !namesField(err) {
+				t.Fatalf("Validate(%+v) = %v: want ErrInvalidConfig naming the field", w, err)
+			}
+			return
+		}
+		checkSizes(t, w)
 	})
 }

@@ -66,6 +66,12 @@ func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config
 	} else if !errors.Is(err, ErrUnknownWorld) {
 		return nil, err
 	}
+	if mp := js.Conn().MaxPayload(); mp > 0 && int64(cfg.MaxMsgSize) > mp {
+		// The server would refuse a post of max_body with max_headers
+		// before the stream sees it: the world's limits would not be its.
+		return nil, fmt.Errorf("%w: max_body %d + max_headers %d = %d bytes is over the server's max_payload %d: lower max_body (--max-body) or raise max_payload in the server's config",
+			ErrInvalidConfig, cfg.MaxBody, cfg.MaxHeaders, cfg.MaxMsgSize, mp)
+	}
 	meta, err := encodeMeta(cfg)
 	if err != nil {
 		return nil, err
@@ -115,13 +121,18 @@ func denyRollups(ctx context.Context, js jetstream.JetStream, name string) error
 }
 
 // mailboxConfig is the mailbox stream of a world: one subject per id for
-// its mailbox and one for its dead letters. JetStream limits messages per
-// subject but not bytes, so the byte limit becomes a message count: no
-// mailbox holds more than max_bytes_per_mailbox / max_msg_size messages,
-// and since no message is larger than max_msg_size, none holds more bytes
-// than its limit (docs/design.md section 3).
+// its mailbox and one for its dead letters. Each limit is the world's
+// setting of the same meaning (docs/design.md section 5, "Limits"):
+// max_msgs_per_subject is the messages per mailbox (MailboxMsgs: for a
+// world with the legacy max_bytes_per_mailbox, the count it was enforced
+// as), max_bytes the world's bytes (none when 0), max_msg_size its body
+// plus header room; a post over a limit is refused and stores nothing
+// (discard new, per subject).
 func mailboxConfig(name string, cfg Config, storage jetstream.StorageType) jetstream.StreamConfig {
-	perSubject := min(cfg.MaxMsgsPerMailbox, cfg.MaxBytesPerMailbox/int64(cfg.MaxMsgSize))
+	maxBytes := cfg.MaxBytes
+	if maxBytes == 0 {
+		maxBytes = -1
+	}
 	return jetstream.StreamConfig{
 		Name:                 wire.MailboxStream(name),
 		Description:          "fencepost world " + name + ": mailboxes and dead letters",
@@ -129,7 +140,8 @@ func mailboxConfig(name string, cfg Config, storage jetstream.StorageType) jetst
 		Retention:            jetstream.LimitsPolicy,
 		Discard:              jetstream.DiscardNew,
 		DiscardNewPerSubject: true,
-		MaxMsgsPerSubject:    perSubject,
+		MaxMsgsPerSubject:    cfg.MailboxMsgs(),
+		MaxBytes:             maxBytes,
 		MaxMsgSize:           cfg.MaxMsgSize,
 		Duplicates:           cfg.DedupeWindow,
 		Replicas:             cfg.Replicas,

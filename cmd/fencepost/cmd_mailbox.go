@@ -81,7 +81,7 @@ func mailboxOutcome(e *env, err error) (int, bool) {
 	)
 	switch {
 	case errors.As(err, &full):
-		e.emit("full", f("limit", full.Limit))
+		e.emit("full", f("limit", full.Limit), f("kind", string(full.Kind)))
 		return exitFull, true
 	case errors.As(err, &contended):
 		if contended.Node != "" {

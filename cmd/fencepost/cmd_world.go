@@ -24,14 +24,18 @@ func init() {
 			fs.DurationVar(&wdCfg.MinTTL, "min-ttl", 0, "add: shortest lease (default 1s)")
 			fs.DurationVar(&wdCfg.MaxTTL, "max-ttl", 0, "add: longest lease (default 1h)")
 			fs.DurationVar(&wdCfg.DefaultTTL, "default-ttl", 0, "add: lease when none is asked for (default 10s)")
-			fs.Func("max-msg-size", "add: largest message in bytes, body plus headers (default 1 MiB)", func(s string) error {
-				var v int32
-				_, err := fmt.Sscan(s, &v)
-				wdCfg.MaxMsgSize = v
+			maxBody := func(s string) error {
+				_, err := fmt.Sscan(s, &wdCfg.MaxBody)
+				return err
+			}
+			fs.Func("max-body", "add: largest body a post accepts, in bytes (default 1040384: with the headers, 1 MiB)", maxBody)
+			fs.Func("max-msg-size", "add: the old name of --max-body", maxBody)
+			fs.Func("max-headers", "add: most header bytes a post may carry, sender and message id included (default 8192)", func(s string) error {
+				_, err := fmt.Sscan(s, &wdCfg.MaxHeaders)
 				return err
 			})
-			fs.Int64Var(&wdCfg.MaxMsgsPerMailbox, "max-msgs", 0, "add: messages per mailbox before full (default 100000)")
-			fs.Int64Var(&wdCfg.MaxBytesPerMailbox, "max-bytes", 0, "add: bytes per mailbox before full (default 100000 x 1 MiB; enforced as a count: max-bytes/max-msg-size)")
+			fs.Int64Var(&wdCfg.MaxMsgsPerMailbox, "max-msgs", 0, "add: messages one mailbox holds before full (default 100000)")
+			fs.Int64Var(&wdCfg.MaxBytes, "max-bytes", 0, "add: bytes the world's mailboxes and dead letters hold together before full, as the server stores them (default: no limit)")
 			fs.IntVar(&wdCfg.MaxDeliveries, "max-deliveries", 0, "add: deliveries before a message moves to dead letters (default 5)")
 			fs.DurationVar(&wdCfg.DedupeWindow, "dedupe-window", 0, "add: window in which a repeated --msg-id is stored once (default 2m)")
 			fs.IntVar(&wdCfg.Replicas, "replicas", 0, "add: 1, 3 or 5 (default 1; 3 on a 3-node cluster)")
@@ -173,10 +177,17 @@ func worldRm(e *env, name string) int {
 }
 
 // settingFields are a world's settings under the names of the add flags.
+// max_msgs is the count a mailbox holds (for a world created with the old
+// per-mailbox byte limit, the count that limit was enforced as); max_bytes
+// is -1 when the world has no byte limit, as in JetStream.
 func settingFields(c world.Config) []field {
+	maxBytes := c.MaxBytes
+	if maxBytes == 0 {
+		maxBytes = -1
+	}
 	return []field{
 		f("min_ttl", c.MinTTL.String()), f("max_ttl", c.MaxTTL.String()), f("default_ttl", c.DefaultTTL.String()),
-		f("max_msg_size", c.MaxMsgSize), f("max_msgs", c.MaxMsgsPerMailbox), f("max_bytes", c.MaxBytesPerMailbox),
+		f("max_body", c.MaxBody), f("max_headers", c.MaxHeaders), f("max_msgs", c.MailboxMsgs()), f("max_bytes", maxBytes),
 		f("max_deliveries", c.MaxDeliveries), f("dedupe_window", c.DedupeWindow.String()),
 		f("replicas", c.Replicas), f("storage", string(c.Storage)), f("purge", string(c.Purge)),
 	}

@@ -58,7 +58,7 @@ func TestCLI_MailboxWordsAndExitCodes(t *testing.T) {
 
 	r := cli(t, url, wn, "send", "big", strings.Repeat("x", 5000))
 	require.Equal(t, 1, r.code)
-	require.Contains(t, r.err, "this world takes at most")
+	require.Contains(t, r.err, "this world's max_body is")
 
 	r = cli(t, url, wn, "send", "j", "--msg-id", "k", "body", "--json")
 	require.Equal(t, 0, r.code, r.err)
