@@ -404,17 +404,24 @@ func TestIDs_RoundTrip(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, node, st.Node, "id %q is not its own record", id)
 		}
-		// Every record key decodes to exactly one of the ids.
-		keys, err := w.KV.ListKeys(ctx)
-		require.NoError(t, err)
+		// Every record key decodes to exactly one of the ids. A key
+		// listing reads through a consumer, which on a replicated stream
+		// may sit on a replica a little behind the last writes: list
+		// again until it caught up.
 		var got []string
-		for k := range keys.Keys() {
-			if tok, ok := strings.CutPrefix(k, wire.RecordPrefix); ok {
-				id, err := wire.DecodeID(tok)
-				require.NoError(t, err)
-				got = append(got, id)
+		testutil.WaitFor(t, 10*time.Second, "a key listing with every id", func() bool {
+			keys, err := w.KV.ListKeys(ctx)
+			require.NoError(t, err)
+			got = got[:0]
+			for k := range keys.Keys() {
+				if tok, ok := strings.CutPrefix(k, wire.RecordPrefix); ok {
+					id, err := wire.DecodeID(tok)
+					require.NoError(t, err)
+					got = append(got, id)
+				}
 			}
-		}
+			return len(got) >= len(ids)
+		})
 		require.ElementsMatch(t, ids, got)
 	})
 }
