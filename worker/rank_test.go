@@ -56,7 +56,7 @@ func TestClaimWait(t *testing.T) {
 		id := "id-" + time.Duration(i).String()
 		var now []string
 		for _, n := range nodes {
-			if d := workers[n].claimWait(id); d == 0 {
+			if d := workers[n].claimWait(id, false); d == 0 {
 				now = append(now, n)
 			} else if d < claimFallback {
 				t.Fatalf("%s waits %v for %q, less than the fallback", n, d, id)
@@ -79,7 +79,7 @@ func TestClaimWait(t *testing.T) {
 		id := "id-" + time.Duration(i).String()
 		zero := 0
 		for _, n := range nodes[1:] {
-			if workers[n].claimWait(id) == 0 {
+			if workers[n].claimWait(id, i%2 == 0) == 0 {
 				zero++
 			}
 		}

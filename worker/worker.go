@@ -452,7 +452,7 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 				continue
 			}
 			pending[id] = true
-			time.AfterFunc(wk.claimWait(id), func() { offer(retry, id) })
+			time.AfterFunc(wk.claimWait(id, c.why == fromFree), func() { offer(retry, id) })
 			continue
 		case id = <-retry:
 		}
@@ -663,6 +663,9 @@ func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.Raw
 // node lease ttl when longer.
 const claimFallback = time.Second
 
+// freedFallback is claimFallback for an id that was held (claimWait).
+const freedFallback = 50 * time.Millisecond
+
 // claimWait is how long the worker waits before it tries to claim a new
 // id. Each id has its own order of the world's live nodes (rendezvous
 // hashing: a hash of id and node): the first tries at once, the others
@@ -671,7 +674,13 @@ const claimFallback = time.Second
 // Ids spread evenly over the live nodes, and a new id costs one claim, not
 // one per worker (under the fan-in bench 4 workers made 6 claims per id).
 // Until the nodes were listed, the least loaded worker tries first.
-func (wk *Worker) claimWait(id string) time.Duration {
+//
+// An id that was held and is free again (freed: a lapse, a release) is a
+// takeover, whose gap users wait on: the others wait only freedFallback,
+// at the cost of a race now and then (the first choice may be stopped, or
+// killed and its node lease not lapsed yet; a node whose lease lapsed is
+// dropped before its ids' lapses are handled).
+func (wk *Worker) claimWait(id string, freed bool) time.Duration {
 	load := min(time.Duration(wk.count())*wk.cfg.Spread, wk.cfg.MaxSpread) + rank(id, wk.cfg.Node, 10*wk.cfg.Spread)
 	peers := wk.peers.Load()
 	if peers == nil {
@@ -685,6 +694,9 @@ func (wk *Worker) claimWait(id string) time.Duration {
 	}
 	if first == wk.cfg.Node {
 		return 0
+	}
+	if freed {
+		return freedFallback + load
 	}
 	return max(claimFallback, wk.cfg.TTL/2) + load
 }
