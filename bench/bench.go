@@ -15,7 +15,9 @@
 //   - handoff: the same, with graceful stops (SIGTERM: every id released at
 //     once) for a standby to pick up;
 //   - fan-in: 10,000 ids with a few messages each (one per id per round),
-//     drained by a pool of in-process workers.
+//     drained by a pool of in-process workers;
+//   - zipf: 100,000 ids, each message's id drawn from a Zipf distribution
+//     (s = 1.1), owner processes as in takeover, one killed every 5 s.
 //
 // The two sides alternate in rounds on the same server. Safety is checked
 // from the outside (see ledger): every commit the broker accepted is
@@ -74,7 +76,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		url = c.Conn().ConnectedUrl()
 	}
 	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, TTLms: cfg.TTL.Milliseconds()}
-	if cfg.Scenario == ScenarioTakeover || cfg.Scenario == ScenarioHandoff {
+	if cfg.withOwners() {
 		rep.Owners = cfg.Owners
 	}
 	tag := fmt.Sprintf("bench-%d", time.Now().UnixNano())

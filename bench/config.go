@@ -15,17 +15,18 @@ const (
 	ScenarioTakeover = "takeover"
 	ScenarioHandoff  = "handoff"
 	ScenarioFanIn    = "fan-in"
+	ScenarioZipf     = "zipf"
 	SizeSmoke        = "smoke"
 	SizeFull         = "full"
 )
 
 // Scenarios lists the scenarios in the order of the documentation.
-var Scenarios = []string{ScenarioSteady, ScenarioTakeover, ScenarioHandoff, ScenarioFanIn}
+var Scenarios = []string{ScenarioSteady, ScenarioTakeover, ScenarioHandoff, ScenarioFanIn, ScenarioZipf}
 
 // Config is one run. Zero fields take the scenario's and size's defaults
 // (see ScenarioSizes).
 type Config struct {
-	Scenario string // steady, takeover, handoff or fan-in
+	Scenario string // steady, takeover, handoff, fan-in or zipf
 	Size     string // "smoke" or "full"; sets the zero fields below
 
 	IDs       int           // mailboxes
@@ -50,10 +51,11 @@ type Config struct {
 	Settle time.Duration
 	TTL    time.Duration // the workers' node lease ttl
 
-	// Takeover and handoff: Owners owner processes run OwnerExe (default:
-	// this executable, which must call OwnerMain when IsOwnerProcess); a
-	// fault every FaultEvery while ours posts, of the kinds in Faults in
-	// turn (default kill, stop, seize; handoff: term).
+	// Takeover, handoff and zipf: Owners owner processes run OwnerExe
+	// (default: this executable, which must call OwnerMain when
+	// IsOwnerProcess); a fault every FaultEvery while ours posts, of the
+	// kinds in Faults in turn (default kill, stop, seize; handoff: term;
+	// zipf: kill).
 	Owners     int
 	FaultEvery time.Duration
 	Faults     []string
@@ -108,6 +110,21 @@ var ScenarioSizes = map[string]map[string]Config{
 		SizeSmoke: {IDs: 10000, Producers: 2, Rounds: 3, BodySize: 128, Window: 256, MaxBacklog: 20000, Settle: 60 * time.Second, TTL: 5 * time.Second, Workers: 4},
 		SizeFull:  {IDs: 10000, Producers: 4, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 20000, Settle: 120 * time.Second, TTL: 5 * time.Second, Workers: 4},
 	},
+	// zipf: posts over 100,000 ids, each message's id drawn from a Zipf
+	// distribution (s = 1.1: a few hot ids, a long tail of ids with one
+	// message), 4 owner processes, one killed every 5 s and replaced.
+	ScenarioZipf: {
+		SizeSmoke: {IDs: 100000, Producers: 2, Duration: 20 * time.Second, Rounds: 2, BodySize: 128, Window: 256, MaxBacklog: 20000, Settle: 60 * time.Second, TTL: time.Second, Owners: 4, FaultEvery: 5 * time.Second},
+		SizeFull:  {IDs: 100000, Producers: 4, Duration: 120 * time.Second, Rounds: 6, BodySize: 128, Window: 256, MaxBacklog: 40000, Settle: 120 * time.Second, TTL: time.Second, Owners: 4, FaultEvery: 5 * time.Second},
+	},
+}
+
+// zipfS is the exponent of the zipf scenario's distribution.
+const zipfS = 1.1
+
+// withOwners says whether the scenario runs owner processes.
+func (c Config) withOwners() bool {
+	return c.Scenario == ScenarioTakeover || c.Scenario == ScenarioHandoff || c.Scenario == ScenarioZipf
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -116,7 +133,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	sizes, ok := ScenarioSizes[c.Scenario]
 	if !ok {
-		return c, fmt.Errorf("bench: scenario %q: use steady, takeover, handoff or fan-in", c.Scenario)
+		return c, fmt.Errorf("bench: scenario %q: use steady, takeover, handoff, fan-in or zipf", c.Scenario)
 	}
 	if c.Size == "" {
 		c.Size = SizeSmoke
@@ -151,7 +168,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Scenario == ScenarioFanIn {
 		c.Duration = 0
 	}
-	if c.Scenario == ScenarioTakeover || c.Scenario == ScenarioHandoff {
+	if c.Scenario == ScenarioZipf && len(c.Faults) == 0 {
+		c.Faults = []string{FaultKill}
+	}
+	if c.withOwners() {
 		for _, k := range c.Faults {
 			if k != FaultKill && k != FaultStop && k != FaultSeize && k != FaultTerm {
 				return c, fmt.Errorf("bench: fault %q: use kill, stop, seize or term", k)

@@ -40,7 +40,7 @@ func setupRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids
 	for i, id := range ids {
 		filters[i] = prefix + "." + id
 	}
-	if cfg.Scenario == ScenarioFanIn {
+	if cfg.Scenario == ScenarioFanIn || cfg.Scenario == ScenarioZipf {
 		filters, batchSize = []string{prefix + ".*"}, 1000
 	}
 	for _, filter := range filters {

@@ -153,7 +153,11 @@ func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Du
 	for i := range order {
 		order[i] = i
 	}
-	if d == 0 {
+	switch {
+	case s.cfg.Scenario == ScenarioZipf:
+		// The same ids are hot in every round and on both sides.
+		rand.New(rand.NewPCG(1, 2)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	case d == 0:
 		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	}
 	var wg sync.WaitGroup
@@ -173,6 +177,10 @@ func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Du
 				return time.Now().Before(deadline)
 			}
 			perID := int64(max(s.cfg.MaxBacklog/len(ids), 1))
+			var zipf *rand.Zipf
+			if s.cfg.Scenario == ScenarioZipf {
+				zipf = rand.NewZipf(rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(p))), zipfS, 1, uint64(len(ids)-1))
+			}
 			// next is the index of the next id to post to, or -1 when
 			// every id is at its backlog share.
 			next := func() int {
@@ -180,6 +188,9 @@ func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Du
 					i := order[k]
 					k += s.cfg.Producers
 					return i
+				}
+				if zipf != nil {
+					return order[zipf.Uint64()] // the rank's id: hot ids spread over the id space
 				}
 				for range len(order) {
 					i := order[k%len(order)]
@@ -191,7 +202,7 @@ func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Du
 				return -1
 			}
 			for more() && ctx.Err() == nil {
-				if d == 0 && s.backlog() > int64(s.cfg.MaxBacklog) {
+				if (d == 0 || zipf != nil) && s.backlog() > int64(s.cfg.MaxBacklog) {
 					time.Sleep(200 * time.Microsecond)
 					continue
 				}

@@ -102,3 +102,25 @@ func TestFanInTiny(t *testing.T) {
 		t.Errorf("takeovers %d gap %v in fan-in", rep.Takeovers, rep.TakeoverGapP99)
 	}
 }
+
+// TestZipfTiny: posts drawn from a Zipf distribution over many ids, owner
+// processes killed (only killed) and replaced: nothing lost, no stale
+// commit (runTiny's checks).
+func TestZipfTiny(t *testing.T) {
+	rep := runTiny(t, bench.Config{
+		Scenario: bench.ScenarioZipf, Size: bench.SizeSmoke,
+		IDs: 2000, Producers: 1, Duration: 5 * time.Second, Rounds: 1, Window: 32, MaxBacklog: 1000, Settle: 20 * time.Second,
+		Owners: 2, FaultEvery: 2 * time.Second,
+	})
+	if rep.Owners != 2 {
+		t.Errorf("owners %d, want 2", rep.Owners)
+	}
+	for k := range rep.TakeoverGaps {
+		if k != bench.FaultKill {
+			t.Errorf("fault %q in zipf, want kills only", k)
+		}
+	}
+	if rep.Takeovers < 1 {
+		t.Errorf("no kill: %+v", rep.Faults)
+	}
+}
