@@ -50,11 +50,11 @@ var (
 
 func init() {
 	register("bench", &command{
-		usage: "bench [--scenario steady|takeover|handoff|fan-in] [--size smoke|full] [--chart FILE]",
+		usage: "bench [--scenario steady|takeover|handoff|fan-in|zipf] [--size smoke|full] [--chart FILE]",
 		short: "benchmark delivery beside raw JetStream on the same server; exit 1 if a message was lost or committed under a stale epoch",
 		flags: func(fs *flagSet) {
 			benchFlags = fs
-			fs.StringVar(&flagBenchScenario, "scenario", bench.ScenarioSteady, "scenario: steady, takeover (owner processes killed, stopped past their ttl, force-seized), handoff (graceful stops) or fan-in (10,000 ids, a pool of workers)")
+			fs.StringVar(&flagBenchScenario, "scenario", bench.ScenarioSteady, "scenario: steady, takeover (owner processes killed, stopped past their ttl, force-seized), handoff (graceful stops), fan-in (10,000 ids, a pool of workers) or zipf (100,000 ids, posts drawn from a Zipf distribution, owner processes killed every 5 s)")
 			fs.StringVar(&flagBenchSize, "size", bench.SizeSmoke, "size: smoke (about 30 s) or full (a few minutes)")
 			fs.BoolVar(&flagBenchEmbedded, "embedded", true, "run an embedded server with its store in a temporary directory; the default unless --server is given")
 			fs.IntVar(&flagBenchIDs, "ids", 0, "mailboxes (default: the size's)")
