@@ -272,6 +272,12 @@ func (h *Holding) end(ctx context.Context, r *run, err error, caughtUp bool) (Re
 	h.fence = r.a.fence
 	h.cur, h.known = r.cur, !r.uncertain
 	h.live = caughtUp && err == nil && h.known
+	if h.known && h.cur.Seq > 0 && !d.serverPurges() {
+		// What the cursor covers goes, also what an earlier holder
+		// committed and did not purge (it crashed, say): a drain that
+		// commits nothing purges too, as a drain on the lock path does.
+		h.purge.request(d, r.subj, h.cur.Seq+1)
+	}
 	if d.log.Enabled(ctx, slog.LevelDebug) {
 		d.log.Debug("drain", "world", d.world, "id", l.ID, "epoch", l.Epoch, "count", res.Count, "cursor", res.Cursor, "error", err, "holding", true)
 	}

@@ -229,3 +229,44 @@ func TestSweeper(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the sweep of everything", func() bool { return stored() == 0 })
 	require.Equal(t, uint64(16), sw.Swept())
 }
+
+// TestHolding_PurgesWhatAnEarlierHolderLeft: messages an earlier holder
+// committed and did not purge (its process died before its purge ran) are
+// purged after the next holder's first drain, though it commits nothing.
+func TestHolding_PurgesWhatAnEarlierHolderLeft(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d1 := newWorld(t, env, world.Config{})
+	// A sweeper that never runs: d1's holdings leave their purges to it
+	// for sweepGrace (30 s), longer than this test.
+	d1.NewSweeper()
+	ss1, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
+	require.NoError(t, err)
+	l1, err := ss1.Claim(ctx, "x")
+	require.NoError(t, err)
+	h1, err := d1.Hold(l1)
+	require.NoError(t, err)
+	send(t, ctx, w, "x", "1", "2", "3")
+	res, err := h1.Drain(ctx, func(context.Context, drain.Message) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Count)
+	subj := wire.MailboxSubject(w.Name, "x")
+	require.Equal(t, uint64(3), stored(t, w, subj), "committed, not purged yet")
+	require.NoError(t, ss1.Close())
+
+	d2, err := drain.New(w.World, w.Ownership)
+	require.NoError(t, err)
+	ss2, err := w.Ownership.OpenSession(ctx, "n2", time.Minute)
+	require.NoError(t, err)
+	defer ss2.Close()
+	l2, err := ss2.Claim(ctx, "x")
+	require.NoError(t, err)
+	h2, err := d2.Hold(l2)
+	require.NoError(t, err)
+	var rec recorder
+	res, err = h2.Drain(ctx, rec.handle)
+	require.NoError(t, err)
+	require.Zero(t, res.Count)
+	require.Empty(t, rec.bodies())
+	testutil.WaitFor(t, 10*time.Second, "the purge of what n1 committed", func() bool { return stored(t, w, subj) == 0 })
+}
