@@ -194,6 +194,135 @@ func BenchmarkDrainManyIDs(b *testing.B) {
 	}
 }
 
+// BenchmarkDrainManyIDsHeld is DrainManyIDs on a worker's path (design
+// 3.10): the 10,000 ids are held through one session and caught up (a
+// drain each, before the timer); one ordered consumer reads every mailbox
+// and hands each id's messages to its holding's Deliver, at most 256
+// deliveries at once, as a worker does; the timer stops once every commit
+// settled. Raw: the same pull consume as DrainManyIDs.
+//
+//	go test -run '^$' -bench DrainManyIDsHeld -benchtime 1x -count 3 ./drain/
+func BenchmarkDrainManyIDsHeld(b *testing.B) {
+	const ids, per, parallel = 10_000, 10, 256
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		e := newBenchEnv(b)
+		ss, err := e.w.Ownership.OpenSession(e.ctx, "node-a", time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+		names := make([]string, ids)
+		holdings := map[string]*drain.Holding{}
+		for j := range names {
+			names[j] = fmt.Sprintf("id-%d", j)
+			l, err := ss.Claim(e.ctx, names[j])
+			if err != nil {
+				b.Fatal(err)
+			}
+			h, err := e.w.Drainer.Hold(l)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := h.Drain(e.ctx, func(context.Context, drain.Message) error { return nil }); err != nil {
+				b.Fatal(err)
+			}
+			holdings[names[j]] = h
+		}
+		m, err := e.js.CreateStream(e.ctx, jetstream.StreamConfig{Name: "RAWM", Subjects: []string{"rawm.*"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.raw = m
+		e.fill(b, ids*per, func(i int) string { return wire.MailboxSubject("bench", names[i%ids]) })
+		e.fill(b, ids*per, func(i int) string { return fmt.Sprintf("rawm.%d", i%ids) })
+		rawD := e.rawConsume(b, "", ids*per)
+		b.StartTimer()
+		start := time.Now()
+		delivered := deliverHeld(b, e, holdings, ids*per, parallel)
+		oursD := time.Since(start)
+		if delivered != ids*per {
+			b.Fatalf("delivered %d of %d", delivered, ids*per)
+		}
+		report(b, ids*per, rawD, oursD)
+		ss.Orphan()
+	}
+}
+
+// deliverHeld reads n mailbox messages with one ordered consumer and hands
+// each id's to its holding (a goroutine per id, at most parallel
+// deliveries at once), then settles every commit; it returns how many
+// messages the handlers got.
+func deliverHeld(b *testing.B, e *benchEnv, holdings map[string]*drain.Holding, n, parallel int) int {
+	cons, err := e.w.Mailbox.OrderedConsumer(e.ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.MailboxFilter("bench")}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer it.Stop()
+	var got atomic.Int64
+	hd := func(context.Context, drain.Message) error { got.Add(1); return nil }
+	slots := make(chan struct{}, parallel)
+	inbox := map[string]chan *jetstream.RawStreamMsg{}
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for id, h := range holdings {
+		ch := make(chan *jetstream.RawStreamMsg, 64)
+		inbox[id] = ch
+		wg.Go(func() {
+			for m := range ch {
+				msgs := []*jetstream.RawStreamMsg{m}
+				for more := true; more; {
+					select {
+					case m, ok := <-ch:
+						if !ok {
+							more = false
+							break
+						}
+						msgs = append(msgs, m)
+					default:
+						more = false
+					}
+				}
+				slots <- struct{}{}
+				_, ok, err := h.Deliver(e.ctx, msgs, hd)
+				<-slots
+				if err != nil || !ok {
+					failed.Store(fmt.Errorf("deliver %s: ok=%v %v", id, ok, err))
+				}
+			}
+			if err := h.Flush(e.ctx); err != nil {
+				failed.Store(err)
+			}
+		})
+	}
+	for range n {
+		m, err := it.Next()
+		if err != nil {
+			b.Fatal(err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			b.Fatal(err)
+		}
+		id, err := wire.MailboxID("bench", m.Subject())
+		if err != nil {
+			b.Fatal(err)
+		}
+		inbox[id] <- &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
+	}
+	for _, ch := range inbox {
+		close(ch)
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	return int(got.Load())
+}
+
 // orderedConsume is a second baseline: an ordered consumer (no acks at
 // all) over filter, until n messages were consumed.
 func (e *benchEnv) orderedConsume(b *testing.B, filter string, n int) time.Duration {

@@ -71,7 +71,7 @@ func (r *run) commit(ctx context.Context, next wire.Cursor, acked, dead int) err
 			}
 		}
 	}
-	r.cur = next
+	r.cur, r.stored = next, next
 	r.committed = time.Now()
 	r.res.Cursor = next.Seq
 	r.res.Acked += acked

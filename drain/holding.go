@@ -44,8 +44,12 @@ type Holding struct {
 	known bool // cur is the stored cursor
 	live  bool // caught up: Deliver may hand out messages read elsewhere
 	purge purgeLater
-	// sent: Deliver's last commit, sent without waiting for its answer;
-	// the next call (or Flush) settles it first.
+	// owed: what Deliver handed out and has not committed yet (commits
+	// are coalesced: see Deliver); since: when it began owing.
+	owed  *lastCommit
+	since time.Time
+	// sent: a commit sent without waiting for its answer; the next one
+	// goes out only after it was settled.
 	sent *sentCommit
 }
 
@@ -105,13 +109,10 @@ func (h *Holding) Drain(ctx context.Context, hd Handler, opts ...RunOption) (Res
 func (h *Holding) Deliver(ctx context.Context, msgs []*jetstream.RawStreamMsg, hd Handler) (res Result, ok bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err := h.settle(ctx); err != nil {
-		return Result{}, true, err
-	}
 	if !h.live {
 		return Result{}, false, nil
 	}
-	for len(msgs) > 0 && msgs[0].Sequence <= h.cur.Seq {
+	for len(msgs) > 0 && msgs[0].Sequence <= h.position() {
 		msgs = msgs[1:]
 	}
 	if len(msgs) == 0 {
@@ -125,43 +126,100 @@ func (h *Holding) Deliver(ctx context.Context, msgs []*jetstream.RawStreamMsg, h
 	r.deferLast = true
 	again, err := r.handle(r.ctx, msgs)
 	if err == nil && r.last != nil {
-		err = h.send(r)
+		h.owe(r)
+		if h.commitDue() {
+			err = h.sendOwed(r.ctx)
+		}
 	}
 	res, err = h.end(ctx, r, err, err == nil && !again)
 	return res, true, err
 }
 
-// send sends the commit handle left (r.last) without waiting for the
-// answer (settle takes it), so that the worker goes on with other ids
-// while it is in flight; its messages count in r's result. A commit that
-// cannot go out at once (the local deadline passed: the record is to be
-// read first) is written as a drain writes it.
-func (h *Holding) send(r *run) error {
+// position is the last message the holding handed out and did not fail:
+// its stored cursor, or the one it owes.
+func (h *Holding) position() uint64 {
+	if h.owed != nil {
+		return h.owed.next.Seq
+	}
+	return h.cur.Seq
+}
+
+// owe adds what handle left uncommitted (r.last) to what the holding owes;
+// its messages count in r's result.
+func (h *Holding) owe(r *run) {
 	l := r.last
-	if r.d.beforeCommit != nil || !r.a.valid() {
-		return r.commit(r.ctx, l.next, l.acked, l.dead)
+	if h.owed == nil {
+		h.owed, h.since = &lastCommit{}, time.Now()
 	}
-	data, err := wire.EncodeCursor(l.next)
-	if err != nil {
-		return err
-	}
-	ack, err := r.d.js.PublishAsync(r.cursorSubj, data, r.a.fence.Expect())
-	if err != nil {
-		return r.commit(r.ctx, l.next, l.acked, l.dead)
-	}
-	h.sent = &sentCommit{ack: ack, last: *l, fence: r.a.fence}
+	h.owed.next = l.next
+	h.owed.acked += l.acked
+	h.owed.dead += l.dead
 	r.res.Cursor = l.next.Seq
 	r.res.Acked += l.acked
 	r.res.DeadLettered += l.dead
 	r.res.Count += l.acked + l.dead
+}
+
+// commitDue says whether what the holding owes is to be committed now: as
+// a drain commits within a batch (WithCommitEvery), every commitEvery
+// messages or commitInterval. The caller commits the rest after
+// commitInterval at the latest (FlushBy, Flush).
+func (h *Holding) commitDue() bool {
+	return h.owed != nil && (h.owed.acked+h.owed.dead >= h.d.commitEvery || time.Since(h.since) >= h.d.commitInterval)
+}
+
+// FlushBy says by when the holding is to be flushed (Flush) to commit
+// what it owes within WithCommitEvery's interval; zero: it owes nothing.
+func (h *Holding) FlushBy() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.owed == nil {
+		return time.Time{}
+	}
+	return h.since.Add(h.d.commitInterval)
+}
+
+// sendOwed settles the commit in flight and sends what the holding owes,
+// fenced, without waiting for the answer (settle takes it). The cursor's
+// writes stay in order: one in flight at a time. Once the holding's local
+// deadline passed nothing is sent (the record is to be read first, and
+// the next holder gets those messages again): *ownership.FreeError.
+func (h *Holding) sendOwed(ctx context.Context) error {
+	if err := h.settle(ctx); err != nil {
+		return err
+	}
+	o := h.owed
+	if o == nil {
+		return nil
+	}
+	if !h.lease.Valid() {
+		return &ownership.FreeError{ID: h.lease.ID, LastEpoch: h.lease.Epoch}
+	}
+	if h.d.beforeCommit != nil {
+		h.d.beforeCommit(h.lease.ID, o.next)
+	}
+	data, err := wire.EncodeCursor(o.next)
+	if err != nil {
+		return err
+	}
+	subj := wire.KeySubject(h.d.world, wire.CursorKey(h.lease.ID))
+	ack, err := h.d.js.PublishAsync(subj, data, h.fence.Expect())
+	if err != nil {
+		return fmt.Errorf("drain: commit of %q not sent (nothing removed): %w", h.lease.ID, err)
+	}
+	h.owed, h.sent = nil, &sentCommit{ack: ack, last: *o, fence: h.fence}
 	return nil
 }
 
-// Flush waits for the commit in flight, if any, and returns its outcome
-// (as Drain's). A worker flushes a holding before it releases the id.
+// Flush commits what the holding owes and waits for every commit in
+// flight; it returns their outcome (as Drain's). A worker flushes a
+// holding within the commit interval, and before it releases the id.
 func (h *Holding) Flush(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err := h.sendOwed(ctx); err != nil {
+		return err
+	}
 	return h.settle(ctx)
 }
 
@@ -198,7 +256,7 @@ func (h *Holding) settle(ctx context.Context) error {
 	}
 	h.live = false
 	if !wrongLastSequence(err) {
-		h.known = false
+		h.known, h.owed = false, nil // read the cursor again: what it covers is not known
 		return &UnknownError{ID: h.lease.ID, Cursor: p.last.next.Seq, Err: err}
 	}
 	// Refused by the fence: commit again as a drain would, which reads the
@@ -258,6 +316,12 @@ func (h *Holding) begin(ctx context.Context, hd Handler, opts []RunOption) (*run
 		r.stop(nil)
 		return nil, err
 	}
+	r.stored = r.cur
+	if h.owed != nil && h.owed.next.Seq > r.cur.Seq {
+		// The run goes on from what the holding owes: its first commit
+		// covers that too.
+		r.cur, r.res.Cursor = h.owed.next, h.owed.next.Seq
+	}
 	return r, nil
 }
 
@@ -270,7 +334,10 @@ func (h *Holding) end(ctx context.Context, r *run, err error, caughtUp bool) (Re
 	// A fence the run refreshed (a refused commit that re-read the record
 	// and found the holding unchanged) carries on to the next one.
 	h.fence = r.a.fence
-	h.cur, h.known = r.cur, !r.uncertain
+	h.cur, h.known = r.stored, !r.uncertain
+	if h.owed != nil && (!h.known || h.cur.Seq >= h.owed.next.Seq) {
+		h.owed = nil // committed by the run (or unknown: read again)
+	}
 	h.live = caughtUp && err == nil && h.known
 	if h.known && h.cur.Seq > 0 && !d.serverPurges() {
 		// What the cursor covers goes, also what an earlier holder

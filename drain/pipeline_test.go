@@ -99,9 +99,11 @@ func TestHolding_Deliver(t *testing.T) {
 	}
 	send(t, ctx, w, "x", "6")
 	var stale recorder
-	_, _, err = h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", 0), stale.handle)
-	require.Error(t, err, "a seized holding delivered")
-	require.Empty(t, stale.bodies())
+	_, ok, err = h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", 0), stale.handle)
+	require.True(t, err != nil || !ok, "a seized holding takes messages")
+	_, err = h.Drain(ctx, stale.handle)
+	require.ErrorIs(t, err, ownership.ErrHeld)
+	require.Empty(t, stale.bodies(), "a seized holding delivered")
 	var next recorder
 	_, err = d.DrainLease(ctx, seized, next.handle)
 	require.NoError(t, err)

@@ -36,7 +36,8 @@ type run struct {
 
 	subj        string      // the mailbox subject
 	cursorSubj  string      // the cursor's subject in the bucket stream
-	cur         wire.Cursor // the last committed cursor
+	cur         wire.Cursor // the last committed cursor (a holding's: or the one it owes, see Holding)
+	stored      wire.Cursor // the last cursor this run knows stored
 	purgedBelow uint64      // messages below this sequence were purged
 	purging     chan purgeResult
 	bg          *purgeLater // a holding's purges, after its drains

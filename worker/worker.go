@@ -574,11 +574,26 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 	defer idle.Stop()
 	backoff := 10 * time.Millisecond
 	var msgs []*jetstream.RawStreamMsg
+	// flush fires when what the holding delivered and owes a commit for
+	// is due (drain.Holding.FlushBy): commits are coalesced per id.
+	flush := time.NewTimer(time.Hour)
+	flush.Stop()
+	defer flush.Stop()
 	for {
 		msgs = msgs[:0]
 		select {
 		case <-ctx.Done():
 			return
+		case <-flush.C:
+			if err := h.drains.Flush(ctx); err != nil {
+				if ctx.Err() == nil && (errors.Is(err, ownership.ErrFree) || errors.Is(err, ownership.ErrHeld) || errors.Is(err, ownership.ErrFenced)) {
+					wk.log.Info("lost an id", "event", "lost", "id", id, "epoch", h.lease.Epoch, "reason", err)
+					return
+				}
+				wk.log.Debug("commit of an id", "id", id, "error", err)
+				nudge(h) // deliver again from the cursor
+			}
+			continue
 		case <-idle.C:
 			if err := h.drains.Flush(ctx); err != nil {
 				wk.log.Debug("last commit of an idle id", "id", id, "error", err)
@@ -599,6 +614,9 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 		}
 		res, err := wk.deliver(ctx, h, msgs)
 		<-wk.slots
+		if by := h.drains.FlushBy(); !by.IsZero() {
+			flush.Reset(max(time.Until(by), 0))
+		}
 		h.lastDone.Store(time.Now().UnixNano())
 		switch {
 		case err == nil:
