@@ -272,3 +272,56 @@ func TestHolding_PurgesWhatAnEarlierHolderLeft(t *testing.T) {
 	require.Empty(t, rec.bodies())
 	testutil.WaitFor(t, 10*time.Second, "the purge of what n1 committed", func() bool { return stored(t, w, subj) == 0 })
 }
+
+// TestHolding_CommitsCoalesced: deliveries owe their commit until
+// WithCommitEvery's count or interval: one cursor write for many
+// deliveries, FlushBy says when the rest is due, Flush writes it; a crash
+// before that delivers the owed messages again to the next holder.
+func TestHolding_CommitsCoalesced(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{}, drain.WithCommitEvery(3, time.Hour))
+	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
+	require.NoError(t, err)
+	l, err := ss.Claim(ctx, "x")
+	require.NoError(t, err)
+	h, err := d.Hold(l)
+	require.NoError(t, err)
+	_, err = h.Drain(ctx, func(context.Context, drain.Message) error { return nil })
+	require.NoError(t, err)
+	require.True(t, h.FlushBy().IsZero(), "owes nothing")
+
+	var rec recorder
+	deliver := func(body string) {
+		t.Helper()
+		send(t, ctx, w, "x", body)
+		all := mailboxMsgs(t, ctx, w, "x", 0)
+		_, ok, err := h.Deliver(ctx, all[len(all)-1:], rec.handle)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	before := bucketLastSeq(t, w)
+	deliver("a")
+	deliver("b")
+	require.Equal(t, before, bucketLastSeq(t, w), "two deliveries, no commit yet")
+	require.False(t, h.FlushBy().IsZero(), "owes a commit")
+	deliver("c") // the third: due, sent
+	require.NoError(t, h.Flush(ctx))
+	require.Equal(t, before+1, bucketLastSeq(t, w), "one commit for three deliveries")
+	require.True(t, h.FlushBy().IsZero())
+
+	deliver("d")
+	st, err := d.Stat(ctx, "x")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), st.Depth, "d is owed, not committed")
+	// The process dies: its session lapses, nothing flushed. The next
+	// holder gets d again (at least once), nothing else.
+	ss.Orphan()
+	l2, err := w.Ownership.Seize(ctx, "x", "n2", time.Minute, true)
+	require.NoError(t, err)
+	var next recorder
+	_, err = d.DrainLease(ctx, l2, next.handle)
+	require.NoError(t, err)
+	require.Equal(t, []string{"d"}, next.bodies())
+	require.Equal(t, []string{"a", "b", "c", "d"}, rec.bodies())
+}
