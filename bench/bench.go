@@ -53,6 +53,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	c := cfg.Client
 	url := cfg.URL
+	meter := &costMeter{}
 	if c == nil {
 		if url == "" {
 			dir, err := os.MkdirTemp("", "fencepost-bench-")
@@ -66,6 +67,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			}
 			defer srv.Stop()
 			url = srv.ClientURL()
+			meter.inMsgs = func() int64 {
+				v, err := srv.Varz(nil)
+				if err != nil {
+					return 0
+				}
+				return v.InMsgs
+			}
 		}
 		c, err = client.Connect(url, client.WithTimeout(30*time.Second), client.WithLogger(cfg.Log))
 		if err != nil {
@@ -96,6 +104,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	defer raw.close()
+	ours.meter, raw.meter = meter, meter
 	d := cfg.Duration / time.Duration(cfg.Rounds)
 	steps := 2 * cfg.Rounds
 	for i := range cfg.Rounds {
@@ -125,6 +134,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	rep.LatencyP50, rep.LatencyP99, rep.LatencyP999, rep.LatencyMax = ours.s.percentiles()
 	rep.RawLatencyP50, rep.RawLatencyP99, rep.RawLatencyP999, _ = raw.s.percentiles()
+	rep.CPUPerMsgUs, rep.RequestsPerMsg = ours.s.costPerMsg()
+	rep.RawCPUPerMsgUs, rep.RawRequestsPerMsg = raw.s.costPerMsg()
 	rep.DuplicatesPct = ours.s.duplicatesPct()
 	rep.Lost, rep.RawLost = ours.s.lost(), raw.s.lost()
 	rep.Timeline = timeline(ours.s, raw.s)
@@ -137,6 +148,7 @@ type sender func(id string, body []byte) (func() error, error)
 // runner is one side, set up and ready to run rounds.
 type runner struct {
 	s      *side
+	meter  *costMeter
 	send   sender
 	errs   chan error                                                  // from the consuming side
 	during func(ctx context.Context, start time.Time, d time.Duration) // runs beside each round's posting, or nil
@@ -175,6 +187,7 @@ func (r *runner) round(ctx context.Context, ids []string, n int, d time.Duration
 		defer cancel()
 		faults.Go(func() { r.during(fctx, s.roundStart, d) })
 	}
+	before := r.meter.sample()
 	s.posting.Store(true)
 	err := s.produce(ctx, ids, r.send, d)
 	s.posting.Store(false)
@@ -184,6 +197,7 @@ func (r *runner) round(ctx context.Context, ids []string, n int, d time.Duration
 	}
 	close(stop)
 	<-done
+	s.addCost(before, r.meter.sample())
 	if last := time.Unix(0, s.lastDelivery.Load()); last.After(s.roundStart) {
 		s.activeTime += last.Sub(s.roundStart)
 	}

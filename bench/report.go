@@ -31,6 +31,17 @@ type Report struct {
 	RawLatencyP99  float64 `json:"raw_latency_p99_ms"`
 	RawLatencyP999 float64 `json:"raw_latency_p999_ms"`
 
+	// The cost of a delivered message on each side, over its rounds:
+	// requests to the server (every message a client sent it: posts,
+	// requests, acks, pulls; the post itself is one, so raw's floor is
+	// about 1) and the machine's CPU time (every process on it, the server
+	// included; a shared machine's other work too). Zero where unknown:
+	// requests are counted by the embedded server only, CPU on Linux.
+	RequestsPerMsg    float64 `json:"round_trips_per_msg,omitempty"`
+	RawRequestsPerMsg float64 `json:"raw_round_trips_per_msg,omitempty"`
+	CPUPerMsgUs       float64 `json:"cpu_us_per_msg,omitempty"`
+	RawCPUPerMsgUs    float64 `json:"raw_cpu_us_per_msg,omitempty"`
+
 	// Takeovers is the number of faults injected; the gaps run from each
 	// fault to the first delivery of each of the victim's ids under a newer
 	// epoch, over all kinds (0 when no takeover happened), and per kind in

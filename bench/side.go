@@ -27,6 +27,8 @@ type side struct {
 	takeovers            func() int64 // faults so far, or nil
 
 	sent, delivered int64 // final figures
+	cpu             time.Duration // machine CPU time during the side's rounds (cost.go)
+	inMsgs          int64         // messages clients sent the server during them
 	nSent           atomic.Int64
 	nDelivered      atomic.Int64
 	distinct        atomic.Int64 // messages delivered at least once

@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -37,6 +38,13 @@ func runTiny(t *testing.T, cfg bench.Config) bench.Report {
 	}
 	if progress == 0 {
 		t.Error("no progress reported")
+	}
+	// Every delivery was posted: at least one request to the server each.
+	if rep.RequestsPerMsg < 1 || rep.RawRequestsPerMsg < 1 {
+		t.Errorf("requests per delivery %v, raw %v: want at least the post", rep.RequestsPerMsg, rep.RawRequestsPerMsg)
+	}
+	if runtime.GOOS == "linux" && (rep.CPUPerMsgUs <= 0 || rep.RawCPUPerMsgUs <= 0) {
+		t.Errorf("CPU per delivery %v us, raw %v us", rep.CPUPerMsgUs, rep.RawCPUPerMsgUs)
 	}
 	if len(rep.Timeline) == 0 {
 		t.Error("no timeline")

@@ -244,6 +244,12 @@ func printBenchTable(e *env, r bench.Report) {
 	fmt.Fprintf(tw, "latency p50 ms\t%.2f\t%.2f\t\t\n", r.LatencyP50, r.RawLatencyP50)
 	fmt.Fprintf(tw, "latency p99 ms\t%.2f\t%.2f\t\t\n", r.LatencyP99, r.RawLatencyP99)
 	fmt.Fprintf(tw, "latency p999 ms\t%.2f\t%.2f\t\t\n", r.LatencyP999, r.RawLatencyP999)
+	if r.RequestsPerMsg > 0 {
+		fmt.Fprintf(tw, "requests to the server per delivery (the post included)\t%.2f\t%.2f\t%s\t\n", r.RequestsPerMsg, r.RawRequestsPerMsg, ratio(r.RequestsPerMsg, r.RawRequestsPerMsg))
+	}
+	if r.CPUPerMsgUs > 0 {
+		fmt.Fprintf(tw, "machine CPU per delivery us (every process)\t%.1f\t%.1f\t%s\t\n", r.CPUPerMsgUs, r.RawCPUPerMsgUs, ratio(r.CPUPerMsgUs, r.RawCPUPerMsgUs))
+	}
 	fmt.Fprintf(tw, "messages sent\t%d\t%d\t\t\n", r.Sent, r.RawSent)
 	fmt.Fprintf(tw, "duplicates %%\t%.4f\t\t\t\n", r.DuplicatesPct)
 	fmt.Fprintf(tw, "lost\t%d\t%d\t\t\n", r.Lost, r.RawLost)
