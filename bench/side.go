@@ -26,7 +26,7 @@ type side struct {
 	posting              atomic.Bool
 	takeovers            func() int64 // faults so far, or nil
 
-	sent, delivered int64 // final figures
+	sent, delivered int64         // final figures
 	cpu             time.Duration // machine CPU time during the side's rounds (cost.go)
 	inMsgs          int64         // messages clients sent the server during them
 	nSent           atomic.Int64
