@@ -40,6 +40,13 @@ func EncodeCursor(c Cursor) ([]byte, error) {
 // DecodeCursor parses a stored cursor, refusing unknown versions and
 // anything malformed with ErrCorruptRecord.
 func DecodeCursor(data []byte) (Cursor, error) {
+	if c, ok := decodePlainCursor(data); ok {
+		return c, nil
+	}
+	return decodeCursorStrict(data)
+}
+
+func decodeCursorStrict(data []byte) (Cursor, error) {
 	var c Cursor
 	if err := decodeStrict(data, "cursor", &c); err != nil {
 		return Cursor{}, err
@@ -48,6 +55,33 @@ func DecodeCursor(data []byte) (Cursor, error) {
 		return Cursor{}, err
 	}
 	return c, nil
+}
+
+// decodePlainCursor reads the form nearly every cursor has, exactly as
+// EncodeCursor writes it: {"v":1,"seq":N}, N in canonical decimal. Anything
+// else is left to the strict decoder. Every worker's sweep reads every
+// commit, and the JSON decoder cost a fifth of a worker's CPU there.
+func decodePlainCursor(data []byte) (Cursor, bool) {
+	const prefix, suffix = `{"v":1,"seq":`, `}`
+	digits, ok := bytes.CutPrefix(data, []byte(prefix))
+	if !ok {
+		return Cursor{}, false
+	}
+	if digits, ok = bytes.CutSuffix(digits, []byte(suffix)); !ok || len(digits) == 0 || len(digits) > 20 || digits[0] == '0' && len(digits) > 1 {
+		return Cursor{}, false
+	}
+	var n uint64
+	for _, b := range digits {
+		if b < '0' || b > '9' {
+			return Cursor{}, false
+		}
+		d := uint64(b - '0')
+		if n > (1<<64-1-d)/10 {
+			return Cursor{}, false // overflow: the strict decoder refuses it
+		}
+		n = n*10 + d
+	}
+	return Cursor{V: RecordVersion, Seq: n}, true
 }
 
 func (c Cursor) validate() error {

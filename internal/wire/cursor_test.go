@@ -61,8 +61,17 @@ func FuzzDecodeCursor(f *testing.F) {
 	f.Add([]byte(`{"v":1,"seq":41,"head":42,"failures":2,"error":"x"}`))
 	f.Add([]byte(`{"v":1,"seq":41,"head":40,"failures":2}`))
 	f.Add([]byte(`[1]`))
+	f.Add([]byte(`{"v":1,"seq":18446744073709551615}`))
+	f.Add([]byte(`{"v":1,"seq":18446744073709551616}`))
+	f.Add([]byte(`{"v":1,"seq":007}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := wire.DecodeCursor(data)
+		// The fast path for the plain form and the strict decoder agree.
+		strict, serr := wire.DecodeCursorStrict(data)
+		require.Equal(t, serr == nil, err == nil, "fast %v, strict %v", err, serr)
+		if err == nil {
+			require.Equal(t, strict, c)
+		}
 		if err != nil {
 			require.True(t, refused(err), "%v", err)
 			return
