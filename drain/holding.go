@@ -37,6 +37,9 @@ import (
 type Holding struct {
 	d     *Drainer
 	lease *ownership.Lease
+	// subj, cursorSubj: the id's mailbox subject and its cursor's subject
+	// in the bucket stream, made once.
+	subj, cursorSubj string
 
 	mu    sync.Mutex    // one drain at a time
 	fence fencing.Fence // the lease's, refreshed if a drain re-read the record
@@ -66,7 +69,10 @@ func (d *Drainer) Hold(l *ownership.Lease) (*Holding, error) {
 	if !l.Backed() {
 		return nil, fmt.Errorf("%w: Hold takes a lease won through a session (ownership.Session); drain %q with DrainLease", ErrInvalidOption, l.ID)
 	}
-	return &Holding{d: d, lease: l, fence: l.Fence}, nil
+	return &Holding{d: d, lease: l, fence: l.Fence,
+		subj:       wire.MailboxSubject(d.world, l.ID),
+		cursorSubj: wire.KeySubject(d.world, wire.CursorKey(l.ID)),
+	}, nil
 }
 
 // Lease is the holding's lease.
@@ -202,8 +208,7 @@ func (h *Holding) sendOwed(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	subj := wire.KeySubject(h.d.world, wire.CursorKey(h.lease.ID))
-	ack, err := h.d.js.PublishAsync(subj, data, h.fence.Expect())
+	ack, err := h.d.js.PublishAsync(h.cursorSubj, data, h.fence.Expect())
 	if err != nil {
 		return fmt.Errorf("drain: commit of %q not sent (nothing removed): %w", h.lease.ID, err)
 	}
@@ -247,7 +252,7 @@ func (h *Holding) settle(ctx context.Context) error {
 		}
 		h.cur, h.known = p.last.next, true
 		if !d.serverPurges() {
-			h.purge.request(d, wire.MailboxSubject(d.world, h.lease.ID), p.last.next.Seq+1)
+			h.purge.request(d, h.subj, p.last.next.Seq+1)
 		}
 		return nil
 	case err = <-p.ack.Err():
@@ -304,10 +309,9 @@ func (h *Holding) begin(ctx context.Context, hd Handler, opts []RunOption) (*run
 		}
 		h.fence = a.fence
 	}
-	r := &run{d: d, a: a, h: hd, o: o, committed: time.Now(),
-		subj:       wire.MailboxSubject(d.world, l.ID),
-		cursorSubj: wire.KeySubject(d.world, wire.CursorKey(l.ID)),
-		bg:         &h.purge, started: time.Now(),
+	now := time.Now()
+	r := &run{d: d, a: a, h: hd, o: o, committed: now, started: now,
+		subj: h.subj, cursorSubj: h.cursorSubj, bg: &h.purge,
 	}
 	r.ctx, r.stop = context.WithCancelCause(ctx)
 	if h.known {
