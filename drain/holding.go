@@ -141,6 +141,21 @@ func (h *Holding) Deliver(ctx context.Context, msgs []*jetstream.RawStreamMsg, h
 	return res, true, err
 }
 
+// Start is the first delivery of a holding whose caller read every message
+// of the id itself: msgs holds every message of the id stored so far, in
+// stream order (a worker whose one consumer read every mailbox from the
+// stream's first message on, and kept this id's messages while nobody held
+// it). The holding reads its cursor and delivers what is after it, without
+// reading the mailbox; it is live from then on (see Deliver). A caller
+// that cannot vouch for msgs drains instead.
+func (h *Holding) Start(ctx context.Context, msgs []*jetstream.RawStreamMsg, hd Handler) (Result, error) {
+	h.mu.Lock()
+	h.live = true
+	h.mu.Unlock()
+	res, _, err := h.Deliver(ctx, msgs, hd)
+	return res, err
+}
+
 // position is the last message the holding handed out and did not fail:
 // its stored cursor, or the one it owes.
 func (h *Holding) position() uint64 {

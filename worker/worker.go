@@ -82,6 +82,8 @@ type Worker struct {
 	slots  chan struct{} // one per running drain (cfg.Parallel)
 	claims chan struct{} // one per running claim (cfg.Parallel)
 
+	// kept: the messages of ids nobody holds here (kept.go); guarded by mu.
+	kept *kept
 	// peers: the world's live nodes as last listed (sorted), for the
 	// order in which workers try a new id (claimWait); nil until listed.
 	peers atomic.Pointer[[]string]
@@ -101,6 +103,11 @@ type holding struct {
 	// drain (from the cursor), which covers it.
 	inbox    chan *jetstream.RawStreamMsg
 	gap      atomic.Bool
+	// start: the id's messages the worker kept while nobody held it, all
+	// of them (kept.take): the first delivery hands them out without
+	// reading the mailbox (drain.Holding.Start). Used once, by serve.
+	start []*jetstream.RawStreamMsg
+	whole bool
 	lastDone atomic.Int64 // unix nanos of the end of the last drain
 	// lost ends the holding's context (its drain and running handler)
 	// when the watch shows the id taken by another holding.
@@ -170,6 +177,9 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	if len(cfg.IDs) == 0 && w.Config.Purge != world.PurgeByServer {
 		wk.sweep = dr.NewSweeper()
 	}
+	// Keeping needs a consumer that reads from the first message: the
+	// one a sweep needs too.
+	wk.kept = newKept(wk.sweep != nil)
 	if len(cfg.IDs) > 0 {
 		wk.ids = map[string]bool{}
 		for _, id := range cfg.IDs {
@@ -300,8 +310,15 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 		if err != nil || !wk.wants(id) {
 			return
 		}
-		if h := wk.holding(id); h != nil {
-			h.post(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp})
+		sm := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
+		wk.mu.Lock()
+		h := wk.held[id]
+		if h == nil {
+			wk.kept.add(id, sm)
+		}
+		wk.mu.Unlock()
+		if h != nil {
+			h.post(sm)
 			return
 		}
 		offer(cand, candidate{id, fromPost})
@@ -503,6 +520,7 @@ func (wk *Worker) claim(ctx context.Context, wg *sync.WaitGroup, ss *ownership.S
 	h := &holding{lease: l, drains: drains, more: make(chan struct{}, 1), inbox: make(chan *jetstream.RawStreamMsg, inboxSize), lost: lost}
 	nudge(h)
 	wk.mu.Lock()
+	h.start, h.whole = wk.kept.take(id)
 	wk.held[id] = h
 	wk.mu.Unlock()
 	wk.log.Debug("claimed", "id", id, "epoch", l.Epoch)
@@ -530,6 +548,7 @@ func (h *holding) post(m *jetstream.RawStreamMsg) {
 func (wk *Worker) gapAll() {
 	wk.mu.Lock()
 	defer wk.mu.Unlock()
+	wk.kept = newKept(false) // what it kept may miss messages too
 	for _, h := range wk.held {
 		h.gap.Store(true)
 		nudge(h)
@@ -664,6 +683,16 @@ func takeInbox(msgs []*jetstream.RawStreamMsg, inbox chan *jetstream.RawStreamMs
 // is read after msgs were taken: a message dropped before one of msgs
 // was put in the inbox set it first).
 func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.RawStreamMsg) (drain.Result, error) {
+	if h.whole {
+		// The first delivery, from what the worker kept: every message of
+		// the id until the inbox took over, then the inbox's.
+		h.whole = false
+		first := append(h.start, msgs...)
+		h.start = nil
+		if !h.gap.Swap(false) {
+			return h.drains.Start(ctx, first, wk.h)
+		}
+	}
 	if len(msgs) > 0 && !h.gap.Swap(false) {
 		if res, ok, err := h.drains.Deliver(ctx, msgs, wk.h); ok {
 			if err == nil && !h.drains.Live() {

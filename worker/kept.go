@@ -1,0 +1,76 @@
+package worker
+
+import (
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// keptMax bounds the messages a worker keeps for ids it does not hold (all
+// ids together); keptIDsMax bounds the ids it remembers it could not keep
+// whole. Beyond either, it stops keeping.
+const (
+	keptMax    = 100_000
+	keptIDsMax = 1_000_000
+)
+
+// kept holds, for each id the worker does not hold, every message of it
+// that the worker's consumer read, while it can vouch that they are all
+// of the id's stored messages (docs/design.md 3.10 point 6): the consumer
+// reads every mailbox from the stream's first message on, so the first
+// message of an id it sees is the id's first stored one, and from then on
+// it sees every later one. When the worker then claims the id, its first
+// delivery hands those messages out (drain.Holding.Start) instead of
+// reading the mailbox. An id whose messages the worker let go (another
+// node holds it, the worker held it before, the bound was reached) is
+// "gone": its first delivery is a drain from its cursor, as before.
+//
+// All of it is guarded by Worker.mu, so that handing an id's messages to
+// a new holding and routing the next one to its inbox are one step.
+type kept struct {
+	msgs map[string][]*jetstream.RawStreamMsg
+	n    int             // messages in msgs
+	gone map[string]bool // ids whose kept messages are not all of them
+	off  bool            // no keeping (the consumer does not read from the first message, or a bound was reached)
+}
+
+func newKept(on bool) *kept {
+	return &kept{msgs: map[string][]*jetstream.RawStreamMsg{}, gone: map[string]bool{}, off: !on}
+}
+
+// add keeps m, a message of id, which the worker does not hold.
+func (k *kept) add(id string, m *jetstream.RawStreamMsg) {
+	if k.off || k.gone[id] {
+		return
+	}
+	if k.n >= keptMax {
+		k.drop(id)
+		return
+	}
+	k.msgs[id] = append(k.msgs[id], m)
+	k.n++
+}
+
+// drop lets id's messages go: from now on they are not all kept.
+func (k *kept) drop(id string) {
+	if k.off {
+		return
+	}
+	k.n -= len(k.msgs[id])
+	delete(k.msgs, id)
+	k.gone[id] = true
+	if len(k.gone) >= keptIDsMax {
+		k.off, k.msgs, k.gone, k.n = true, nil, nil, 0
+	}
+}
+
+// take hands over id's kept messages for its new holding; whole says
+// whether they are every stored message of id. id is gone afterwards: the
+// holding gets its messages in its inbox, and once it ends they are not
+// kept whole any more.
+func (k *kept) take(id string) (msgs []*jetstream.RawStreamMsg, whole bool) {
+	if k.off || k.gone[id] {
+		return nil, false
+	}
+	msgs = k.msgs[id]
+	k.drop(id)
+	return msgs, true
+}
