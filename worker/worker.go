@@ -101,13 +101,13 @@ type holding struct {
 	// mailbox, in stream order, handed out with drains.Deliver. One that
 	// finds inbox full is dropped and sets gap: the next delivery is a
 	// drain (from the cursor), which covers it.
-	inbox    chan *jetstream.RawStreamMsg
-	gap      atomic.Bool
+	inbox chan *jetstream.RawStreamMsg
+	gap   atomic.Bool
 	// start: the id's messages the worker kept while nobody held it, all
 	// of them (kept.take): the first delivery hands them out without
 	// reading the mailbox (drain.Holding.Start). Used once, by serve.
-	start []*jetstream.RawStreamMsg
-	whole bool
+	start    []*jetstream.RawStreamMsg
+	whole    bool
 	lastDone atomic.Int64 // unix nanos of the end of the last drain
 	// lost ends the holding's context (its drain and running handler)
 	// when the watch shows the id taken by another holding.
