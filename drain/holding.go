@@ -51,6 +51,7 @@ type Holding struct {
 	// are coalesced: see Deliver); since: when it began owing.
 	owed  *lastCommit
 	since time.Time
+	last  time.Time // when it last added to owed
 	// sent: a commit sent without waiting for its answer; the next one
 	// goes out only after it was settled.
 	sent *sentCommit
@@ -169,9 +170,11 @@ func (h *Holding) position() uint64 {
 // its messages count in r's result.
 func (h *Holding) owe(r *run) {
 	l := r.last
+	now := time.Now()
 	if h.owed == nil {
-		h.owed, h.since = &lastCommit{}, time.Now()
+		h.owed, h.since = &lastCommit{}, now
 	}
+	h.last = now
 	h.owed.next = l.next
 	h.owed.acked += l.acked
 	h.owed.dead += l.dead
@@ -189,15 +192,26 @@ func (h *Holding) commitDue() bool {
 	return h.owed != nil && (h.owed.acked+h.owed.dead >= h.d.commitEvery || time.Since(h.since) >= h.d.commitInterval)
 }
 
+// commitLinger is how long a holding waits for more deliveries before it
+// commits what it owes: a burst of an id's messages is committed once,
+// and an id that went quiet is committed at once, so that a crash
+// delivers again little more than what was in flight.
+const commitLinger = 20 * time.Millisecond
+
 // FlushBy says by when the holding is to be flushed (Flush) to commit
-// what it owes within WithCommitEvery's interval; zero: it owes nothing.
+// what it owes: commitLinger after its last delivery, and within
+// WithCommitEvery's interval at the latest; zero: it owes nothing.
 func (h *Holding) FlushBy() time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.owed == nil {
 		return time.Time{}
 	}
-	return h.since.Add(h.d.commitInterval)
+	by := h.since.Add(h.d.commitInterval)
+	if linger := h.last.Add(commitLinger); linger.Before(by) {
+		by = linger
+	}
+	return by
 }
 
 // sendOwed settles the commit in flight and sends what the holding owes,
