@@ -226,7 +226,7 @@ func (wk *Worker) Run(ctx context.Context) error {
 	wk.mu.Lock()
 	wk.session = ss
 	wk.mu.Unlock()
-	wk.log.Info("node lease acquired", "epoch", ss.Epoch(), "ttl", wk.cfg.TTL)
+	wk.log.Info("node lease acquired", "event", "lease_acquired", "epoch", ss.Epoch(), "ttl", wk.cfg.TTL)
 
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -252,6 +252,8 @@ func (wk *Worker) Run(ctx context.Context) error {
 			return c
 		}
 		wk.log.Warn("releasing the node lease", "error", eerr)
+	} else if eerr == nil {
+		wk.log.Info("node lease released: its ids are free", "event", "lease_released", "epoch", ss.Epoch())
 	}
 	if err != nil && ctx.Err() == nil {
 		return err
@@ -523,7 +525,7 @@ func (wk *Worker) claim(ctx context.Context, wg *sync.WaitGroup, ss *ownership.S
 	h.start, h.whole = wk.kept.take(id)
 	wk.held[id] = h
 	wk.mu.Unlock()
-	wk.log.Debug("claimed", "id", id, "epoch", l.Epoch)
+	wk.log.Info("claimed", "event", "claimed", "id", id, "epoch", l.Epoch)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -577,7 +579,12 @@ func (wk *Worker) count() int {
 // serve drains one held id whenever it may have mail, until the holding is
 // lost, the id stays idle for cfg.Idle (then it is released), or ctx ends.
 func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h *holding) {
+	logged := false // "lost an id" was logged
 	defer func() {
+		if cause := context.Cause(ctx); !logged && errors.Is(cause, errTakenOver) {
+			// Idle or busy: the watch ended the holding.
+			wk.log.Info("lost an id", "event", "lost", "id", id, "epoch", h.lease.Epoch, "reason", cause)
+		}
 		// The last commit, if one is in flight, is taken before the id
 		// is released (or the worker's node lease is).
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -607,6 +614,7 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 			if err := h.drains.Flush(ctx); err != nil {
 				if ctx.Err() == nil && (errors.Is(err, ownership.ErrFree) || errors.Is(err, ownership.ErrHeld) || errors.Is(err, ownership.ErrFenced)) {
 					wk.log.Info("lost an id", "event", "lost", "id", id, "epoch", h.lease.Epoch, "reason", err)
+					logged = true
 					return
 				}
 				wk.log.Debug("commit of an id", "id", id, "error", err)
@@ -620,6 +628,8 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 			}
 			if err := ss.Release(ctx, id); err != nil && ctx.Err() == nil {
 				wk.log.Debug("release of an idle id", "id", id, "error", err)
+			} else if err == nil {
+				wk.log.Info("released an idle id", "event", "released", "id", id, "epoch", h.lease.Epoch, "reason", "idle")
 			}
 			return
 		case <-h.more:
@@ -636,6 +646,9 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 		if by := h.drains.FlushBy(); !by.IsZero() {
 			flush.Reset(max(time.Until(by), 0))
 		}
+		if res.DeadLettered > 0 {
+			wk.log.Info("dead-lettered", "event", "dead_lettered", "id", id, "epoch", h.lease.Epoch, "count", res.DeadLettered, "cursor", res.Cursor)
+		}
 		h.lastDone.Store(time.Now().UnixNano())
 		switch {
 		case err == nil:
@@ -645,12 +658,10 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 			}
 			continue
 		case ctx.Err() != nil:
-			if cause := context.Cause(ctx); errors.Is(cause, errTakenOver) {
-				wk.log.Info("lost an id", "id", id, "reason", cause)
-			}
 			return
 		case errors.Is(err, ownership.ErrFree), errors.Is(err, ownership.ErrHeld), errors.Is(err, ownership.ErrFenced):
-			wk.log.Info("lost an id", "id", id, "reason", err)
+			wk.log.Info("lost an id", "event", "lost", "id", id, "epoch", h.lease.Epoch, "reason", err)
+			logged = true
 			return
 		}
 		// Contended (a stale drain lock), unknown or transient: try again.

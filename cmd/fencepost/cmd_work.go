@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -31,13 +34,17 @@ var (
 	flagWorkExec    string
 	flagWorkGrace   time.Duration
 	flagWorkMetrics string
+	// flagsWork is the work command's flag set, to tell whether
+	// --log-level was given (work logs at info unless it was).
+	flagsWork *flagSet
 )
 
 func init() {
 	register("work", &command{
 		usage: "work --node N (--ids a,b | --all) --exec CMD [--ttl 10s]",
-		short: "serve mailboxes: each message to CMD on stdin (env FENCEPOST_ID, _EPOCH, _FROM, _SEQ); exit 0 acks; exit 3 on self-fence",
+		short: "serve mailboxes: each message to CMD on stdin (env FENCEPOST_ID, _EPOCH, _FROM, _SEQ); exit 0 acks; exit 3 on self-fence; logs at info (--json: one event per line)",
 		flags: func(fs *flagSet) {
+			flagsWork = fs
 			ownerFlags(true)(fs)
 			fs.StringVar(&flagWorkIDs, "ids", "", "comma-separated ids to serve")
 			fs.BoolVar(&flagWorkAll, "all", false, "serve every id of the world")
@@ -64,6 +71,7 @@ func runWork(e *env, args []string) int {
 	if flagWorkIDs != "" {
 		ids = strings.Split(flagWorkIDs, ",")
 	}
+	ev, log := workLog(e)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var set *metrics.Set
@@ -82,20 +90,56 @@ func runWork(e *env, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	wk, err := w.NewWorker(worker.Config{Node: flagNode, TTL: flagTTL, IDs: ids, Log: e.log, Metrics: set}, execHandler(flagWorkExec, flagNode, flagWorkGrace))
+	// With --json stdout carries the events: the commands write theirs
+	// to stderr.
+	var handlerOut io.Writer = os.Stdout
+	if e.json {
+		handlerOut = os.Stderr
+	}
+	h := ev.observe(log, w.Config.MaxDeliveries, execHandler(flagWorkExec, flagNode, flagWorkGrace, handlerOut))
+	wk, err := w.NewWorker(worker.Config{Node: flagNode, TTL: flagTTL, IDs: ids, Log: e.log, Metrics: set}, h)
 	if err != nil {
 		return e.fail(err)
 	}
+	ttl, _ := w.Config.TTL(flagTTL) // NewWorker checked it
+	serving := []any{"all", true}
+	if ids != nil {
+		serving = []any{"ids", ids}
+	}
+	log.Info("worker starting", append([]any{eventKey, "started", "world", e.world}, append(serving, "ttl", ttl, "exec", flagWorkExec, "max_deliveries", w.Config.MaxDeliveries)...)...)
 	err = wk.Run(ctx)
 	var cause fencing.Cause
 	switch {
 	case errors.As(err, &cause):
+		log.Error("stopped: self-fence", eventKey, "stopped", "reason", "self-fence", "cause", string(cause), "exit", exitSelfFence)
 		fmt.Fprintf(e.err, "SELF-FENCE: %s node=%s world=%s\n", string(cause), flagNode, e.world)
 		return exitSelfFence
 	case err != nil:
+		log.Error("stopped: error", eventKey, "stopped", "reason", "error", "cause", err, "exit", exitError)
 		return e.fail(err)
 	}
+	log.Info("stopped", eventKey, "stopped", "reason", "signal", "cause", context.Cause(ctx), "exit", exitOK)
 	return exitOK
+}
+
+// workLog makes the work command's logger: events (work_events.go) and
+// the other log lines, on stderr at --log-level, info unless --log-level
+// or FENCEPOST_LOG says otherwise. It replaces e.log, so the client, the
+// worker and its drains log through it; log is the command's own, with
+// the node.
+func workLog(e *env) (*workEvents, *slog.Logger) {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(e.logLevel)) // parse checked it
+	given := os.Getenv("FENCEPOST_LOG") != ""
+	if flagsWork != nil {
+		flagsWork.Visit(func(f *flag.Flag) { given = given || f.Name == "log-level" })
+	}
+	if !given {
+		level = slog.LevelInfo
+	}
+	ev := newWorkEvents(slog.NewTextHandler(e.err, &slog.HandlerOptions{Level: level}), e.json, level <= slog.LevelDebug, e.out)
+	e.log = slog.New(ev)
+	return ev, e.log.With("node", flagNode)
 }
 
 // execHandler runs cmd with sh -c per message: the body on stdin, the
@@ -104,14 +148,14 @@ func runWork(e *env, args []string) int {
 // taken over, a self-fence, the worker stops), the whole group gets
 // SIGTERM, and SIGKILL grace later if anything of it is left: no child of
 // a handler goes on writing under an epoch that is no longer the holder's.
-func execHandler(cmd, node string, grace time.Duration) drain.Handler {
+func execHandler(cmd, node string, grace time.Duration, stdout io.Writer) drain.Handler {
 	return func(ctx context.Context, m drain.Message) error {
 		c := exec.CommandContext(ctx, "sh", "-c", cmd)
 		c.SysProcAttr = handlerProcAttr()
 		c.Cancel = func() error { return stopGroup(c.Process.Pid, grace) }
 		c.WaitDelay = grace + time.Second // then Wait stops waiting for the command's pipes
 		c.Stdin = bytes.NewReader(m.Body)
-		c.Stdout, c.Stderr = os.Stdout, os.Stderr
+		c.Stdout, c.Stderr = stdout, os.Stderr
 		c.Env = append(os.Environ(),
 			"FENCEPOST_ID="+m.ID,
 			"FENCEPOST_EPOCH="+strconv.FormatUint(m.Fence.Epoch, 10),
@@ -121,11 +165,25 @@ func execHandler(cmd, node string, grace time.Duration) drain.Handler {
 			"FENCEPOST_DELIVERY="+strconv.Itoa(m.Delivery),
 		)
 		if err := c.Run(); err != nil {
-			return fmt.Errorf("work: %q for %q seq %d: %w", cmd, m.ID, m.Seq, err)
+			return &execError{cmd: cmd, id: m.ID, seq: m.Seq, err: err}
 		}
 		return nil
 	}
 }
+
+// execError is a failed --exec command: its exit status, or why it did
+// not run. Its message is the dead letter's error.
+type execError struct {
+	cmd, id string
+	seq     uint64
+	err     error
+}
+
+func (x *execError) Error() string {
+	return fmt.Sprintf("work: %q for %q seq %d: %v", x.cmd, x.id, x.seq, x.err)
+}
+
+func (x *execError) Unwrap() error { return x.err }
 
 // stopGroup sends SIGTERM to process group pgid and, if any process of it
 // is left after grace, SIGKILL.
