@@ -62,6 +62,40 @@ type sentCommit struct {
 	ack   jetstream.PubAckFuture
 	last  lastCommit
 	fence fencing.Fence
+	// the answer, once answered took it
+	done bool
+	pa   *jetstream.PubAck
+	err  error
+}
+
+// answered says whether the answer came, without waiting.
+func (p *sentCommit) answered() bool {
+	if !p.done {
+		select {
+		case p.pa = <-p.ack.Ok():
+			p.done = true
+		case p.err = <-p.ack.Err():
+			p.done = true
+		default:
+		}
+	}
+	return p.done
+}
+
+// wait waits for the answer, at most d.
+func (p *sentCommit) wait(d time.Duration) {
+	if p.answered() {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case p.pa = <-p.ack.Ok():
+	case p.err = <-p.ack.Err():
+	case <-t.C:
+		p.err = context.DeadlineExceeded
+	}
+	p.done = true
 }
 
 // Hold returns the Holding of a lease won through a session. A lease of
@@ -134,7 +168,9 @@ func (h *Holding) Deliver(ctx context.Context, msgs []*jetstream.RawStreamMsg, h
 	again, err := r.handle(r.ctx, msgs)
 	if err == nil && r.last != nil {
 		h.owe(r)
-		if h.commitDue() {
+		// Group commit: what is owed goes out as soon as no commit of the
+		// id is in flight; while one is, deliveries add to the next.
+		if h.sent == nil || h.sent.answered() || h.commitDue() {
 			err = h.sendOwed(r.ctx)
 		}
 	}
@@ -270,11 +306,9 @@ func (h *Holding) settle(ctx context.Context) error {
 	}
 	h.sent = nil
 	d := h.d
-	t := time.NewTimer(commitTimeout)
-	defer t.Stop()
-	var err error
-	select {
-	case a := <-p.ack.Ok():
+	p.wait(commitTimeout)
+	err := p.err
+	if a := p.pa; err == nil {
 		if d.onCommit != nil {
 			f := p.fence
 			d.onCommit(Commit{ID: f.ID, Node: f.Node, Epoch: f.Epoch, Revision: f.Revision, Cursor: p.last.next.Seq, StreamSeq: a.Sequence})
@@ -284,9 +318,6 @@ func (h *Holding) settle(ctx context.Context) error {
 			h.purge.request(d, h.subj, p.last.next.Seq+1)
 		}
 		return nil
-	case err = <-p.ack.Err():
-	case <-t.C:
-		err = context.DeadlineExceeded
 	}
 	h.live = false
 	if !wrongLastSequence(err) {

@@ -273,14 +273,16 @@ func TestHolding_PurgesWhatAnEarlierHolderLeft(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the purge of what n1 committed", func() bool { return stored(t, w, subj) == 0 })
 }
 
-// TestHolding_CommitsCoalesced: deliveries owe their commit until
-// WithCommitEvery's count or interval: one cursor write for many
-// deliveries, FlushBy says when the rest is due, Flush writes it; a crash
-// before that delivers the owed messages again to the next holder.
+// TestHolding_CommitsCoalesced: a delivery's commit goes out at once when
+// no commit of the id is in flight, else it is owed and goes with the
+// next (group commit), due at the latest a linger after the last delivery
+// (FlushBy); Flush writes what is owed. So there are at most as many
+// cursor writes as deliveries, every delivered message ends up committed,
+// and a crash before a flush delivers again at most what was owed.
 func TestHolding_CommitsCoalesced(t *testing.T) {
 	env := testutil.Start(t, testutil.Target{Name: "single"})
 	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{}, drain.WithCommitEvery(3, time.Hour))
+	w, d := newWorld(t, env, world.Config{}, drain.WithCommitEvery(100, time.Hour))
 	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
 	require.NoError(t, err)
 	l, err := ss.Claim(ctx, "x")
@@ -299,32 +301,33 @@ func TestHolding_CommitsCoalesced(t *testing.T) {
 		_, ok, err := h.Deliver(ctx, all[len(all)-1:], rec.handle)
 		require.NoError(t, err)
 		require.True(t, ok)
+		// Sent, or owed and due a moment after this delivery (the linger),
+		// not after the hour of WithCommitEvery's interval.
+		if by := h.FlushBy(); !by.IsZero() {
+			require.WithinDuration(t, time.Now(), by, time.Second)
+		}
 	}
 	before := bucketLastSeq(t, w)
-	deliver("a")
-	deliver("b")
-	require.Equal(t, before, bucketLastSeq(t, w), "two deliveries, no commit yet")
-	require.False(t, h.FlushBy().IsZero(), "owes a commit")
-	// Due a moment after the last delivery (the linger), not after the
-	// hour of WithCommitEvery's interval: a quiet id is committed at once.
-	require.WithinDuration(t, time.Now(), h.FlushBy(), time.Second)
-	deliver("c") // the third: due, sent
+	for _, b := range []string{"a", "b", "c", "e", "f"} {
+		deliver(b)
+	}
 	require.NoError(t, h.Flush(ctx))
-	require.Equal(t, before+1, bucketLastSeq(t, w), "one commit for three deliveries")
 	require.True(t, h.FlushBy().IsZero())
-
-	deliver("d")
+	writes := bucketLastSeq(t, w) - before
+	require.True(t, writes >= 1 && writes <= 5, "%d cursor writes for 5 deliveries", writes)
 	st, err := d.Stat(ctx, "x")
 	require.NoError(t, err)
-	require.Equal(t, uint64(1), st.Depth, "d is owed, not committed")
-	// The process dies: its session lapses, nothing flushed. The next
-	// holder gets d again (at least once), nothing else.
+	require.Zero(t, st.Depth, "every delivered message committed after Flush")
+
+	deliver("g")
+	// The process dies without a flush: its session lapses. The next
+	// holder gets g again if its commit had not gone out, nothing else.
 	ss.Orphan()
 	l2, err := w.Ownership.Seize(ctx, "x", "n2", time.Minute, true)
 	require.NoError(t, err)
 	var next recorder
 	_, err = d.DrainLease(ctx, l2, next.handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{"d"}, next.bodies())
-	require.Equal(t, []string{"a", "b", "c", "d"}, rec.bodies())
+	require.Subset(t, []string{"g"}, next.bodies())
+	require.Equal(t, []string{"a", "b", "c", "e", "f", "g"}, rec.bodies())
 }
