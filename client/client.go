@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -9,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/world"
@@ -86,20 +89,74 @@ func (c *Client) Close() {
 }
 
 // World is an open world and its stores.
+//
+// A World opened by a user that may post but not read the world's streams
+// (a producer under fencepostd --auth) is open for posting only: Send and
+// Queue work; Ownership and Drainer are nil, and so are the embedded
+// world's KV, Bucket and Mailbox; Readable says why.
 type World struct {
 	*world.World
 	Ownership *ownership.Store
 	Queue     *queue.Queue   // send into mailboxes (World.Mailbox is the stream)
 	Drainer   *drain.Drainer // drain, dead letters, stat
+
+	refused *NotPermittedError // open for posting only: the server's refusal of the stream info
 }
 
+// ErrPostOnly is wrapped by Readable's error: the world is open for posting
+// only.
+var ErrPostOnly = errors.New("world open for posting only")
+
+// Readable is nil when the world was opened in full. For a world open for
+// posting only it is an error that wraps ErrPostOnly and the server's
+// refusal (a *NotPermittedError, ErrNotPermitted): the user may not read
+// the world's streams, so it can post and nothing else.
+func (w *World) Readable() error {
+	if w.refused == nil {
+		return nil
+	}
+	return &PostOnlyError{World: w.Name, Refusal: w.refused}
+}
+
+// PostOnlyError says that a world is open for posting only, and why: the
+// server refused the user the world's stream info.
+type PostOnlyError struct {
+	World   string
+	Refusal *NotPermittedError
+}
+
+func (e *PostOnlyError) Error() string {
+	return fmt.Sprintf("%v; this user may only post into world %q", e.Refusal, e.World)
+}
+
+// Unwrap gives ErrPostOnly and the refusal.
+func (e *PostOnlyError) Unwrap() []error { return []error{ErrPostOnly, e.Refusal} }
+
 // World opens an existing world (world.ErrUnknownWorld if there is none).
+//
+// When the server refuses this user the stream info of the world's bucket
+// (a producer under fencepostd --auth: stream info could list every id and
+// key, docs/security.md), the world is opened for posting only, from its
+// settings entry (world.OpenToPost): Send works, Readable says the rest
+// does not.
 func (c *Client) World(ctx context.Context, name string) (*World, error) {
-	w, err := world.Open(ctx, c.js, name)
-	if err != nil {
+	if err := wire.ValidateWorld(name); err != nil {
 		return nil, err
 	}
-	return c.bind(w)
+	octx, done := c.refusals.expect(ctx, jsapi.APIStreamInfo+wire.BucketStream(name))
+	w, err := world.Open(octx, c.js, name)
+	refused := done()
+	if err == nil {
+		return c.bind(w)
+	}
+	if refused == nil {
+		return nil, err
+	}
+	pw, perr := world.OpenToPost(ctx, c.js, name)
+	if perr != nil {
+		return nil, fmt.Errorf("%w; opening world %q for posting only: %w", refused, name, perr)
+	}
+	return &World{World: pw, Queue: queue.New(pw), refused: refused}, nil
 }
 
 // CreateWorld creates a world (or opens it, if it exists with the same

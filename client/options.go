@@ -3,11 +3,15 @@ package client
 import (
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/inbox"
 	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/ownership"
 )
@@ -77,3 +81,52 @@ func WithOwnershipOptions(opts ...ownership.Option) Option {
 		return nil
 	}
 }
+
+// WithCreds authenticates with a NATS credentials file (nats.UserCredentials)
+// and, when the file's user JWT confines the user's replies to an inbox
+// prefix of its own (fencepostd --auth issues every user one:
+// docs/security.md, "Private inboxes"), uses that prefix for every reply
+// subject (nats.CustomInboxPrefix). Without it, such a user's requests
+// would get no answers: the server would not let it subscribe to nats.go's
+// default inbox. A WithInboxPrefix after it overrides the prefix.
+func WithCreds(path string) Option {
+	return func(o *options) error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("%w: credentials: %v", ErrInvalidOption, err)
+		}
+		tok, err := jwt.ParseDecoratedJWT(b)
+		if err != nil {
+			return fmt.Errorf("%w: credentials %s: %v", ErrInvalidOption, path, err)
+		}
+		prefix, err := InboxPrefix(tok)
+		if err != nil {
+			return fmt.Errorf("%w: credentials %s: %v", ErrInvalidOption, path, err)
+		}
+		o.nats = append(o.nats, nats.UserCredentials(path))
+		if prefix != "" {
+			o.nats = append(o.nats, nats.CustomInboxPrefix(prefix))
+		}
+		return nil
+	}
+}
+
+// WithInboxPrefix makes every reply subject of the connection start with
+// prefix instead of "_INBOX" (nats.CustomInboxPrefix): the inbox that the
+// user's subscribe permissions allow.
+func WithInboxPrefix(prefix string) Option {
+	return func(o *options) error {
+		if prefix == "" || strings.ContainsAny(prefix, "*> \t") || strings.HasSuffix(prefix, ".") {
+			return fmt.Errorf("%w: inbox prefix %q: give subject tokens without wildcards, not ending in '.'", ErrInvalidOption, prefix)
+		}
+		o.nats = append(o.nats, nats.CustomInboxPrefix(prefix))
+		return nil
+	}
+}
+
+// InboxPrefix is the inbox prefix that a user JWT confines its replies to:
+// the P of its one subscribe permission "P.>" under "_INBOX" (fencepostd
+// --auth: "_INBOX.<user public key>"), or "" when the JWT allows nats.go's
+// default inbox. A plain nats.go client of such a user connects with
+// nats.CustomInboxPrefix(prefix); the nats CLI with --inbox-prefix.
+func InboxPrefix(userJWT string) (string, error) { return inbox.FromJWT(userJWT) }

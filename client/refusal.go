@@ -38,9 +38,20 @@ type refusals struct {
 	mu       sync.Mutex
 	next     int
 	watchers map[int]func(*NotPermittedError)
+	expected map[int]*expectation
+}
+
+// expectation is a refusal an operation is ready for: the first refusal of
+// subject goes to it alone, not to the watchers.
+type expectation struct {
+	subject string
+	got     *NotPermittedError
+	cancel  context.CancelCauseFunc
 }
 
 // hook chains the client's handler before the connection's error handler.
+// A refusal that an operation of the client expected and handles (see
+// expect) does not reach the connection's error handler.
 func (r *refusals) hook(nc *nats.Conn) {
 	prev := nc.Opts.AsyncErrorCB
 	nc.SetErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
@@ -49,7 +60,9 @@ func (r *refusals) hook(nc *nats.Conn) {
 			if m[1] == "Subscription" {
 				op = "subscription"
 			}
-			r.refused(&NotPermittedError{Op: op, Subject: m[2]})
+			if r.refused(&NotPermittedError{Op: op, Subject: m[2]}) {
+				return
+			}
 		}
 		if prev != nil {
 			prev(nc, sub, err)
@@ -57,12 +70,22 @@ func (r *refusals) hook(nc *nats.Conn) {
 	})
 }
 
-func (r *refusals) refused(e *NotPermittedError) {
+// refused hands e to the operation expecting it, or else to the watchers;
+// it says whether an operation expected it.
+func (r *refusals) refused(e *NotPermittedError) (expected bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for _, x := range r.expected {
+		if x.got == nil && x.subject == e.Subject && e.Op == "publish" {
+			x.got = e
+			x.cancel(e)
+			return true
+		}
+	}
 	for _, fn := range r.watchers {
 		fn(e)
 	}
+	return false
 }
 
 // OnRefusal calls fn with every refusal of a publish or subscription of
@@ -105,5 +128,31 @@ func (c *Client) Refusable(ctx context.Context) (_ context.Context, done func(er
 		}
 		cancel(nil)
 		return err
+	}
+}
+
+// expect returns a context that the server's refusal of a publish to
+// subject ends, and done, which ends the expectation and returns that
+// refusal, or nil. The refusal is the expecting operation's: it is not
+// handed to OnRefusal's watchers (nor ends Refusable contexts), because
+// the operation goes on another way.
+func (r *refusals) expect(ctx context.Context, subject string) (context.Context, func() *NotPermittedError) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	x := &expectation{subject: subject, cancel: cancel}
+	r.mu.Lock()
+	if r.expected == nil {
+		r.expected = map[int]*expectation{}
+	}
+	id := r.next
+	r.next++
+	r.expected[id] = x
+	r.mu.Unlock()
+	return ctx, func() *NotPermittedError {
+		r.mu.Lock()
+		delete(r.expected, id)
+		got := x.got
+		r.mu.Unlock()
+		cancel(nil)
+		return got
 	}
 }

@@ -45,5 +45,8 @@ func (w *World) Send(ctx context.Context, id string, body []byte, opts ...SendOp
 // NewWorker returns a worker of this world as cfg.Node, handing every
 // message of the ids it holds to h (worker.New). Run it with Run(ctx).
 func (w *World) NewWorker(cfg WorkerConfig, h Handler) (*Worker, error) {
+	if err := w.Readable(); err != nil {
+		return nil, err
+	}
 	return worker.New(w.World, w.Ownership, cfg, h)
 }

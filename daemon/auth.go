@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/fencepost/fencepost/internal/inbox"
 	"github.com/fencepost/fencepost/server"
 )
 
@@ -28,7 +29,8 @@ const (
 var Roles = []string{RoleProducer, RoleOwner, RoleOperator}
 
 // Grant is one subject a role may publish to (Pub) or subscribe to (Sub),
-// and why it needs it. In Subject, <w> stands for the world's name.
+// and why it needs it. In Subject, <w> stands for the world's name and
+// <user> for the user's public nkey.
 type Grant struct {
 	Subject string
 	Pub     bool // publish (false: subscribe)
@@ -52,11 +54,12 @@ var (
 var Permissions = []Grant{
 	// Producer (and owner).
 	{"fp.<w>.mb.*", pub, prodOwner, "post: the JetStream publish of a message into mailbox <eid> (docs/wire.md Posting); an owner also reposts dead letters"},
-	{"$JS.API.STREAM.INFO.FP_MB_<w>", pub, prodOwner, "open the world: the mailbox stream's limits (max_msgs_per_subject, max_bytes), which a full mailbox names"},
-	{"$JS.API.STREAM.INFO.KV_fp_<w>", pub, prodOwner, "open the world: its settings are the bucket stream's metadata (fencepost.world.config); read only"},
-	{"_INBOX.>", sub, prodOwner, "replies: the publish acknowledgement of a post and every JetStream API answer arrive on the client's inbox"},
+	{"$JS.API.DIRECT.GET.KV_fp_<w>.$KV.fp_<w>.world", pub, prodOwner, "open the world for posting: its settings entry, by a direct get of that one key (a get by subject in the request's subject takes no sequence or filter: nothing else of the bucket is readable)"},
+	{"_INBOX.<user>.>", sub, prodOwner, "replies, on the user's own inbox prefix: the publish acknowledgement of a post and every JetStream API answer (no user may subscribe to another's inbox)"},
 
 	// Owner only.
+	{"$JS.API.STREAM.INFO.FP_MB_<w>", pub, ownerOnly, "open the world: the mailbox stream's limits, which a full mailbox names; stat, ls and workers: its subjects' counts"},
+	{"$JS.API.STREAM.INFO.KV_fp_<w>", pub, ownerOnly, "open the world: its settings are the bucket stream's metadata (fencepost.world.config); the bucket's handle; watch"},
 	{"$KV.fp_<w>.o.>", pub, ownerOnly, "ownership records: claim, renew, release and seize are conditional writes of the record (not f.*: a forced seize first writes the id's force key, which only the operator may write)"},
 	{"$KV.fp_<w>.c.>", pub, ownerOnly, "delivery cursors: the fenced commit of a drain"},
 	{"$KV.fp_<w>.l.>", pub, ownerOnly, "drain locks: one drain per id at a time"},
@@ -82,9 +85,9 @@ var Permissions = []Grant{
 	{"$JS.FC.FP_MB_<w>.>", pub, ownerOnly, "flow control replies of a worker's ordered consumer on the mailbox stream"},
 }
 
-// rolePermissions are the subject permissions of role for world w, as a
-// user JWT carries them.
-func rolePermissions(role, w string) jwt.Permissions {
+// rolePermissions are the subject permissions of role for world w and the
+// user with public nkey user, as the user's JWT carries them.
+func rolePermissions(role, w, user string) jwt.Permissions {
 	var p jwt.Permissions
 	if role == RoleOperator {
 		p.Pub.Allow.Add(">")
@@ -95,7 +98,7 @@ func rolePermissions(role, w string) jwt.Permissions {
 		if !slices.Contains(g.Roles, role) {
 			continue
 		}
-		s := strings.ReplaceAll(g.Subject, "<w>", w)
+		s := strings.NewReplacer("<w>", w, "<user>", user).Replace(g.Subject)
 		if g.Pub {
 			p.Pub.Allow.Add(s)
 		} else {
@@ -119,8 +122,30 @@ type Creds struct {
 	Seed []byte
 }
 
-// NATSOption is the nats.go option that authenticates with c.
-func (c Creds) NATSOption() nats.Option { return nats.UserJWTAndSeed(c.JWT, string(c.Seed)) }
+// NATSOption is the nats.go option that authenticates with c and, when
+// c's user has an inbox prefix of its own (InboxPrefix), uses it for every
+// reply subject (nats.CustomInboxPrefix).
+func (c Creds) NATSOption() nats.Option {
+	auth := nats.UserJWTAndSeed(c.JWT, string(c.Seed))
+	prefix := c.InboxPrefix()
+	return func(o *nats.Options) error {
+		if err := auth(o); err != nil {
+			return err
+		}
+		if prefix == "" {
+			return nil
+		}
+		return nats.CustomInboxPrefix(prefix)(o)
+	}
+}
+
+// InboxPrefix is the inbox prefix c's user JWT confines its replies to
+// ("_INBOX.<user public key>" for the producer and the owner), or "" when
+// it allows nats.go's default inbox (the operator).
+func (c Creds) InboxPrefix() string {
+	p, _ := inbox.FromJWT(c.JWT)
+	return p
+}
 
 // User is the public key of c's user.
 func (c Creds) User() (string, error) {
@@ -249,7 +274,7 @@ func loadOrCreateTrust(dataDir, world string) (*trust, error) {
 		}
 		uc := jwt.NewUserClaims(pub)
 		uc.Name = "fp-" + role
-		uc.Permissions = rolePermissions(role, world)
+		uc.Permissions = rolePermissions(role, world, pub)
 		tok, err := uc.Encode(t.account)
 		if err != nil {
 			return nil, fmt.Errorf("auth: user JWT of %s: %w", role, err)

@@ -128,10 +128,13 @@ func TestAuth_NoCredentialsCannotConnect(t *testing.T) {
 	require.Error(t, err)
 }
 
-// TestAuth_ProducerPostsAndNothingElse: a producer posts; its claim,
-// drain, seize, reset, world removal, stream delete and a direct overwrite
-// of an ownership record are refused by the server (permissions violation)
-// and write nothing.
+// TestAuth_ProducerPostsAndNothingElse: a producer opens the world for
+// posting only (it may not read the world's streams) and posts; a claim
+// (the record's conditional write), a read of a record (what seize and
+// drain do first), a forced seize, a reset, a purge, a world removal, a
+// stream delete, a direct overwrite of an ownership record and a dead
+// letter are refused by the server (permissions violation) and write
+// nothing.
 func TestAuth_ProducerPostsAndNothingElse(t *testing.T) {
 	a := startAuthed(t)
 	op := a.as(t, daemon.RoleOperator)
@@ -140,47 +143,71 @@ func TestAuth_ProducerPostsAndNothingElse(t *testing.T) {
 	require.NoError(t, err)
 
 	p := a.as(t, daemon.RoleProducer)
-	posted, err := p.w.Queue.Send(ctx, "order-1", []byte("hello"))
+	posted, err := p.w.Send(ctx, "order-1", []byte("hello"))
 	require.NoError(t, err)
 	require.NotZero(t, posted.Seq)
+	// The open asked for the bucket's stream info, was refused, and read
+	// the settings entry instead: a refusal the client expected and kept
+	// from the connection's error handler. Posting needs nothing else.
 	require.Empty(t, p.violations(0), "posting needs nothing the producer lacks")
+	require.ErrorIs(t, p.w.Readable(), client.ErrPostOnly)
+	require.ErrorIs(t, p.w.Readable(), client.ErrNotPermitted)
+	require.True(t, p.w.PostOnly)
+	require.Nil(t, p.w.Ownership, "a producer's world has no ownership store")
+	require.Nil(t, p.w.Drainer)
+	_, err = p.w.NewWorker(worker.Config{Node: "evil"}, func(context.Context, drain.Message) error { return nil })
+	require.ErrorIs(t, err, client.ErrPostOnly)
+	require.Equal(t, op.w.Config, p.w.Config, "the settings entry holds the world's settings")
+	require.Equal(t, op.w.Queue.Limit(), p.w.Queue.Limit())
+	require.Equal(t, op.w.Queue.MaxBody(), p.w.Queue.MaxBody())
 
 	before, err := op.w.Bucket.Info(ctx)
 	require.NoError(t, err)
 	mbBefore, err := op.w.Mailbox.Info(ctx)
 	require.NoError(t, err)
 
+	nc, js := p.c.Conn(), p.c.JetStream()
+	request := func(subject string, body []byte) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := nc.RequestWithContext(ctx, subject, body)
+			return err
+		}
+	}
 	rec := wire.RecordSubject("default", "order-1")
 	p.refused(t, "claim", rec, func(ctx context.Context) error {
-		_, err := p.w.Ownership.Claim(ctx, "order-1", "evil", 0)
+		m := nats.NewMsg(rec)
+		m.Data = []byte(`{"v":1,"node":"evil","epoch":1,"state":"held","ttl_ms":60000,"acquired":"2026-01-01T00:00:00Z","expires":"2099-01-01T00:00:00Z"}`)
+		m.Header.Set("Nats-Expected-Last-Subject-Sequence", "0")
+		_, err := js.PublishMsg(ctx, m)
 		return err
 	})
-	p.refused(t, "seize", "$JS.API.STREAM.MSG.GET.KV_fp_default", func(ctx context.Context) error {
-		_, err := p.w.Ownership.Seize(ctx, "held", "evil", 0, false)
-		return err
-	})
+	p.refused(t, "read a record (seize, drain)", "$JS.API.STREAM.MSG.GET.KV_fp_default", request("$JS.API.STREAM.MSG.GET.KV_fp_default", fmt.Appendf(nil, `{"last_by_subj":%q}`, wire.RecordSubject("default", "held"))))
+	p.refused(t, "direct get of a record", "$JS.API.DIRECT.GET.KV_fp_default."+wire.RecordSubject("default", "held"), request("$JS.API.DIRECT.GET.KV_fp_default."+wire.RecordSubject("default", "held"), nil))
 	p.refused(t, "force seize", wire.KeySubject("default", wire.ForceKey("held")), func(ctx context.Context) error {
-		_, err := p.w.Ownership.Seize(ctx, "held", "evil", 0, true)
+		_, err := js.Publish(ctx, wire.KeySubject("default", wire.ForceKey("held")), []byte(`{}`))
 		return err
 	})
-	p.refused(t, "drain", "$JS.API.STREAM.MSG.GET.KV_fp_default", func(ctx context.Context) error {
-		return ok(p.w.Drainer.Drain(ctx, "order-1", "evil", 1, func(context.Context, drain.Message) error { return nil }))
-	})
-	p.refused(t, "reset", "$JS.API.STREAM.PURGE.KV_fp_default", func(ctx context.Context) error {
+	p.refused(t, "reset", "$JS.API.STREAM.INFO.KV_fp_default", func(ctx context.Context) error {
 		return p.c.ResetWorld(ctx, "default")
 	})
-	p.refused(t, "remove", "$JS.API.STREAM.DELETE.FP_MB_default", func(ctx context.Context) error {
+	p.refused(t, "mailbox purge", "$JS.API.STREAM.PURGE.FP_MB_default", request("$JS.API.STREAM.PURGE.FP_MB_default", nil))
+	p.refused(t, "bucket purge", "$JS.API.STREAM.PURGE.KV_fp_default", request("$JS.API.STREAM.PURGE.KV_fp_default", nil))
+	p.refused(t, "remove", "$JS.API.STREAM.INFO.KV_fp_default", func(ctx context.Context) error {
 		return p.c.RemoveWorld(ctx, "default")
 	})
 	p.refused(t, "stream delete", "$JS.API.STREAM.DELETE.KV_fp_default", func(ctx context.Context) error {
 		return p.c.JetStream().DeleteStream(ctx, "KV_fp_default")
 	})
 	p.refused(t, "record overwrite", wire.RecordSubject("default", "held"), func(ctx context.Context) error {
-		_, err := p.c.JetStream().Publish(ctx, wire.RecordSubject("default", "held"), []byte(`{"v":1,"node":"evil","epoch":99,"state":"held","ttl_ms":60000,"acquired":"2026-01-01T00:00:00Z","expires":"2099-01-01T00:00:00Z"}`))
+		_, err := js.Publish(ctx, wire.RecordSubject("default", "held"), []byte(`{"v":1,"node":"evil","epoch":99,"state":"held","ttl_ms":60000,"acquired":"2026-01-01T00:00:00Z","expires":"2099-01-01T00:00:00Z"}`))
 		return err
 	})
 	p.refused(t, "dead letter", wire.DeadLetterSubject("default", "order-1"), func(ctx context.Context) error {
-		_, err := p.c.JetStream().Publish(ctx, wire.DeadLetterSubject("default", "order-1"), []byte("x"))
+		_, err := js.Publish(ctx, wire.DeadLetterSubject("default", "order-1"), []byte("x"))
+		return err
+	})
+	p.refused(t, "settings entry write", wire.KeySubject("default", wire.WorldKey), func(ctx context.Context) error {
+		_, err := js.Publish(ctx, wire.KeySubject("default", wire.WorldKey), []byte(`{}`))
 		return err
 	})
 

@@ -70,8 +70,15 @@ func TestAuth_TLSRequiredAndAPlainNATSPost(t *testing.T) {
 	_, err = nats.Connect("nats://"+addr, prod.NATSOption(), nats.Timeout(2*time.Second))
 	require.Error(t, err)
 
-	// The post, with nats.go only: fp.<world>.mb.<base64url(id)>.
-	nc, err := nats.Connect("tls://"+addr, prod.NATSOption(), nats.RootCAs(ca))
+	// The post, with nats.go only: fp.<world>.mb.<base64url(id)>, the
+	// acknowledgement on the producer's own inbox prefix (the one its JWT
+	// lets it subscribe to: _INBOX.<user public key>).
+	user, err := prod.User()
+	require.NoError(t, err)
+	prefix, err := client.InboxPrefix(prod.JWT)
+	require.NoError(t, err)
+	require.Equal(t, "_INBOX."+user, prefix)
+	nc, err := nats.Connect("tls://"+addr, nats.UserJWTAndSeed(prod.JWT, string(prod.Seed)), nats.CustomInboxPrefix(prefix), nats.RootCAs(ca))
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -48,6 +48,14 @@ func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) er
 		if d.cfg.Auth && w.Config.Purge != world.PurgeByServer {
 			d.log.Warn("world has purge=owner, but owners may not purge with --auth: its committed messages stay until an operator purges them; recreate it with purge=server", "world", name)
 		}
+		// A world made before the settings entry existed gets it now:
+		// producers under --auth open the world from it.
+		if err := world.PublishSettings(ctx, w); err != nil {
+			if d.cfg.Auth {
+				return err
+			}
+			d.log.Warn("could not write the world's settings entry; producers that may not read its streams cannot open it", "world", name, "err", err)
+		}
 		return nil
 	}
 	if !errors.Is(err, world.ErrUnknownWorld) {

@@ -41,6 +41,16 @@ type Config struct {
 	HTTP    string `json:"http,omitempty"`     // monitoring, /metrics, /healthz: 127.0.0.1:8222; "off" disables
 	DataDir string `json:"data_dir,omitempty"` // JetStream store: ./data
 
+	// NATSMonitoring serves nats-server's monitoring endpoints (/varz,
+	// /connz, /subsz, /jsz, ...) on the HTTP endpoint, beside /metrics and
+	// the health checks (default true). They answer without credentials.
+	NATSMonitoring *bool `json:"nats_monitoring,omitempty"`
+	// HTTPPublic accepts, with auth, nats-server's monitoring on an address
+	// other machines reach: without it such a start is refused, because
+	// the endpoints would show anyone connection details (user JWTs),
+	// subscriptions and streams (docs/security.md, "Monitoring").
+	HTTPPublic bool `json:"http_public,omitempty"`
+
 	Sync         string   `json:"sync,omitempty"`          // interval (default) or always
 	SyncInterval Duration `json:"sync_interval,omitempty"` // with sync=interval: 1s (nats-server's own default is 2 min)
 
@@ -204,7 +214,31 @@ func (c Config) validateHTTP() error {
 	if err := checkHostPort(c.HTTP); err != nil {
 		return bad("http", "%q: %v (or \"off\")", c.HTTP, err)
 	}
+	if c.Auth && c.natsMonitoring() && !c.HTTPPublic && !loopback(c.HTTP) {
+		return bad("http", "%s is reachable from other machines, and with auth nats-server's monitoring there (/connz, /subsz, /jsz, ...) would show anyone, without credentials, every connection with its user JWT, every subscription and every stream; "+
+			"listen on 127.0.0.1 (and put an authenticating proxy in front), or give --nats-monitoring=false to serve only /metrics and the health checks there, or --http-public to accept it (docs/security.md)", c.HTTP)
+	}
 	return nil
+}
+
+// loopback says whether hostport listens on a loopback address only: not
+// on every interface ("", 0.0.0.0, ::) nor on another address.
+func loopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// natsMonitoring says whether the HTTP endpoint serves nats-server's
+// monitoring (only an embedded server has it).
+func (c Config) natsMonitoring() bool {
+	return c.NATS == "" && (c.NATSMonitoring == nil || *c.NATSMonitoring)
 }
 
 func checkHostPort(hp string) error {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/run"
@@ -85,6 +86,9 @@ func Start(cfg Config, opts ...Option) (*Daemon, error) {
 		}
 		d.httpL = l
 		d.http = &http.Server{Handler: d.mux(), ReadHeaderTimeout: 5 * time.Second}
+		if cfg.Auth && cfg.natsMonitoring() {
+			d.log.Warn(monitoringWarning, "addr", l.Addr().String(), "public", !loopback(cfg.HTTP), "http_public", cfg.HTTPPublic)
+		}
 	}
 	ok = true
 	return d, nil
@@ -134,12 +138,16 @@ func (d *Daemon) startServer() error {
 		if err := tr.configure(opts); err != nil {
 			return err
 		}
+		if err := d.checkFileMonitoring(opts); err != nil {
+			return err
+		}
 		sc.Opts = opts
 		if c.Creds == "" && c.User == "" {
 			d.own = tr.creds[RoleOperator]
 		}
 		d.log.Info("auth on: credentials written", "producer", CredsFile(c.DataDir, RoleProducer),
-			"owner", CredsFile(c.DataDir, RoleOwner), "operator", CredsFile(c.DataDir, RoleOperator))
+			"owner", CredsFile(c.DataDir, RoleOwner), "operator", CredsFile(c.DataDir, RoleOperator),
+			"producer_inbox", tr.creds[RoleProducer].InboxPrefix(), "owner_inbox", tr.creds[RoleOwner].InboxPrefix())
 	}
 	srv, err := server.Start(sc)
 	var inUse *server.PortInUseError
@@ -155,6 +163,32 @@ func (d *Daemon) startServer() error {
 		"sync_interval", time.Duration(c.SyncInterval), "cluster", c.Cluster, "server_name", srv.Name())
 	return nil
 }
+
+// checkFileMonitoring refuses, with auth, nats-server's own monitoring
+// listener from the nats-server config file (http, https, monitor_port)
+// on a non-loopback address unless HTTPPublic accepts it, as Validate
+// does for --http; and warns about it on any address.
+func (d *Daemon) checkFileMonitoring(opts *natsserver.Options) error {
+	port := max(opts.HTTPPort, opts.HTTPSPort)
+	if opts.HTTPPort == 0 && opts.HTTPSPort == 0 {
+		return nil
+	}
+	host := opts.HTTPHost
+	if host == "" {
+		host = opts.Host
+	}
+	addr := net.JoinHostPort(host, fmt.Sprint(port))
+	if !loopback(addr) && !d.cfg.HTTPPublic {
+		return fmt.Errorf("%w: auth: the nats-server config file %s serves nats-server's monitoring on %s, reachable from other machines, where it would show anyone, without credentials, every connection with its user JWT, every subscription and every stream; "+
+			"remove it (fencepostd's --http serves the same endpoints), listen on 127.0.0.1, or give --http-public to accept it (docs/security.md)", server.ErrConfig, d.cfg.NATSConfig, addr)
+	}
+	d.log.Warn(monitoringWarning, "addr", addr, "from", d.cfg.NATSConfig, "public", !loopback(addr))
+	return nil
+}
+
+// monitoringWarning is logged at start when nats-server's monitoring runs
+// under --auth (docs/security.md, "Monitoring").
+const monitoringWarning = "auth: nats-server's monitoring answers without credentials: whoever reaches it reads every connection with its user JWT (/connz?auth=true), every subscription (/subsz), streams and consumers (/jsz); keep it on loopback behind an authenticating proxy, or turn it off with --nats-monitoring=false (/metrics and the health checks stay)"
 
 // connect opens fencepostd's own connection: in-process to the embedded
 // server, or to --nats (retrying in the background while it is away).
@@ -280,7 +314,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}, func(error) { d.stop() })
 	if d.http != nil {
 		g.Add(func() error {
-			d.log.Info("http ready", "addr", d.HTTPAddr(), "paths", "/metrics /healthz /readyz /varz /jsz /connz /routez /healthz/nats")
+			paths := "/metrics /healthz /readyz"
+			if d.srv != nil && d.cfg.natsMonitoring() {
+				paths += " /varz /jsz /connz /routez /subsz /healthz/nats"
+			}
+			d.log.Info("http ready", "addr", d.HTTPAddr(), "paths", paths)
 			if err := d.http.Serve(d.httpL); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("http: %w", err)
 			}

@@ -19,8 +19,8 @@ type flags struct {
 	copy map[string]func(dst *Config)
 
 	// flags with no Config field of the same shape
-	configFile, routes, httpPort string
-	scrapeRecords, natsLog, auth bool
+	configFile, routes, httpPort                             string
+	scrapeRecords, natsLog, auth, natsMonitoring, httpPublic bool
 }
 
 func str(f *flags, name string, p func(*Config) *string, usage string) {
@@ -79,6 +79,8 @@ func newFlags(out io.Writer) *flags {
 	num(f, "port", func(c *Config) *int { return &c.Port }, "client port (-1: a free one)")
 	str(f, "http", func(c *Config) *string { return &c.HTTP }, "monitoring, /metrics and /healthz listen host:port, or off")
 	f.fs.StringVar(&f.httpPort, "http-port", "", "monitoring port on the client host (0: off); shorthand for --http")
+	f.fs.BoolVar(&f.natsMonitoring, "nats-monitoring", true, "serve nats-server's monitoring (/varz, /connz, /jsz, ...) on the HTTP endpoint; false: only /metrics and the health checks")
+	f.fs.BoolVar(&f.httpPublic, "http-public", false, "with --auth, accept nats-server's monitoring on a non-loopback --http (it answers without credentials; docs/security.md)")
 	str(f, "data-dir", func(c *Config) *string { return &c.DataDir }, "JetStream store directory")
 	f.fs.Var(aliasOf(f, "data-dir"), "data", "same as --data-dir")
 	str(f, "sync", func(c *Config) *string { return &c.Sync }, "sync policy: interval (fsync every --sync-interval) or always (fsync every write)")
@@ -127,6 +129,10 @@ func (f *flags) apply(c *Config) error {
 			c.NATSLog = f.natsLog
 		case "auth":
 			c.Auth = f.auth
+		case "nats-monitoring":
+			c.NATSMonitoring = &f.natsMonitoring
+		case "http-public":
+			c.HTTPPublic = f.httpPublic
 		case "http-port":
 			p, perr := strconv.Atoi(f.httpPort)
 			switch {

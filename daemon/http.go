@@ -9,15 +9,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// mux serves /metrics, /healthz, /readyz and, with an embedded server,
-// nats-server's monitoring endpoints (/varz, /jsz, ...; its own health
-// check at /healthz/nats).
+// mux serves /metrics, /healthz, /readyz and, with an embedded server
+// and nats_monitoring on (the default), nats-server's monitoring endpoints
+// (/varz, /jsz, ...; its own health check at /healthz/nats).
 func (d *Daemon) mux() *http.ServeMux {
 	m := http.NewServeMux()
 	m.Handle("GET /metrics", promhttp.HandlerFor(d.gather, promhttp.HandlerOpts{}))
 	m.HandleFunc("GET /healthz", d.healthz(false))
 	m.HandleFunc("GET /readyz", d.healthz(true))
-	if s := d.srv; s != nil {
+	if s := d.srv; s != nil && d.cfg.natsMonitoring() {
 		for path, h := range map[string]http.HandlerFunc{
 			"/varz": s.HandleVarz, "/connz": s.HandleConnz, "/routez": s.HandleRoutez,
 			"/gatewayz": s.HandleGatewayz, "/leafz": s.HandleLeafz, "/subsz": s.HandleSubsz,

@@ -35,9 +35,13 @@ type Posted struct {
 
 // New returns the queue of an open world. The limits a full mailbox
 // reports are the mailbox stream's own (what the broker enforces), or
-// the world's settings if the stream's config is not at hand.
+// the world's settings if the stream's config is not at hand (a world
+// opened for posting only, world.OpenToPost).
 func New(w *world.World) *Queue {
 	limit, maxBytes := w.Config.MailboxMsgs(), w.Config.MaxBytes
+	if w.Mailbox == nil {
+		return &Queue{world: w.Name, js: w.JS, maxBody: int(w.Config.MaxBody), maxHeaders: int(w.Config.MaxHeaders), limit: limit, maxBytes: maxBytes}
+	}
 	if info := w.Mailbox.CachedInfo(); info != nil {
 		if info.Config.MaxMsgsPerSubject > 0 {
 			limit = info.Config.MaxMsgsPerSubject

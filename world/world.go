@@ -45,6 +45,10 @@ type World struct {
 	Bucket  jetstream.Stream    // the stream behind KV
 	Mailbox jetstream.Stream    // mailboxes and dead letters
 	JS      jetstream.JetStream // the context the world was opened with
+
+	// PostOnly: opened by OpenToPost, from the settings entry alone. KV,
+	// Bucket and Mailbox are nil; the world serves posting and nothing else.
+	PostOnly bool
 }
 
 // Create makes a world with cfg (zero fields take defaults). Creating a world
@@ -95,7 +99,14 @@ func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config
 	if err := denyRollups(ctx, js, name); err != nil {
 		return nil, err
 	}
-	return Open(ctx, js, name)
+	w, err := Open(ctx, js, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := PublishSettings(ctx, w); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // denyRollups turns off the rollups a KV bucket allows by default: a
@@ -224,6 +235,11 @@ func Reset(ctx context.Context, js jetstream.JetStream, name string) error {
 	// at 1 again). What a failure leaves is committed mail delivered again.
 	if err := w.Bucket.Purge(ctx); err != nil {
 		return fmt.Errorf("world %q: purge bucket: %w", name, err)
+	}
+	// The purge took the settings entry with it: producers that may not
+	// read the streams open the world from it (OpenToPost).
+	if err := PublishSettings(ctx, w); err != nil {
+		return err
 	}
 	info, err := w.Mailbox.Info(ctx)
 	if err != nil {

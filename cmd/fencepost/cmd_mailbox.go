@@ -102,9 +102,13 @@ func mailboxOutcome(e *env, err error) (int, bool) {
 
 // worldOp opens the world and runs fn with it, under the --timeout limit.
 func (e *env) worldOp(fn func(ctx context.Context, w *client.World) int) int {
+	return e.worldOpWith(e.openWorld, fn)
+}
+
+func (e *env) worldOpWith(open func(context.Context) (*client.World, error), fn func(ctx context.Context, w *client.World) int) int {
 	ctx, cancel := e.ctx()
 	defer cancel()
-	w, err := e.openWorld(ctx)
+	w, err := open(ctx)
 	if err != nil {
 		return e.fail(err)
 	}
@@ -130,7 +134,8 @@ func runSend(e *env, args []string) int {
 	if mbMsgID != "" {
 		opts = append(opts, queue.WithMsgID(mbMsgID))
 	}
-	return e.worldOp(func(ctx context.Context, w *client.World) int {
+	// A producer may post without reading the world's streams.
+	return e.worldOpWith(e.openWorldToPost, func(ctx context.Context, w *client.World) int {
 		p, err := w.Queue.Send(ctx, id, body, opts...)
 		if err != nil {
 			return e.fail(err)

@@ -25,6 +25,7 @@ type flagSet struct{ *flag.FlagSet }
 // opened client.
 type env struct {
 	server, creds, user, password, world string
+	inboxPrefix                          string
 	tlsCert, tlsKey, tlsCA               string
 	logLevel                             string
 	json                                 bool
@@ -49,7 +50,8 @@ func parse(name string, c *command, argv []string) (*env, []string, int) {
 	fs := &flagSet{flag.NewFlagSet(name, flag.ContinueOnError)}
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&e.server, "server", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL(s), comma-separated (env NATS_URL)")
-	fs.StringVar(&e.creds, "creds", "", "NATS credentials file")
+	fs.StringVar(&e.creds, "creds", "", "NATS credentials file (its user's own inbox prefix, if its permissions confine replies to one, is used)")
+	fs.StringVar(&e.inboxPrefix, "inbox-prefix", "", "prefix of the reply subjects (default: the one --creds permits, else _INBOX)")
 	fs.StringVar(&e.user, "user", "", "NATS user")
 	fs.StringVar(&e.password, "password", "", "NATS password")
 	fs.StringVar(&e.tlsCert, "tlscert", "", "client TLS certificate")
@@ -142,8 +144,12 @@ func (e *env) client() (*client.Client, error) {
 		return e.c, nil
 	}
 	opts := []nats.Option{nats.Timeout(e.timeout)}
+	var copts []client.Option
 	if e.creds != "" {
-		opts = append(opts, nats.UserCredentials(e.creds))
+		copts = append(copts, client.WithCreds(e.creds))
+	}
+	if e.inboxPrefix != "" {
+		copts = append(copts, client.WithInboxPrefix(e.inboxPrefix))
 	}
 	if e.user != "" {
 		opts = append(opts, nats.UserInfo(e.user, e.password))
@@ -154,7 +160,8 @@ func (e *env) client() (*client.Client, error) {
 	if e.tlsCA != "" {
 		opts = append(opts, nats.RootCAs(e.tlsCA))
 	}
-	c, err := client.Connect(e.server, append([]client.Option{client.WithNATSOptions(opts...), client.WithTimeout(e.timeout), client.WithLogger(e.log)}, e.clientOpts...)...)
+	copts = append(copts, client.WithNATSOptions(opts...), client.WithTimeout(e.timeout), client.WithLogger(e.log))
+	c, err := client.Connect(e.server, append(copts, e.clientOpts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -163,8 +170,22 @@ func (e *env) client() (*client.Client, error) {
 	return c, nil
 }
 
-// openWorld connects and opens --world.
+// openWorld connects and opens --world, in full: a user that may only
+// post (a producer under fencepostd --auth) gets the server's refusal.
 func (e *env) openWorld(ctx context.Context) (*client.World, error) {
+	w, err := e.openWorldToPost(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Readable(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// openWorldToPost connects and opens --world for a send: in full, or for
+// posting only when the user may not read the world's streams.
+func (e *env) openWorldToPost(ctx context.Context) (*client.World, error) {
 	c, err := e.client()
 	if err != nil {
 		return nil, err

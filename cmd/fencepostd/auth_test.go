@@ -41,8 +41,10 @@ var (
 )
 
 // TestDaemon_AuthWithTheCLI runs `fencepostd --auth` and the real
-// `fencepost` CLI with the credentials it wrote: the producer sends but
-// cannot claim or reset; the owner claims; the operator resets.
+// `fencepost` CLI with the credentials it wrote, each role on its own inbox
+// prefix (taken from the creds file): the producer sends but cannot claim,
+// read the world's state or reset (it may not even read the world's
+// streams); the owner claims and watches; the operator resets.
 func TestDaemon_AuthWithTheCLI(t *testing.T) {
 	cli := buildCLI(t)
 	port, data := freePort(t), t.TempDir()
@@ -69,12 +71,23 @@ func TestDaemon_AuthWithTheCLI(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 	}
-	code, out := as(daemon.RoleProducer, "claim", "order-1", "--node", "evil")
-	require.NotZero(t, code, out)
-	require.Contains(t, out, `error: not permitted: the server refused publish to "$KV.fp_default.o.`)
-	code, out = as(daemon.RoleProducer, "reset", "--yes")
+	for _, args := range [][]string{{"claim", "order-1", "--node", "evil"}, {"stat"}, {"stat", "order-1"}, {"ls"}, {"owner", "order-1"}} {
+		code, out := as(daemon.RoleProducer, args...)
+		require.Equal(t, 1, code, out)
+		require.Contains(t, out, `error: not permitted: the server refused publish to "$JS.API.STREAM.INFO.KV_fp_default"`)
+		require.Contains(t, out, `may only post`)
+	}
+	code, out := as(daemon.RoleProducer, "reset", "--yes")
 	require.NotZero(t, code, out)
 	require.Contains(t, out, "error: not permitted")
+	code, out = as(daemon.RoleProducer, "send", "order-1", "again", "--json")
+	require.Zero(t, code, out)
+	require.Contains(t, out, `"outcome":"posted"`)
+	// Without its inbox prefix the producer gets no answers at all: the
+	// server lets it subscribe to no other inbox.
+	code, out = as(daemon.RoleProducer, "send", "order-1", "x", "--inbox-prefix", "_INBOX")
+	require.NotZero(t, code, out)
+	require.Contains(t, out, `not permitted: the server refused subscription to "_INBOX.`)
 	code, out = as(daemon.RoleOwner, "claim", "order-1", "--node", "n1")
 	require.Zero(t, code, out)
 	require.True(t, strings.HasPrefix(out, "claimed"), out)

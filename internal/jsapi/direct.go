@@ -102,3 +102,45 @@ func RawFromDirect(m *nats.Msg) (*jetstream.RawStreamMsg, error) {
 	}
 	return &jetstream.RawStreamMsg{Subject: m.Header.Get(jetstream.SubjectHeader), Sequence: seq, Header: m.Header, Data: m.Data, Time: ts}, nil
 }
+
+// APIStreamInfo is the stream info subject prefix (default API prefix).
+// Its request may ask for every subject of the stream with its count
+// (subjects_filter), which subject permissions cannot restrict: under
+// fencepostd --auth a producer may not send it (docs/security.md).
+const APIStreamInfo = "$JS.API.STREAM.INFO."
+
+// DirectLastSubject is the subject of a direct get of the last message of
+// subject in stream: the request names the subject in its own subject and
+// carries no payload, so a permission to publish to it permits reading that
+// one subject and nothing else of the stream (the server refuses a
+// sequence, a batch or another filter in such a request).
+func DirectLastSubject(stream, subject string) string {
+	return APIDirectGet + stream + "." + subject
+}
+
+// DirectLast reads the last message of subject in stream with a direct get
+// by subject (DirectLastSubject). It returns ErrNotFound when the stream
+// holds none. A context without a deadline gets Timeout.
+func DirectLast(ctx context.Context, nc *nats.Conn, stream, subject string) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := WithTimeout(ctx)
+	defer cancel()
+	m, err := nc.RequestWithContext(ctx, DirectLastSubject(stream, subject), nil)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", subject, err)
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+		switch m.Header.Get("Status") {
+		case "404":
+			return nil, ErrNotFound
+		case "503":
+			return nil, fmt.Errorf("read %s: no replica of stream %s answers: %w", subject, stream, nats.ErrNoResponders)
+		default:
+			return nil, fmt.Errorf("read %s: %s %s", subject, m.Header.Get("Status"), m.Header.Get("Description"))
+		}
+	}
+	sm, err := RawFromDirect(m)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", subject, err)
+	}
+	return sm, nil
+}

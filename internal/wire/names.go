@@ -124,6 +124,15 @@ const (
 	ForcePrefix = "f."
 )
 
+// WorldKey is the bucket key of the world's settings entry: the world's
+// settings as the bucket's metadata holds them, written by whoever creates
+// or resets the world (and by fencepostd at start), for a client that may
+// not read the world's streams' info: a producer under fencepostd --auth
+// reads it with one direct get of this key alone (docs/wire.md, "Settings
+// entry"; docs/security.md). It has no '.', so no prefix of the keys above
+// matches it.
+const WorldKey = "world"
+
 // RecordKey is the bucket key of id's ownership record.
 func RecordKey(id string) string { return RecordPrefix + EncodeID(id) }
 

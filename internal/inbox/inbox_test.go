@@ -1,0 +1,47 @@
+package inbox_test
+
+import (
+	"testing"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/internal/inbox"
+)
+
+// TestFromJWT: the prefix is the one "_INBOX...>" subscribe permission of
+// a user confined to it, and "" for a user that may use the default inbox.
+func TestFromJWT(t *testing.T) {
+	acc, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	user, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	pub, err := user.PublicKey()
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name  string
+		allow []string
+		want  string
+	}{
+		{"fencepostd's producer", []string{inbox.ForUser(pub) + ".>"}, inbox.ForUser(pub)},
+		{"no subscribe permissions", nil, ""},
+		{"everything", []string{">"}, ""},
+		{"the default inbox", []string{"_INBOX.>", inbox.ForUser(pub) + ".>"}, ""},
+		{"two prefixes", []string{"_INBOX_a.>", "_INBOX_b.>"}, ""},
+		{"another prefix", []string{"foo.>", "_INBOX_app.>"}, "_INBOX_app"},
+		{"a wildcard in the prefix", []string{"_INBOX.*.>"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			uc := jwt.NewUserClaims(pub)
+			uc.Sub.Allow.Add(tc.allow...)
+			tok, err := uc.Encode(acc)
+			require.NoError(t, err)
+			got, err := inbox.FromJWT(tok)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+	_, err = inbox.FromJWT("not a jwt")
+	require.Error(t, err)
+}
