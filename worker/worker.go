@@ -234,7 +234,10 @@ func (wk *Worker) Run(ctx context.Context) error {
 	defer stopOnFence()
 
 	var wg sync.WaitGroup
-	cand := make(chan candidate, 4096)
+	// Room for a world's worth of new ids at once: a candidate that finds
+	// it full is dropped (the scan finds it again), and a dropped note of
+	// another node's claim made this worker race that node for the id.
+	cand := make(chan candidate, 1<<16)
 	err = wk.feed(rctx, &wg, cand)
 	if err == nil {
 		wk.dispatch(rctx, &wg, ss, cand)
@@ -723,8 +726,8 @@ func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.Raw
 
 // claimFallback is how long, at least, a worker that is not a new id's
 // first choice waits before it tries the id itself (the first choice may
-// be gone, may not serve the id, or may not be listed here yet); half the
-// node lease ttl when longer.
+// be gone, may not serve the id, or may not be listed here yet, or slow:
+// its claims queue); the node lease ttl when longer.
 const claimFallback = time.Second
 
 // freedFallback is claimFallback for an id that was held (claimWait).
@@ -762,7 +765,7 @@ func (wk *Worker) claimWait(id string, freed bool) time.Duration {
 	if freed {
 		return freedFallback + load
 	}
-	return max(claimFallback, wk.cfg.TTL/2) + load
+	return max(claimFallback, wk.cfg.TTL) + load
 }
 
 // listPeers lists the live nodes again.
