@@ -8,10 +8,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Holding is the right of one process to drain one id it holds through its
@@ -82,20 +84,30 @@ func (p *sentCommit) answered() bool {
 	return p.done
 }
 
-// wait waits for the answer, at most d.
-func (p *sentCommit) wait(d time.Duration) {
+// wait waits for the answer, at most d, and not once the connection is
+// closed (its answer will not come: an unknown outcome).
+func (p *sentCommit) wait(d time.Duration, nc *nats.Conn) {
 	if p.answered() {
 		return
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case p.pa = <-p.ack.Ok():
-	case p.err = <-p.ack.Err():
-	case <-t.C:
-		p.err = context.DeadlineExceeded
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !p.done {
+		select {
+		case p.pa = <-p.ack.Ok():
+		case p.err = <-p.ack.Err():
+		case <-t.C:
+			p.err = context.DeadlineExceeded
+		case <-tick.C:
+			if !nc.IsClosed() {
+				continue
+			}
+			p.err = nats.ErrConnectionClosed
+		}
+		p.done = true
 	}
-	p.done = true
 }
 
 // Hold returns the Holding of a lease won through a session. A lease of
@@ -306,7 +318,7 @@ func (h *Holding) settle(ctx context.Context) error {
 	}
 	h.sent = nil
 	d := h.d
-	p.wait(commitTimeout)
+	p.wait(commitTimeout, d.nc)
 	err := p.err
 	if a := p.pa; err == nil {
 		if d.onCommit != nil {

@@ -1,0 +1,195 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+)
+
+// offer queues a candidate id, dropping it when the queue is full (the
+// periodic scan finds it again).
+func offer[T any](cand chan<- T, c T) {
+	select {
+	case cand <- c:
+	default:
+	}
+}
+
+// inboxSize is how many messages a held id's inbox holds (see holding).
+const inboxSize = 256
+
+// feed starts the three sources of candidate ids: posts to mailboxes (an
+// ordered consumer of the mailbox subjects, new messages only: one per
+// worker, not per id; a held id's messages go to its inbox, another id's
+// make it a candidate), ownership changes (a lapse or release makes an id
+// claimable) and a periodic scan of the mailbox stream (the backstop).
+func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- candidate) error {
+	filter := []string{wire.MailboxFilter(wk.w.Name)}
+	if wk.ids != nil && len(wk.ids) <= 64 {
+		filter = filter[:0]
+		for id := range wk.ids {
+			filter = append(filter, wire.MailboxSubject(wk.w.Name, id))
+		}
+	}
+	// With a sweep the consumer reads every message from the first on
+	// (the sweep must see each); without, new messages only.
+	deliver := jetstream.DeliverNewPolicy
+	if wk.sweep != nil {
+		deliver = jetstream.DeliverAllPolicy
+	}
+	cons, err := wk.w.Mailbox.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: filter, DeliverPolicy: deliver,
+	})
+	if err != nil {
+		return fmt.Errorf("worker: follow posts: %w", err)
+	}
+	posts, err := cons.Consume(func(m jetstream.Msg) {
+		meta, err := m.Metadata()
+		if err != nil {
+			wk.log.Warn("follow posts: a message without metadata", "subject", m.Subject(), "error", err)
+			wk.gapAll()
+			return
+		}
+		if wk.sweep != nil {
+			wk.sweep.Saw(meta.Sequence.Stream, m.Subject())
+		}
+		id, err := wire.MailboxID(wk.w.Name, m.Subject())
+		if err != nil || !wk.wants(id) {
+			return
+		}
+		sm := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
+		wk.mu.Lock()
+		h := wk.held[id]
+		if h == nil {
+			wk.kept.add(id, sm)
+		}
+		wk.mu.Unlock()
+		if h != nil {
+			h.post(sm)
+			return
+		}
+		offer(cand, candidate{id, fromPost})
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		// The consumer may have missed messages while it failed: every
+		// held id drains from its cursor before it takes its inbox again.
+		wk.log.Debug("follow posts", "error", err)
+		wk.gapAll()
+	}))
+	if err != nil {
+		return fmt.Errorf("worker: follow posts: %w", err)
+	}
+	events, err := wk.own.Watch(ctx, "")
+	if err != nil {
+		posts.Stop()
+		return fmt.Errorf("worker: watch ownership: %w", err)
+	}
+	if wk.sweep != nil {
+		wg.Go(func() {
+			if err := wk.sweep.Run(ctx, time.Second); err != nil {
+				wk.log.Warn("the sweep of committed messages stopped; each id purges its own", "error", err)
+			}
+		})
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer posts.Stop()
+		for ev := range events {
+			if h := wk.holding(ev.ID); h != nil && h.lost != nil && ev.Epoch > h.lease.Epoch {
+				// A newer epoch is on the record: stop this holding's
+				// drain and handler now, not at its next commit.
+				h.lost(fmt.Errorf("%w: %s by node %q at epoch %d", errTakenOver, ev.Kind, ev.Node, ev.Epoch))
+			}
+			switch ev.Kind {
+			case ownership.EventLapsed, ownership.EventReleased, ownership.EventDeleted:
+				if ev.Kind == ownership.EventLapsed && ev.NodeLease != 0 {
+					wk.dropPeer(ev.Node) // its node lease lapsed: it is gone
+				}
+				if wk.wants(ev.ID) {
+					offer(cand, candidate{ev.ID, fromFree})
+				}
+			case ownership.EventClaimed, ownership.EventSeized:
+				if ev.Node != wk.cfg.Node && wk.wants(ev.ID) {
+					offer(cand, candidate{ev.ID, fromTaken})
+				}
+			}
+		}
+	}()
+	wg.Go(func() {
+		// Often: a node that starts is a new id's first choice for every
+		// worker only once they all listed it.
+		t := time.NewTicker(min(max(wk.cfg.TTL/4, 100*time.Millisecond), 500*time.Millisecond))
+		defer t.Stop()
+		for {
+			wk.listPeers(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(wk.cfg.Scan)
+		defer t.Stop()
+		for {
+			wk.scan(ctx, cand)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return nil
+}
+
+func (wk *Worker) wants(id string) bool { return wk.ids == nil || wk.ids[id] }
+
+// scan offers every id whose mailbox holds messages.
+func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
+	info, err := wk.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(wk.w.Name)))
+	if err != nil {
+		if ctx.Err() == nil {
+			wk.log.Warn("scan of the mailboxes failed", "error", err)
+		}
+		return
+	}
+	for subj, n := range info.State.Subjects {
+		if n == 0 {
+			continue
+		}
+		if id, err := wire.MailboxID(wk.w.Name, subj); err == nil && wk.wants(id) {
+			offer(cand, candidate{id, fromScan})
+		}
+	}
+}
+
+// post puts a message from the feed in the holding's inbox, or, when the
+// inbox is full, notes the gap.
+func (h *holding) post(m *jetstream.RawStreamMsg) {
+	select {
+	case h.inbox <- m:
+	default:
+		h.gap.Store(true)
+		nudge(h)
+	}
+}
+
+// gapAll marks every held id's inbox as missing messages.
+func (wk *Worker) gapAll() {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	wk.kept = newKept(false) // what it kept may miss messages too
+	for _, h := range wk.held {
+		h.gap.Store(true)
+		nudge(h)
+	}
+}

@@ -1,0 +1,230 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/ownership"
+)
+
+// maxClaims bounds the claims a worker runs at once: each is a write to
+// the bucket stream, where the node lease's renewals queue behind them
+// (with 256 at once, workers facing 1,000 new ids self-fenced under -race
+// on a loaded machine).
+const maxClaims = 32
+
+// dispatch handles candidates until ctx ends: a held id gets a nudge to
+// drain again; another id is claimed after a delay that grows with the
+// number of ids this worker holds (load spreading).
+func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownership.Session, cand chan candidate) {
+	pending := map[string]bool{} // claims scheduled or running
+	// others: ids another worker was seen holding, not tried again until
+	// the watch reports them free (or, as a backstop, until the time set).
+	others := map[string]time.Time{}
+	retry := make(chan string, 1<<14)
+	type claimed struct {
+		id   string
+		held bool // another worker holds it
+	}
+	done := make(chan claimed, 256)
+	for {
+		var id string
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-done:
+			delete(pending, r.id)
+			if r.held {
+				others[r.id] = time.Now().Add(10 * wk.cfg.Scan)
+			}
+			continue
+		case c := <-cand:
+			id = c.id
+			if c.why == fromTaken {
+				// Another worker won it: a claim scheduled here would only
+				// read the record to be told so.
+				others[id] = time.Now().Add(10 * wk.cfg.Scan)
+				continue
+			}
+			if h := wk.holding(id); h != nil {
+				// A scan only nudges a held id that has not been drained
+				// for a while: posts nudge it at once.
+				if c.why != fromScan || time.Since(time.Unix(0, h.lastDone.Load())) >= wk.cfg.Scan {
+					nudge(h)
+				}
+				continue
+			}
+			if c.why == fromFree {
+				delete(others, id)
+			} else if until, ok := others[id]; ok && time.Now().Before(until) {
+				continue
+			}
+			if pending[id] {
+				continue
+			}
+			pending[id] = true
+			time.AfterFunc(wk.claimWait(id, c.why == fromFree), func() { offer(retry, id) })
+			continue
+		case id = <-retry:
+		}
+		if until, ok := others[id]; ok && time.Now().Before(until) || wk.holding(id) != nil {
+			delete(pending, id)
+			continue
+		}
+		// Claims run beside each other, at most cfg.Parallel at once: one
+		// at a time, a worker facing thousands of new ids took a round
+		// trip per id before it served any of them.
+		select {
+		case wk.claims <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			held := wk.claim(ctx, wg, ss, id)
+			<-wk.claims
+			select {
+			case done <- claimed{id, held}:
+			case <-ctx.Done():
+			}
+		}()
+	}
+}
+
+// claim takes id through the session and starts serving it; it says
+// whether another worker holds id.
+func (wk *Worker) claim(ctx context.Context, wg *sync.WaitGroup, ss *ownership.Session, id string) (heldByOther bool) {
+	l, err := ss.Claim(ctx, id)
+	if err != nil {
+		if errors.Is(err, ownership.ErrHeld) {
+			return true
+		}
+		if ctx.Err() == nil {
+			wk.log.Warn("claim failed", "id", id, "error", err)
+		}
+		return false
+	}
+	drains, err := wk.dr.Hold(l)
+	if err != nil {
+		wk.log.Warn("cannot drain a claimed id", "id", id, "error", err)
+		return false
+	}
+	hctx, lost := context.WithCancelCause(ctx)
+	h := &holding{lease: l, drains: drains, more: make(chan struct{}, 1), inbox: make(chan *jetstream.RawStreamMsg, inboxSize), lost: lost}
+	nudge(h)
+	wk.mu.Lock()
+	h.start, h.whole = wk.kept.take(id)
+	wk.held[id] = h
+	wk.mu.Unlock()
+	wk.log.Info("claimed", "event", "claimed", "id", id, "epoch", l.Epoch)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer lost(nil)
+		wk.serve(hctx, ss, id, h)
+	}()
+	return false
+}
+
+// claimFallback is how long, at least, a worker that is not a new id's
+// first choice waits before it tries the id itself (the first choice may
+// be gone, may not serve the id, or may not be listed here yet, or slow:
+// its claims queue); the node lease ttl when longer.
+const claimFallback = time.Second
+
+// freedFallback is claimFallback for an id that was held (claimWait).
+const freedFallback = 50 * time.Millisecond
+
+// claimWait is how long the worker waits before it tries to claim a new
+// id. Each id has its own order of the world's live nodes (rendezvous
+// hashing: a hash of id and node): the first tries at once, the others
+// after claimFallback and a delay that grows with the ids they hold, and
+// the watch shows them the first one's claim, so that they never try.
+// Ids spread evenly over the live nodes, and a new id costs one claim, not
+// one per worker (under the fan-in bench 4 workers made 6 claims per id).
+// Until the nodes were listed, the least loaded worker tries first.
+//
+// An id that was held and is free again (freed: a lapse, a release) is a
+// takeover, whose gap users wait on: the others wait only freedFallback,
+// at the cost of a race now and then (the first choice may be stopped, or
+// killed and its node lease not lapsed yet; a node whose lease lapsed is
+// dropped before its ids' lapses are handled).
+func (wk *Worker) claimWait(id string, freed bool) time.Duration {
+	load := min(time.Duration(wk.count())*wk.cfg.Spread, wk.cfg.MaxSpread) + rank(id, wk.cfg.Node, 10*wk.cfg.Spread)
+	peers := wk.peers.Load()
+	if peers == nil {
+		return load
+	}
+	first, best := wk.cfg.Node, score(id, wk.cfg.Node)
+	for _, n := range *peers {
+		if sc := score(id, n); sc > best || sc == best && n < first {
+			first, best = n, sc
+		}
+	}
+	if first == wk.cfg.Node {
+		return 0
+	}
+	if freed {
+		return freedFallback + load
+	}
+	return max(claimFallback, wk.cfg.TTL) + load
+}
+
+// listPeers lists the live nodes again.
+func (wk *Worker) listPeers(ctx context.Context) {
+	nodes, err := wk.own.LiveNodes(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			wk.log.Debug("list of live nodes", "error", err)
+		}
+		return
+	}
+	slices.Sort(nodes)
+	wk.peers.Store(&nodes)
+}
+
+// dropPeer removes a node whose node lease lapsed from the live nodes, so
+// that the ids it held are not left to it.
+func (wk *Worker) dropPeer(node string) {
+	for {
+		old := wk.peers.Load()
+		if old == nil || !slices.Contains(*old, node) {
+			return
+		}
+		next := slices.DeleteFunc(slices.Clone(*old), func(n string) bool { return n == node })
+		if wk.peers.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+// rank is id's delay for node, in [0, span): a hash of both, so that the
+// workers of a world try a new id in an order of their own for each id.
+func rank(id, node string, span time.Duration) time.Duration {
+	if span <= 0 {
+		return 0
+	}
+	return time.Duration(score(id, node) % uint64(span))
+}
+
+// score is the rendezvous hash of id and node.
+func score(id, node string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	h.Write([]byte{0})
+	h.Write([]byte(node))
+	x := h.Sum64() // FNV mixes its last bytes poorly into the low bits: finish it (splitmix64)
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}

@@ -1,0 +1,158 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/ownership"
+)
+
+func nudge(h *holding) {
+	select {
+	case h.more <- struct{}{}:
+	default:
+	}
+}
+
+// serve drains one held id whenever it may have mail, until the holding is
+// lost, the id stays idle for cfg.Idle (then it is released), or ctx ends.
+func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h *holding) {
+	logged := false // "lost an id" was logged
+	defer func() {
+		if cause := context.Cause(ctx); !logged && errors.Is(cause, errTakenOver) {
+			// Idle or busy: the watch ended the holding.
+			wk.log.Info("lost an id", "event", "lost", "id", id, "epoch", h.lease.Epoch, "reason", cause)
+		}
+		// The last commit, if one is in flight, is taken before the id
+		// is released (or the worker's node lease is).
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if err := h.drains.Flush(fctx); err != nil {
+			wk.log.Debug("last commit of an id", "id", id, "error", err)
+		}
+		cancel()
+		wk.mu.Lock()
+		delete(wk.held, id)
+		wk.mu.Unlock()
+	}()
+	idle := time.NewTimer(wk.cfg.Idle)
+	defer idle.Stop()
+	backoff := 10 * time.Millisecond
+	var msgs []*jetstream.RawStreamMsg
+	// flush fires when what the holding delivered and owes a commit for
+	// is due (drain.Holding.FlushBy): commits are coalesced per id.
+	flush := time.NewTimer(time.Hour)
+	flush.Stop()
+	defer flush.Stop()
+	for {
+		msgs = msgs[:0]
+		select {
+		case <-ctx.Done():
+			return
+		case <-flush.C:
+			if err := h.drains.Flush(ctx); err != nil {
+				if ctx.Err() == nil && (errors.Is(err, ownership.ErrFree) || errors.Is(err, ownership.ErrHeld) || errors.Is(err, ownership.ErrFenced)) {
+					wk.log.Info("lost an id", "event", "lost", "id", id, "epoch", h.lease.Epoch, "reason", err)
+					logged = true
+					return
+				}
+				wk.log.Debug("commit of an id", "id", id, "error", err)
+				nudge(h) // deliver again from the cursor
+			}
+			continue
+		case <-idle.C:
+			if err := h.drains.Flush(ctx); err != nil {
+				wk.log.Debug("last commit of an idle id", "id", id, "error", err)
+				return
+			}
+			if err := ss.Release(ctx, id); err != nil && ctx.Err() == nil {
+				wk.log.Debug("release of an idle id", "id", id, "error", err)
+			} else if err == nil {
+				wk.log.Info("released an idle id", "event", "released", "id", id, "epoch", h.lease.Epoch, "reason", "idle")
+			}
+			return
+		case <-h.more:
+		case m := <-h.inbox:
+			msgs = takeInbox(append(msgs, m), h.inbox)
+		}
+		select {
+		case wk.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		res, err := wk.deliver(ctx, h, msgs)
+		<-wk.slots
+		if by := h.drains.FlushBy(); !by.IsZero() {
+			flush.Reset(max(time.Until(by), 0))
+		}
+		if res.DeadLettered > 0 {
+			wk.log.Info("dead-lettered", "event", "dead_lettered", "id", id, "epoch", h.lease.Epoch, "count", res.DeadLettered, "cursor", res.Cursor)
+		}
+		h.lastDone.Store(time.Now().UnixNano())
+		switch {
+		case err == nil:
+			backoff = 10 * time.Millisecond
+			if res.Count > 0 {
+				idle.Reset(wk.cfg.Idle)
+			}
+			continue
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, ownership.ErrFree), errors.Is(err, ownership.ErrHeld), errors.Is(err, ownership.ErrFenced):
+			wk.log.Info("lost an id", "event", "lost", "id", id, "epoch", h.lease.Epoch, "reason", err)
+			logged = true
+			return
+		}
+		// Contended (a stale drain lock), unknown or transient: try again.
+		wk.log.Debug("drain failed; retrying", "id", id, "error", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, max(wk.cfg.TTL/5, 10*time.Millisecond))
+		nudge(h)
+	}
+}
+
+// takeInbox adds what the inbox holds now to msgs (up to a batch).
+func takeInbox(msgs []*jetstream.RawStreamMsg, inbox chan *jetstream.RawStreamMsg) []*jetstream.RawStreamMsg {
+	for len(msgs) < inboxSize {
+		select {
+		case m := <-inbox:
+			msgs = append(msgs, m)
+		default:
+			return msgs
+		}
+	}
+	return msgs
+}
+
+// deliver hands out msgs from the inbox, or drains the id from its cursor
+// when the holding is not caught up or the inbox missed messages (the gap
+// is read after msgs were taken: a message dropped before one of msgs
+// was put in the inbox set it first).
+func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.RawStreamMsg) (drain.Result, error) {
+	if h.whole {
+		// The first delivery, from what the worker kept: every message of
+		// the id until the inbox took over, then the inbox's.
+		h.whole = false
+		first := append(h.start, msgs...)
+		h.start = nil
+		if !h.gap.Swap(false) {
+			return h.drains.Start(ctx, first, wk.h)
+		}
+	}
+	if len(msgs) > 0 && !h.gap.Swap(false) {
+		if res, ok, err := h.drains.Deliver(ctx, msgs, wk.h); ok {
+			if err == nil && !h.drains.Live() {
+				nudge(h) // a failed delivery, to be tried again from the cursor
+			}
+			return res, err
+		}
+	}
+	return h.drains.Drain(ctx, wk.h)
+}
