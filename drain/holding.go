@@ -207,11 +207,21 @@ func (h *Holding) Start(ctx context.Context, msgs []*jetstream.RawStreamMsg, hd 
 
 // position is the last message the holding handed out and did not fail:
 // its stored cursor, or the one it owes.
-func (h *Holding) position() uint64 {
-	if h.owed != nil {
-		return h.owed.next.Seq
+func (h *Holding) position() uint64 { return h.ahead().Seq }
+
+// ahead is the furthest cursor the holding has: the one it owes, else the
+// one in flight, else the stored one. A run starts from it, so that any
+// cursor the run writes (a failure count, a commit within a batch) is at
+// or after every cursor already sent: the cursor never goes back, whatever
+// order the answers come in.
+func (h *Holding) ahead() wire.Cursor {
+	switch {
+	case h.owed != nil:
+		return h.owed.next
+	case h.sent != nil:
+		return h.sent.last.next
 	}
-	return h.cur.Seq
+	return h.cur
 }
 
 // owe adds what handle left uncommitted (r.last) to what the holding owes;
@@ -345,6 +355,12 @@ func (h *Holding) settle(ctx context.Context) error {
 		}
 		return err
 	}
+	if r.stored.Seq >= p.last.next.Seq {
+		// A later cursor was stored meanwhile (a commit within a batch):
+		// writing this one again would move the cursor back.
+		_, err = h.end(ctx, r, nil, false)
+		return err
+	}
 	err = r.commit(r.ctx, p.last.next, 0, 0)
 	_, err = h.end(ctx, r, err, false)
 	return err
@@ -393,10 +409,10 @@ func (h *Holding) begin(ctx context.Context, hd Handler, opts []RunOption) (*run
 		return nil, err
 	}
 	r.stored = r.cur
-	if h.owed != nil && h.owed.next.Seq > r.cur.Seq {
-		// The run goes on from what the holding owes: its first commit
-		// covers that too.
-		r.cur, r.res.Cursor = h.owed.next, h.owed.next.Seq
+	if a := h.ahead(); a.Seq > r.cur.Seq {
+		// The run goes on from what the holding owes or sent: its first
+		// commit covers that too.
+		r.cur, r.res.Cursor = a, a.Seq
 	}
 	return r, nil
 }

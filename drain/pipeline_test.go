@@ -1,9 +1,11 @@
 package drain_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -330,4 +332,47 @@ func TestHolding_CommitsCoalesced(t *testing.T) {
 	require.NoError(t, err)
 	require.Subset(t, []string{"g"}, next.bodies())
 	require.Equal(t, []string{"a", "b", "c", "e", "f", "g"}, rec.bodies())
+}
+
+// TestHolding_CursorNeverBack: a delivery that fails while the previous
+// delivery's commit is in flight writes its failure count at or after that
+// commit's cursor, never before it (the soak caught a holder moving its
+// own cursor back this way).
+func TestHolding_CursorNeverBack(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	var mu sync.Mutex
+	var commits []drain.Commit
+	w, d := newWorld(t, env, world.Config{}, drain.WithBackoff(time.Millisecond, time.Millisecond),
+		drain.WithCommitObserver(func(c drain.Commit) { mu.Lock(); commits = append(commits, c); mu.Unlock() }))
+	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
+	require.NoError(t, err)
+	defer ss.Close()
+	l, err := ss.Claim(ctx, "x")
+	require.NoError(t, err)
+	h, err := d.Hold(l)
+	require.NoError(t, err)
+	_, err = h.Drain(ctx, func(context.Context, drain.Message) error { return nil })
+	require.NoError(t, err)
+
+	send(t, ctx, w, "x", "a", "b")
+	msgs := mailboxMsgs(t, ctx, w, "x", 0)
+	ok := func(context.Context, drain.Message) error { return nil }
+	fail := func(context.Context, drain.Message) error { return errors.New("not now") }
+	_, _, err = h.Deliver(ctx, msgs[:1], ok) // a's commit goes out, not waited for
+	require.NoError(t, err)
+	_, _, err = h.Deliver(ctx, msgs[1:], fail) // b fails at once: its count is written
+	require.NoError(t, err)
+	require.NoError(t, h.Flush(ctx))
+
+	mu.Lock()
+	defer mu.Unlock()
+	slices.SortFunc(commits, func(a, b drain.Commit) int { return cmp.Compare(a.StreamSeq, b.StreamSeq) })
+	require.NotEmpty(t, commits)
+	for i := 1; i < len(commits); i++ {
+		require.GreaterOrEqual(t, commits[i].Cursor, commits[i-1].Cursor, "cursor moved back: %+v", commits)
+	}
+	st, err := d.Stat(ctx, "x")
+	require.NoError(t, err)
+	require.Equal(t, msgs[0].Sequence, st.Cursor, "a committed, b waiting for its next delivery")
 }
