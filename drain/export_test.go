@@ -10,3 +10,20 @@ func SetBeforeCommit(d *Drainer, fn func(id string, c wire.Cursor)) { d.beforeCo
 // PauseLockRenewal makes d's drains stop renewing their lock, as a paused
 // process would.
 func PauseLockRenewal(d *Drainer) { d.noRenew = true }
+
+// ForgetCommitOutcome puts h in the state a commit of unknown outcome
+// leaves it in (its answer never came): the real server cannot lose an
+// answer on demand.
+func ForgetCommitOutcome(h *Holding) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.known, h.owed, h.touch, h.live = false, nil, true, false
+}
+
+// Fence is the fence h writes with now.
+func (h *Holding) FenceNow() (f struct{ Revision uint64 }) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f.Revision = h.fence.Revision
+	return f
+}

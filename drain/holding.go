@@ -48,6 +48,7 @@ type Holding struct {
 	cur   wire.Cursor
 	known bool // cur is the stored cursor
 	live  bool // caught up: Deliver may hand out messages read elsewhere
+	touch bool // a commit's outcome is unknown: the next run rewrites the record first
 	purge purgeLater
 	// owed: what Deliver handed out and has not committed yet (commits
 	// are coalesced: see Deliver); since: when it began owing.
@@ -343,7 +344,9 @@ func (h *Holding) settle(ctx context.Context) error {
 	}
 	h.live = false
 	if !wrongLastSequence(err) {
-		h.known, h.owed = false, nil // read the cursor again: what it covers is not known
+		// Read the cursor again (what it covers is not known), after
+		// fencing out the commit if it is still on its way.
+		h.known, h.owed, h.touch = false, nil, true
 		return &UnknownError{ID: h.lease.ID, Cursor: p.last.next.Seq, Err: err}
 	}
 	// Refused by the fence: commit again as a drain would, which reads the
@@ -389,7 +392,18 @@ func (h *Holding) begin(ctx context.Context, hd Handler, opts []RunOption) (*run
 	// One read proves it unchanged (batched with other holdings' checks);
 	// a changed record is decided in full (a seize: refused before
 	// anything is delivered).
-	if same, err := d.own.Unchanged(ctx, l.ID, h.fence.Revision); err != nil {
+	if h.touch {
+		// A commit's outcome is unknown: it may still be on its way (in
+		// a proxy's buffer, or resent by the client after a "no
+		// responders"). Rewrite the record first (Touch, as a drain that
+		// took over a lapsed lock does, 3.5): from then on that commit is
+		// refused, so the cursor read below is the last word and no late
+		// commit can move it back behind this run's.
+		if err := a.take(d.own.Touch(ctx, l.ID, l.Node, l.Epoch)); err != nil {
+			return nil, err
+		}
+		h.fence, h.touch = a.fence, false
+	} else if same, err := d.own.Unchanged(ctx, l.ID, h.fence.Revision); err != nil {
 		return nil, err
 	} else if !same {
 		if err := d.authorize(ctx, a); err != nil {
@@ -427,6 +441,7 @@ func (h *Holding) end(ctx context.Context, r *run, err error, caughtUp bool) (Re
 	// and found the holding unchanged) carries on to the next one.
 	h.fence = r.a.fence
 	h.cur, h.known = r.stored, !r.uncertain
+	h.touch = h.touch || r.uncertain
 	if h.owed != nil && (!h.known || h.cur.Seq >= h.owed.next.Seq) {
 		h.owed = nil // committed by the run (or unknown: read again)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -375,4 +376,43 @@ func TestHolding_CursorNeverBack(t *testing.T) {
 	st, err := d.Stat(ctx, "x")
 	require.NoError(t, err)
 	require.Equal(t, msgs[0].Sequence, st.Cursor, "a committed, b waiting for its next delivery")
+}
+
+// TestHolding_UnknownCommitFencedOut: after a commit whose outcome is
+// unknown, the holding's next run rewrites the record before it reads the
+// cursor, so that the commit, if it was still on its way (a proxy's
+// buffer, a client's resend after "no responders"), is refused and cannot
+// move the cursor back behind the run's. The lost answer is simulated
+// (ForgetCommitOutcome); the late commit is a real fenced write.
+func TestHolding_UnknownCommitFencedOut(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{})
+	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
+	require.NoError(t, err)
+	defer ss.Close()
+	l, err := ss.Claim(ctx, "x")
+	require.NoError(t, err)
+	h, err := d.Hold(l)
+	require.NoError(t, err)
+	send(t, ctx, w, "x", "a", "b")
+	var rec recorder
+	_, err = h.Drain(ctx, rec.handle)
+	require.NoError(t, err)
+	old := h.FenceNow().Revision
+
+	drain.ForgetCommitOutcome(h)
+	send(t, ctx, w, "x", "c")
+	_, err = h.Drain(ctx, rec.handle)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b", "c"}, rec.bodies())
+	require.Greater(t, h.FenceNow().Revision, old, "the record was rewritten before the cursor was read")
+
+	// The commit of unknown outcome arrives now, with the old fence.
+	late := fencing.Fence{World: w.Name, ID: "x", Node: "n1", Epoch: l.Epoch, Revision: old}
+	_, err = w.JS.Publish(ctx, wire.KeySubject(w.Name, wire.CursorKey("x")), []byte(`{"v":1,"seq":1}`), late.Expect())
+	require.Error(t, err, "a commit fenced before the rewrite was stored")
+	st, err := d.Stat(ctx, "x")
+	require.NoError(t, err)
+	require.Equal(t, rec.msgs[2].Seq, st.Cursor, "the cursor moved back")
 }
