@@ -336,7 +336,12 @@ func (h *Holding) settle(ctx context.Context) error {
 			f := p.fence
 			d.onCommit(Commit{ID: f.ID, Node: f.Node, Epoch: f.Epoch, Revision: f.Revision, Cursor: p.last.next.Seq, StreamSeq: a.Sequence})
 		}
-		h.cur, h.known = p.last.next, true
+		// A cursor a run wrote itself while this one was in flight (a
+		// commit within a batch) is later: keep it.
+		if p.last.next.Seq > h.cur.Seq {
+			h.cur = p.last.next
+		}
+		h.known = true
 		if !d.serverPurges() {
 			h.purge.request(d, h.subj, p.last.next.Seq+1)
 		}
@@ -440,7 +445,10 @@ func (h *Holding) end(ctx context.Context, r *run, err error, caughtUp bool) (Re
 	// A fence the run refreshed (a refused commit that re-read the record
 	// and found the holding unchanged) carries on to the next one.
 	h.fence = r.a.fence
-	h.cur, h.known = r.stored, !r.uncertain
+	if !h.known || r.stored.Seq > h.cur.Seq {
+		h.cur = r.stored
+	}
+	h.known = !r.uncertain
 	h.touch = h.touch || r.uncertain
 	if h.owed != nil && (!h.known || h.cur.Seq >= h.owed.next.Seq) {
 		h.owed = nil // committed by the run (or unknown: read again)

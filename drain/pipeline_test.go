@@ -416,3 +416,45 @@ func TestHolding_UnknownCommitFencedOut(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, rec.msgs[2].Seq, st.Cursor, "the cursor moved back")
 }
+
+// TestHolding_LaterCursorKept: a commit within a batch stores a later
+// cursor while the previous delivery's commit is still in flight; when that
+// one is answered the holding keeps the later cursor, so that its next
+// drain does not read from the older one and deliver (and commit) again
+// what the later one covers (the soak caught cursors moving back this way).
+func TestHolding_LaterCursorKept(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	var mu sync.Mutex
+	var commits []drain.Commit
+	w, d := newWorld(t, env, world.Config{}, drain.WithCommitEvery(2, time.Hour),
+		drain.WithCommitObserver(func(c drain.Commit) { mu.Lock(); commits = append(commits, c); mu.Unlock() }))
+	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
+	require.NoError(t, err)
+	defer ss.Close()
+	l, err := ss.Claim(ctx, "x")
+	require.NoError(t, err)
+	h, err := d.Hold(l)
+	require.NoError(t, err)
+	var rec recorder
+	_, err = h.Drain(ctx, rec.handle)
+	require.NoError(t, err)
+
+	send(t, ctx, w, "x", "a", "b", "c")
+	msgs := mailboxMsgs(t, ctx, w, "x", 0)
+	_, _, err = h.Deliver(ctx, msgs[:1], rec.handle) // a: sent, not waited for
+	require.NoError(t, err)
+	_, _, err = h.Deliver(ctx, msgs[1:], rec.handle) // b, c: due at c, written at once
+	require.NoError(t, err)
+	send(t, ctx, w, "x", "d")
+	_, err = h.Drain(ctx, rec.handle) // settles a's commit, then reads after c
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b", "c", "d"}, rec.bodies(), "delivered again after an older cursor")
+
+	mu.Lock()
+	defer mu.Unlock()
+	slices.SortFunc(commits, func(a, b drain.Commit) int { return cmp.Compare(a.StreamSeq, b.StreamSeq) })
+	for i := 1; i < len(commits); i++ {
+		require.GreaterOrEqual(t, commits[i].Cursor, commits[i-1].Cursor, "cursor moved back: %+v", commits)
+	}
+}
