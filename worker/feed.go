@@ -38,14 +38,21 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 		}
 	}
 	// With a sweep the consumer reads every message from the first on
-	// (the sweep must see each); without, new messages only.
-	deliver := jetstream.DeliverNewPolicy
-	if wk.sweep != nil {
-		deliver = jetstream.DeliverAllPolicy
+	// (the sweep must see each); without, from the next one stored. Never
+	// "new": an ordered consumer that is reset before it delivered a
+	// message is made again with its first policy, and "new" then skips
+	// what was stored in between, which no inbox would ever get (the soak
+	// lost three messages so, a cluster member killed under a fresh
+	// worker). A start sequence read once is the same on every reset.
+	occ := jetstream.OrderedConsumerConfig{FilterSubjects: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if wk.sweep == nil {
+		info, err := wk.w.Mailbox.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("worker: follow posts: %w", err)
+		}
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, info.State.LastSeq+1
 	}
-	cons, err := wk.w.Mailbox.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: filter, DeliverPolicy: deliver,
-	})
+	cons, err := wk.w.Mailbox.OrderedConsumer(ctx, occ)
 	if err != nil {
 		return fmt.Errorf("worker: follow posts: %w", err)
 	}
