@@ -38,6 +38,22 @@ func mailboxMsgs(t *testing.T, ctx context.Context, w *client.World, id string, 
 	}
 }
 
+// holdX starts a server and a world (with opts on its drainer), opens a
+// session of node n1 and holds id "x" through it.
+func holdX(t *testing.T, opts ...drain.Option) (context.Context, *client.World, *drain.Drainer, *ownership.Session, *ownership.Lease, *drain.Holding) {
+	t.Helper()
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{}, opts...)
+	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
+	require.NoError(t, err)
+	l, err := ss.Claim(ctx, "x")
+	require.NoError(t, err)
+	h, err := d.Hold(l)
+	require.NoError(t, err)
+	return ctx, w, d, ss, l, h
+}
+
 // TestHolding_Deliver: messages read elsewhere are handed out only once
 // the holding is live (a drain read its mailbox to the end); in order,
 // skipping what the cursor covers; the commit goes out without waiting and
@@ -45,16 +61,9 @@ func mailboxMsgs(t *testing.T, ctx context.Context, w *client.World, id string, 
 // with the ownership outcome, and the new holder gets every message whose
 // commit did not land.
 func TestHolding_Deliver(t *testing.T) {
-	env := testutil.Start(t, testutil.Target{Name: "single"})
-	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{})
-	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
-	require.NoError(t, err)
+	ctx, w, d, ss, _, h := holdX(t)
 	defer ss.Close()
-	l, err := ss.Claim(ctx, "x")
-	require.NoError(t, err)
-	h, err := d.Hold(l)
-	require.NoError(t, err)
+	var err error
 	var rec recorder
 
 	send(t, ctx, w, "x", "1", "2")
@@ -119,16 +128,9 @@ func TestHolding_Deliver(t *testing.T) {
 // delivery is a drain, which retries it after its backoff) and nothing is
 // skipped.
 func TestHolding_DeliverFailure(t *testing.T) {
-	env := testutil.Start(t, testutil.Target{Name: "single"})
-	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{}, drain.WithBackoff(time.Millisecond, time.Millisecond))
-	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
-	require.NoError(t, err)
+	ctx, w, _, ss, _, h := holdX(t, drain.WithBackoff(time.Millisecond, time.Millisecond))
 	defer ss.Close()
-	l, err := ss.Claim(ctx, "x")
-	require.NoError(t, err)
-	h, err := d.Hold(l)
-	require.NoError(t, err)
+	var err error
 	_, err = h.Drain(ctx, func(context.Context, drain.Message) error { return nil })
 	require.NoError(t, err)
 	require.True(t, h.Live())
@@ -283,15 +285,8 @@ func TestHolding_PurgesWhatAnEarlierHolderLeft(t *testing.T) {
 // cursor writes as deliveries, every delivered message ends up committed,
 // and a crash before a flush delivers again at most what was owed.
 func TestHolding_CommitsCoalesced(t *testing.T) {
-	env := testutil.Start(t, testutil.Target{Name: "single"})
-	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{}, drain.WithCommitEvery(100, time.Hour))
-	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
-	require.NoError(t, err)
-	l, err := ss.Claim(ctx, "x")
-	require.NoError(t, err)
-	h, err := d.Hold(l)
-	require.NoError(t, err)
+	ctx, w, d, ss, _, h := holdX(t, drain.WithCommitEvery(100, time.Hour))
+	var err error
 	_, err = h.Drain(ctx, func(context.Context, drain.Message) error { return nil })
 	require.NoError(t, err)
 	require.True(t, h.FlushBy().IsZero(), "owes nothing")
@@ -340,20 +335,12 @@ func TestHolding_CommitsCoalesced(t *testing.T) {
 // commit's cursor, never before it (the soak caught a holder moving its
 // own cursor back this way).
 func TestHolding_CursorNeverBack(t *testing.T) {
-	env := testutil.Start(t, testutil.Target{Name: "single"})
-	ctx := testutil.Ctx(t, time.Minute)
 	var mu sync.Mutex
 	var commits []drain.Commit
-	w, d := newWorld(t, env, world.Config{}, drain.WithBackoff(time.Millisecond, time.Millisecond),
+	ctx, w, d, ss, _, h := holdX(t, drain.WithBackoff(time.Millisecond, time.Millisecond),
 		drain.WithCommitObserver(func(c drain.Commit) { mu.Lock(); commits = append(commits, c); mu.Unlock() }))
-	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
-	require.NoError(t, err)
 	defer ss.Close()
-	l, err := ss.Claim(ctx, "x")
-	require.NoError(t, err)
-	h, err := d.Hold(l)
-	require.NoError(t, err)
-	_, err = h.Drain(ctx, func(context.Context, drain.Message) error { return nil })
+	_, err := h.Drain(ctx, func(context.Context, drain.Message) error { return nil })
 	require.NoError(t, err)
 
 	send(t, ctx, w, "x", "a", "b")
@@ -385,16 +372,9 @@ func TestHolding_CursorNeverBack(t *testing.T) {
 // move the cursor back behind the run's. The lost answer is simulated
 // (ForgetCommitOutcome); the late commit is a real fenced write.
 func TestHolding_UnknownCommitFencedOut(t *testing.T) {
-	env := testutil.Start(t, testutil.Target{Name: "single"})
-	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{})
-	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
-	require.NoError(t, err)
+	ctx, w, d, ss, l, h := holdX(t)
 	defer ss.Close()
-	l, err := ss.Claim(ctx, "x")
-	require.NoError(t, err)
-	h, err := d.Hold(l)
-	require.NoError(t, err)
+	var err error
 	send(t, ctx, w, "x", "a", "b")
 	var rec recorder
 	_, err = h.Drain(ctx, rec.handle)
@@ -423,21 +403,13 @@ func TestHolding_UnknownCommitFencedOut(t *testing.T) {
 // drain does not read from the older one and deliver (and commit) again
 // what the later one covers (the soak caught cursors moving back this way).
 func TestHolding_LaterCursorKept(t *testing.T) {
-	env := testutil.Start(t, testutil.Target{Name: "single"})
-	ctx := testutil.Ctx(t, time.Minute)
 	var mu sync.Mutex
 	var commits []drain.Commit
-	w, d := newWorld(t, env, world.Config{}, drain.WithCommitEvery(2, time.Hour),
+	ctx, w, _, ss, _, h := holdX(t, drain.WithCommitEvery(2, time.Hour),
 		drain.WithCommitObserver(func(c drain.Commit) { mu.Lock(); commits = append(commits, c); mu.Unlock() }))
-	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
-	require.NoError(t, err)
 	defer ss.Close()
-	l, err := ss.Claim(ctx, "x")
-	require.NoError(t, err)
-	h, err := d.Hold(l)
-	require.NoError(t, err)
 	var rec recorder
-	_, err = h.Drain(ctx, rec.handle)
+	_, err := h.Drain(ctx, rec.handle)
 	require.NoError(t, err)
 
 	send(t, ctx, w, "x", "a", "b", "c")
