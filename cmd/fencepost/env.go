@@ -73,7 +73,7 @@ func parse(name string, c *command, argv []string) (*env, []string, int) {
 				fs.PrintDefaults()
 				return nil, nil, exitOK
 			}
-			fmt.Fprintf(os.Stderr, "fencepost %s: %v\nusage: fencepost %s\n", name, err, c.usage)
+			fmt.Fprintf(os.Stderr, "fencepost %s: %v%s\nusage: fencepost %s\n", name, err, dashHint(name, err), c.usage)
 			return nil, nil, exitUsage
 		}
 		if fs.NArg() == 0 {
@@ -89,6 +89,19 @@ func parse(name string, c *command, argv []string) (*env, []string, int) {
 	}
 	e.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	return e, args, exitOK
+}
+
+// dashHint, for a flag the command does not have, says how to pass an
+// argument that starts with '-' (a body "-1", an id "-x"): after --.
+func dashHint(name string, err error) string {
+	arg, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: ")
+	if !ok {
+		return ""
+	}
+	if name == "send" {
+		return fmt.Sprintf("\nif %s is the BODY, put -- before it: fencepost send ID -- %s", arg, arg)
+	}
+	return fmt.Sprintf("\nif %s is an argument, not a flag, put -- before it: fencepost %s -- %s", arg, name, arg)
 }
 
 func envOr(k, def string) string {
