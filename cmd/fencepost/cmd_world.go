@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fencepost/fencepost/world"
@@ -14,6 +16,7 @@ var (
 	wdStorage string
 	wdPurge   string
 	wdYes     bool
+	wdFlags   *flagSet // to learn which settings the user gave
 )
 
 func init() {
@@ -21,6 +24,7 @@ func init() {
 		usage: "world add|ls|info|rm [NAME] [settings] [--yes]",
 		short: "manage worlds: created | exists | world name=... | removed",
 		flags: func(fs *flagSet) {
+			wdFlags = fs
 			fs.DurationVar(&wdCfg.MinTTL, "min-ttl", 0, "add: shortest lease (default 1s)")
 			fs.DurationVar(&wdCfg.MaxTTL, "max-ttl", 0, "add: longest lease (default 1h)")
 			fs.DurationVar(&wdCfg.DefaultTTL, "default-ttl", 0, "add: lease when none is asked for (default 10s)")
@@ -85,7 +89,8 @@ func runWorld(e *env, args []string) int {
 }
 
 // worldAdd creates a world: created, or exists when it is there with the
-// same settings (an error when they differ).
+// settings asked (an error naming those that differ). Only the settings
+// whose flags were given are compared.
 func worldAdd(e *env, name string, cfg world.Config) int {
 	ctx, cancel := e.ctx()
 	defer cancel()
@@ -99,8 +104,8 @@ func worldAdd(e *env, name string, cfg world.Config) int {
 	}
 	js := c.JetStream()
 	if w, err := world.Open(ctx, js, name); err == nil {
-		if w.Config != want && cfg != (world.Config{}) {
-			return e.fail(fmt.Errorf("%w: world %q: it has %s; remove it first (world rm) to change them", world.ErrWorldExists, name, settingsDiff(w.Config, want)))
+		if diff := settingsDiff(w.Config, want, givenSettings()); diff != "" {
+			return e.fail(fmt.Errorf("%w: world %q: it has %s; remove it first (world rm) to change them", world.ErrWorldExists, name, diff))
 		}
 		e.emit("exists", append([]field{f("world", name)}, settingFields(w.Config)...)...)
 		return exitOK
@@ -193,12 +198,32 @@ func settingFields(c world.Config) []field {
 	}
 }
 
-// settingsDiff names the settings that differ: "replicas 1 (asked 3)".
-func settingsDiff(have, want world.Config) string {
+// givenSettings are the settings (under settingFields' names) whose flags
+// the user gave.
+func givenSettings() map[string]bool {
+	given := map[string]bool{}
+	if wdFlags == nil {
+		return given
+	}
+	wdFlags.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "yes":
+		case "max-msg-size":
+			given["max_body"] = true
+		default:
+			given[strings.ReplaceAll(fl.Name, "-", "_")] = true
+		}
+	})
+	return given
+}
+
+// settingsDiff names the given settings that differ: "replicas 1 (asked
+// 3)". A setting whose flag was not given is not compared.
+func settingsDiff(have, want world.Config, given map[string]bool) string {
 	hf, wf := settingFields(have), settingFields(want)
 	s := ""
 	for i := range hf {
-		if fmt.Sprint(hf[i].val) != fmt.Sprint(wf[i].val) {
+		if given[hf[i].key] && fmt.Sprint(hf[i].val) != fmt.Sprint(wf[i].val) {
 			if s != "" {
 				s += ", "
 			}

@@ -31,3 +31,26 @@ func TestCLI_Send_DashBody(t *testing.T) {
 	require.Equal(t, 2, r.code)
 	require.Contains(t, r.err, "if -nope is an argument, not a flag, put -- before it")
 }
+
+// TestCLI_WorldAdd_ExistsNamesGivenFlagsOnly: world add of an existing
+// world compares, and names in its refusal, only the settings whose flags
+// were given; the defaults of flags left out are not "asked".
+func TestCLI_WorldAdd_ExistsNamesGivenFlagsOnly(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	r := cli(t, env.URL, "default", "world", "add", "given", "--default-ttl", "30s", "--max-deliveries", "3")
+	require.Equal(t, 0, r.code, r.err)
+
+	r = cli(t, env.URL, "default", "world", "add", "given", "--max-deliveries", "4")
+	require.Equal(t, 1, r.code, "%q %q", r.out, r.err)
+	require.Contains(t, r.err, "it has max_deliveries 3 (asked 4); remove it first")
+	require.NotContains(t, r.err, "default_ttl")
+	require.NotContains(t, r.err, "asked 10s")
+
+	r = cli(t, env.URL, "default", "world", "add", "given", "--max-deliveries", "3")
+	require.Equal(t, 0, r.code, r.err)
+	require.Contains(t, r.out, "exists world=given ")
+
+	r = cli(t, env.URL, "default", "world", "add", "given", "--max-msg-size", "100", "--default-ttl", "30s")
+	require.Equal(t, 1, r.code, "%q %q", r.out, r.err)
+	require.Contains(t, r.err, "it has max_body 1040384 (asked 100); remove it first")
+}
