@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"github.com/fencepost/fencepost/client"
@@ -195,7 +196,9 @@ func runStat(e *env, args []string) int {
 		}
 		fields := []field{f("depth", st.Depth)}
 		if !st.Oldest.IsZero() {
-			fields = append(fields, f("oldest", st.Oldest))
+			// The oldest message's timestamp, and its age (SPEC section 2:
+			// "oldest message age") under world info's name for it.
+			fields = append(fields, f("oldest", st.Oldest), f("oldest_age", ageOf(st.Oldest, time.Now())))
 		}
 		fields = append(fields, f("cursor", st.Cursor), f("failures", st.Failures), f("dead", st.DeadLetters), f("limit", w.Queue.Limit()))
 		if st.Undeliverable {
@@ -265,6 +268,12 @@ func runDLQ(e *env, args []string) int {
 		}
 		return exitOK
 	})
+}
+
+// ageOf is how long ago t was, to the millisecond, as a duration
+// ("1.5s"); never negative, whatever the clocks.
+func ageOf(t, now time.Time) string {
+	return max(now.Sub(t), 0).Round(time.Millisecond).String()
 }
 
 // bodyFields is a message body as output fields: "body" as text, and, for

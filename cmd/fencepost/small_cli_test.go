@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -53,4 +54,32 @@ func TestCLI_WorldAdd_ExistsNamesGivenFlagsOnly(t *testing.T) {
 	r = cli(t, env.URL, "default", "world", "add", "given", "--max-msg-size", "100", "--default-ttl", "30s")
 	require.Equal(t, 1, r.code, "%q %q", r.out, r.err)
 	require.Contains(t, r.err, "it has max_body 1040384 (asked 100); remove it first")
+}
+
+// TestCLI_Stat_OldestAge: stat prints the oldest message's timestamp
+// (oldest, as before) and its age (oldest_age, SPEC section 2's "oldest
+// message age"), in text and in --json; an empty mailbox has neither.
+func TestCLI_Stat_OldestAge(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{MinTTL: time.Second})
+	r := cli(t, env.URL, w.Name, "stat", "x")
+	require.Equal(t, 0, r.code, r.err)
+	require.NotContains(t, r.out, "oldest")
+
+	require.Equal(t, 0, cli(t, env.URL, w.Name, "send", "x", "hello").code)
+	r = cli(t, env.URL, w.Name, "stat", "x")
+	require.Equal(t, 0, r.code, r.err)
+	require.Regexp(t, `^stat depth=1 oldest=\S+ oldest_age=\S+s cursor=`, r.out)
+
+	r = cli(t, env.URL, w.Name, "stat", "x", "--json")
+	require.Equal(t, 0, r.code, r.err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.out), &m))
+	oldest, err := time.Parse(time.RFC3339Nano, m["oldest"].(string))
+	require.NoError(t, err)
+	age, err := time.ParseDuration(m["oldest_age"].(string))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, age, time.Duration(0))
+	require.Less(t, age, time.Minute)
+	require.WithinDuration(t, time.Now().Add(-age), oldest, 10*time.Second)
 }
