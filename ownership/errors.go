@@ -20,6 +20,10 @@ var (
 	ErrUnknown   = fencing.ErrUnknown
 )
 
+// ErrEpochsExhausted: the record is at the last epoch (2^64-1), so no claim
+// or seize can give it a higher one. Nothing is written.
+var ErrEpochsExhausted = errors.New("ownership: epochs exhausted")
+
 // HeldError: someone (maybe the caller itself) holds a live lease.
 type HeldError struct {
 	ID      string

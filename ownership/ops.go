@@ -104,8 +104,9 @@ func held(node string, epoch uint64, ttl time.Duration, now time.Time) *wire.Rec
 
 // Claim takes a free id (never owned, released, or lapsed) for node for ttl
 // (0 means the world's default). It returns the lease, or *HeldError when a
-// live lease exists - also when the caller holds it. Of any number of
-// concurrent claimers exactly one wins.
+// live lease exists - also when the caller holds it, or ErrEpochsExhausted
+// when the record is at the last epoch (nothing is written). Of any number
+// of concurrent claimers exactly one wins.
 func (s *Store) Claim(ctx context.Context, id, node string, ttl time.Duration) (*Lease, error) {
 	ttl, err := s.checkOwnerArgs(id, node, ttl)
 	if err != nil {
@@ -131,6 +132,9 @@ func (s *Store) claim(ctx context.Context, id string, rec recordFor) (view, time
 		if v.live(now) {
 			return nil, &HeldError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.expires()}
 		}
+		if err := v.exhausted(fmt.Sprintf("%q", id)); err != nil {
+			return nil, err
+		}
 		return rec(v.nextEpoch(), now)
 	})
 }
@@ -151,6 +155,9 @@ func (s *Store) seize(ctx context.Context, id, node string, ttl time.Duration, f
 		}
 		if v.live(now) && !force {
 			return nil, &LiveError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.expires()}
+		}
+		if err := v.exhausted(fmt.Sprintf("%q", id)); err != nil {
+			return nil, err
 		}
 		return rec(v.rec.Epoch+1, now)
 	})
@@ -246,7 +253,8 @@ func (s *Store) Renew(ctx context.Context, id, node string, ttl time.Duration) (
 
 // Seize takes over an owned id whose lease lapsed, or a live one with force,
 // with a new epoch. Otherwise *FreeError (nobody owns it: use Claim),
-// *LiveError (live holder, no force) or ErrContended (the record changed
+// *LiveError (live holder, no force), ErrEpochsExhausted (the record is at
+// the last epoch; nothing is written) or ErrContended (the record changed
 // between this call's read and its write; decide again). It makes a single
 // attempt.
 func (s *Store) Seize(ctx context.Context, id, node string, ttl time.Duration, force bool) (*Lease, error) {

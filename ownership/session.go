@@ -58,6 +58,9 @@ func (s *Store) OpenSession(ctx context.Context, node string, ttl time.Duration)
 		if v.live(now) {
 			return nil, &HeldError{ID: "node lease " + node, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.rec.Expires}
 		}
+		if err := v.exhausted("node lease " + node); err != nil {
+			return nil, err
+		}
 		rec := held(node, v.nextEpoch(), ttl, now)
 		nv, err := s.writeNode(ctx, "node-claim", node, v, *rec)
 		if errors.Is(err, errConflict) && attempt < maxAttempts {

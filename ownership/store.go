@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -104,6 +105,16 @@ func (v view) nextEpoch() uint64 {
 	default:
 		return 1
 	}
+}
+
+// exhausted is ErrEpochsExhausted when v's record is at the last epoch:
+// its next epoch would wrap to 0, which no record may carry and which
+// would not fence the holders of earlier epochs.
+func (v view) exhausted(what string) error {
+	if v.present() && v.rec.Epoch == math.MaxUint64 {
+		return fmt.Errorf("%w: %s is at epoch %d, the last one; it cannot be claimed or seized again", ErrEpochsExhausted, what, v.rec.Epoch)
+	}
+	return nil
 }
 
 // read fetches the record of id. A record that does not decode is an error

@@ -2,11 +2,13 @@ package main_test
 
 import (
 	"encoding/json"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
@@ -82,4 +84,24 @@ func TestCLI_Stat_OldestAge(t *testing.T) {
 	require.GreaterOrEqual(t, age, time.Duration(0))
 	require.Less(t, age, time.Minute)
 	require.WithinDuration(t, time.Now().Add(-age), oldest, 10*time.Second)
+}
+
+// TestCLI_Claim_EpochsExhausted: a claim over a record at epoch 2^64-1 is
+// a clear error (exit 1), not a "corrupt record" one.
+func TestCLI_Claim_EpochsExhausted(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{MinTTL: time.Second})
+	ctx := testutil.Ctx(t, time.Minute)
+	past := time.Now().Add(-time.Hour)
+	b, err := wire.EncodeRecord(wire.Record{Epoch: math.MaxUint64, State: wire.StateFree, Acquired: past, Expires: past})
+	require.NoError(t, err)
+	_, err = w.KV.Put(ctx, wire.RecordKey("x"), b)
+	require.NoError(t, err)
+	r := cli(t, env.URL, w.Name, "claim", "x", "--node", "n1")
+	require.Equal(t, 1, r.code, "%q %q", r.out, r.err)
+	require.Contains(t, r.err, "epochs exhausted")
+	require.NotContains(t, r.err, "corrupt")
+	r = cli(t, env.URL, w.Name, "owner", "x")
+	require.Equal(t, 11, r.code, r.err)
+	require.Equal(t, "free epoch=18446744073709551615\n", r.out)
 }
