@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
 )
@@ -79,6 +81,8 @@ func hint(err error) string {
 		return fmt.Sprintf("; recreate it with `fencepost world add %s`", unknown.Name)
 	case errors.As(err, &unknown):
 		return fmt.Sprintf("; create it with `fencepost world add %s`", unknown.Name)
+	case errors.Is(err, nats.ErrNoServers):
+		return "; is fencepostd running? (--server or NATS_URL says where; the default is nats://127.0.0.1:4222)"
 	}
 	return ""
 }

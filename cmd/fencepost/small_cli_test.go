@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -104,4 +105,25 @@ func TestCLI_Claim_EpochsExhausted(t *testing.T) {
 	r = cli(t, env.URL, w.Name, "owner", "x")
 	require.Equal(t, 11, r.code, r.err)
 	require.Equal(t, "free epoch=18446744073709551615\n", r.out)
+}
+
+// TestCLI_ServerDown_Hint: when no server answers, the CLI's error asks
+// whether fencepostd is running (a hint of the CLI's, in text and
+// --json); the library's error does not say it.
+func TestCLI_ServerDown_Hint(t *testing.T) {
+	r := cli(t, "nats://127.0.0.1:1", "default", "owner", "x")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.err, "no servers available")
+	require.Contains(t, r.err, "is fencepostd running?")
+
+	r = cli(t, "nats://127.0.0.1:1", "default", "owner", "x", "--json")
+	require.Equal(t, 1, r.code)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.out), &m))
+	require.Equal(t, "error", m["outcome"])
+	require.Contains(t, m["error"], "is fencepostd running?")
+
+	_, err := client.Connect("nats://127.0.0.1:1", client.WithTimeout(time.Second))
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "fencepostd")
 }
