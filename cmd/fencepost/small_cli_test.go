@@ -127,3 +127,16 @@ func TestCLI_ServerDown_Hint(t *testing.T) {
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "fencepostd")
 }
+
+// TestCLI_World_NonASCIIName: a world name with a non-ASCII character is
+// refused naming that character, not the first byte of its UTF-8.
+func TestCLI_World_NonASCIIName(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	r := cli(t, env.URL, "default", "world", "add", "café")
+	require.Equal(t, 1, r.code, "%q %q", r.out, r.err)
+	require.Contains(t, r.err, `"café" has 'é' at byte 3`)
+	r = cli(t, env.URL, "é", "owner", "x")
+	require.Equal(t, 1, r.code, "%q %q", r.out, r.err)
+	require.Contains(t, r.err, `has 'é' at byte 0`)
+	require.NotContains(t, r.err, "Ã")
+}

@@ -59,11 +59,19 @@ func ValidateWorld(world string) error {
 	if len(world) > MaxWorldBytes {
 		return fmt.Errorf("%w: %q is %d bytes, the limit is %d", ErrInvalidWorld, world, len(world), MaxWorldBytes)
 	}
-	for i := 0; i < len(world); i++ {
-		c := world[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: %q has %q at byte %d; use only A-Z, a-z, 0-9, '_' and '-'", ErrInvalidWorld, world, c, i)
+	for i, c := range world {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' {
+			continue
 		}
+		// The character as the user typed it ('é', not the 'Ã' of its
+		// first byte); a byte that is not UTF-8, as a byte.
+		what := fmt.Sprintf("%q", c)
+		if c == utf8.RuneError {
+			if _, n := utf8.DecodeRuneInString(world[i:]); n == 1 {
+				what = fmt.Sprintf("the byte 0x%02x (not UTF-8)", world[i])
+			}
+		}
+		return fmt.Errorf("%w: %q has %s at byte %d; use only A-Z, a-z, 0-9, '_' and '-'", ErrInvalidWorld, world, what, i)
 	}
 	return nil
 }
