@@ -305,6 +305,14 @@ func TestCLI_Work_Pool(t *testing.T) {
 	nodes := map[string]int{}
 	for _, l := range readLines(t, out) {
 		f := strings.Fields(l)
+		if len(f) == 3 && f[0] == "w2" {
+			// A handler of the SIGKILLed worker that ran on with its
+			// stdin closed (the kernel kills the handler's shell with
+			// its parent, docs/design.md 4.5, but not always before the
+			// shell's own line is written): an empty body, not a
+			// delivery.
+			continue
+		}
 		require.Len(t, f, 4, l)
 		epoch, err := strconv.ParseUint(f[2], 10, 64)
 		require.NoError(t, err)
