@@ -34,6 +34,11 @@ func start(t testing.TB, cfg server.Config) *Node {
 	if err != nil {
 		t.Fatalf("servertest: start: %v", err)
 	}
+	return pin(t, s, cfg)
+}
+
+// pin makes the node of a started server, stopped by t.Cleanup.
+func pin(t testing.TB, s *server.Server, cfg server.Config) *Node {
 	n := &Node{Server: s, cfg: cfg}
 	// Pin the ports so that Restart comes back where clients expect it.
 	n.cfg.Port = s.Addr().(*net.TCPAddr).Port
@@ -89,21 +94,21 @@ type Cluster struct {
 // JetStream meta group has a leader.
 func NewCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	ports := freePorts(t, n)
-	var routes []string
-	for _, p := range ports {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
-	}
 	c := &Cluster{}
-	for i := 0; i < n; i++ {
-		c.Nodes = append(c.Nodes, start(t, server.Config{
-			Name:        fmt.Sprintf("fp-%d", i+1),
-			StoreDir:    t.TempDir(),
-			Port:        -1,
-			ClusterName: "fencepost-test",
-			ClusterPort: ports[i],
-			Routes:      routes,
-		}))
+	// The route ports are picked free, then closed, then bound by the
+	// servers: in between the system may hand one out as the local port of
+	// an outgoing connection, and that server never gets ready (seen once
+	// in CI). Such a start is made again on new ports.
+	for attempt := 1; ; attempt++ {
+		nodes, err := startCluster(t, n)
+		if err == nil {
+			c.Nodes = nodes
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("servertest: cluster: %v", err)
+		}
+		t.Logf("servertest: cluster start failed (%v); again on new ports", err)
 	}
 	CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
 		leaders := 0
@@ -121,6 +126,36 @@ func NewCluster(t testing.TB, n int) *Cluster {
 		return nil
 	})
 	return c
+}
+
+// startCluster starts n routed servers on new ports, or stops what it
+// started and says why not.
+func startCluster(t testing.TB, n int) ([]*Node, error) {
+	ports := freePorts(t, n)
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	var nodes []*Node
+	for i := 0; i < n; i++ {
+		cfg := server.Config{
+			Name:        fmt.Sprintf("fp-%d", i+1),
+			StoreDir:    t.TempDir(),
+			Port:        -1,
+			ClusterName: "fencepost-test",
+			ClusterPort: ports[i],
+			Routes:      routes,
+		}
+		s, err := server.Start(cfg)
+		if err != nil {
+			for _, node := range nodes {
+				node.Server.Stop()
+			}
+			return nil, err
+		}
+		nodes = append(nodes, pin(t, s, cfg))
+	}
+	return nodes, nil
 }
 
 // URL is a client URL naming every node, for clients that fail over.
