@@ -123,6 +123,11 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 				}
 			case ownership.EventClaimed, ownership.EventSeized:
 				if ev.Node != wk.cfg.Node && wk.wants(ev.ID) {
+					// Another node serves it: what this worker kept of it
+					// goes (kept.go), and it is no candidate here.
+					wk.mu.Lock()
+					wk.kept.drop(ev.ID)
+					wk.mu.Unlock()
 					offer(cand, candidate{ev.ID, fromTaken})
 				}
 			}
