@@ -20,10 +20,9 @@ func ForgetCommitOutcome(h *Holding) {
 	h.known, h.owed, h.touch, h.live = false, nil, true, false
 }
 
-// Fence is the fence h writes with now.
-func (h *Holding) FenceNow() (f struct{ Revision uint64 }) {
+// FenceRevision is the record revision h's commits expect now.
+func FenceRevision(h *Holding) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	f.Revision = h.fence.Revision
-	return f
+	return h.fence.Revision
 }

@@ -379,14 +379,14 @@ func TestHolding_UnknownCommitFencedOut(t *testing.T) {
 	var rec recorder
 	_, err = h.Drain(ctx, rec.handle)
 	require.NoError(t, err)
-	old := h.FenceNow().Revision
+	old := drain.FenceRevision(h)
 
 	drain.ForgetCommitOutcome(h)
 	send(t, ctx, w, "x", "c")
 	_, err = h.Drain(ctx, rec.handle)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b", "c"}, rec.bodies())
-	require.Greater(t, h.FenceNow().Revision, old, "the record was rewritten before the cursor was read")
+	require.Greater(t, drain.FenceRevision(h), old, "the record was rewritten before the cursor was read")
 
 	// The commit of unknown outcome arrives now, with the old fence.
 	late := fencing.Fence{World: w.Name, ID: "x", Node: "n1", Epoch: l.Epoch, Revision: old}
