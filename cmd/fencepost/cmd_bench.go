@@ -10,7 +10,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,35 +34,30 @@ func init() {
 	}
 }
 
-// Flags of the bench command.
-var (
-	flagBenchScenario string
-	flagBenchSize     string
-	flagBenchEmbedded bool
-	flagBenchIDs      int
-	flagBenchDuration time.Duration
-	flagBenchRounds   int
-	flagBenchQuiet    bool
-	flagBenchChart    string
-	benchFlags        *flagSet // to tell whether --server was given
-)
+// The flags of the bench command.
+var benchFlags struct {
+	Scenario string        `name:"scenario" placeholder:"S" default:"${bench_scenario}" help:"scenario: steady, takeover (owner processes killed, stopped past their ttl, force-seized), handoff (graceful stops), fan-in (10,000 ids, a pool of workers) or zipf (100,000 ids, posts drawn from a Zipf distribution, owner processes killed every 5 s)"`
+	Size     string        `name:"size" placeholder:"SIZE" default:"${bench_size}" help:"size: smoke (about 30 s) or full (a few minutes)"`
+	Embedded bool          `name:"embedded" default:"true" help:"run an embedded server with its store in a temporary directory; the default unless --server is given"`
+	IDs      int           `name:"ids" placeholder:"N" help:"mailboxes (default: the size's)"`
+	Duration time.Duration `name:"duration" placeholder:"D" help:"posting time of each side (default: the size's; not fan-in)"`
+	Rounds   int           `name:"rounds" placeholder:"N" help:"alternations of the two sides (default: the size's; fan-in: messages per id)"`
+	Quiet    bool          `name:"quiet" help:"no progress on stderr"`
+	Chart    string        `name:"chart" placeholder:"FILE" help:"write an SVG chart of throughput and latency p99 per second, takeovers marked, to this file"`
+}
 
 func init() {
+	cliVars["bench_scenario"] = bench.ScenarioSteady
+	cliVars["bench_size"] = bench.SizeSmoke
 	register("bench", &command{
 		usage: "bench [--scenario steady|takeover|handoff|fan-in|zipf] [--size smoke|full] [--chart FILE]",
 		short: "benchmark delivery beside raw JetStream on the same server; exit 1 if a message was lost or committed under a stale epoch",
-		flags: func(fs *flagSet) {
-			benchFlags = fs
-			fs.StringVar(&flagBenchScenario, "scenario", bench.ScenarioSteady, "scenario: steady, takeover (owner processes killed, stopped past their ttl, force-seized), handoff (graceful stops), fan-in (10,000 ids, a pool of workers) or zipf (100,000 ids, posts drawn from a Zipf distribution, owner processes killed every 5 s)")
-			fs.StringVar(&flagBenchSize, "size", bench.SizeSmoke, "size: smoke (about 30 s) or full (a few minutes)")
-			fs.BoolVar(&flagBenchEmbedded, "embedded", true, "run an embedded server with its store in a temporary directory; the default unless --server is given")
-			fs.IntVar(&flagBenchIDs, "ids", 0, "mailboxes (default: the size's)")
-			fs.DurationVar(&flagBenchDuration, "duration", 0, "posting time of each side (default: the size's; not fan-in)")
-			fs.IntVar(&flagBenchRounds, "rounds", 0, "alternations of the two sides (default: the size's; fan-in: messages per id)")
-			fs.BoolVar(&flagBenchQuiet, "quiet", false, "no progress on stderr")
-			fs.StringVar(&flagBenchChart, "chart", "", "write an SVG chart of throughput and latency p99 per second, takeovers marked, to this file")
+		examples: []string{
+			"fencepost bench --scenario takeover --size smoke   # a table: fencepost beside raw JetStream, lost and stale-epoch commits (both must be 0)",
+			"fencepost bench --server nats://10.0.0.1:4222 --scenario steady --json",
 		},
-		run: runBench,
+		flags: &benchFlags,
+		run:   runBench,
 	})
 }
 
@@ -71,23 +65,15 @@ func runBench(e *env, args []string) int {
 	if len(args) != 0 {
 		return e.usageErr("bench", "takes no arguments, got %d", len(args))
 	}
-	sizes, ok := bench.ScenarioSizes[flagBenchScenario]
+	sizes, ok := bench.ScenarioSizes[benchFlags.Scenario]
 	if !ok {
-		return e.usageErr("bench", "--scenario %q: use %s", flagBenchScenario, strings.Join(bench.Scenarios, ", "))
+		return e.usageErr("bench", "--scenario %q: use %s", benchFlags.Scenario, strings.Join(bench.Scenarios, ", "))
 	}
-	if _, ok := sizes[flagBenchSize]; !ok {
-		return e.usageErr("bench", "--size %q: use smoke or full", flagBenchSize)
+	if _, ok := sizes[benchFlags.Size]; !ok {
+		return e.usageErr("bench", "--size %q: use smoke or full", benchFlags.Size)
 	}
-	serverGiven, embeddedGiven := false, false
-	benchFlags.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "server":
-			serverGiven = true
-		case "embedded":
-			embeddedGiven = true
-		}
-	})
-	embedded := flagBenchEmbedded
+	serverGiven, embeddedGiven := e.given["server"], e.given["embedded"]
+	embedded := benchFlags.Embedded
 	if serverGiven && !embeddedGiven {
 		embedded = false
 	}
@@ -97,7 +83,7 @@ func runBench(e *env, args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := bench.Config{Scenario: flagBenchScenario, Size: flagBenchSize, IDs: flagBenchIDs, Duration: flagBenchDuration, Rounds: flagBenchRounds, Log: e.log}
+	cfg := bench.Config{Scenario: benchFlags.Scenario, Size: benchFlags.Size, IDs: benchFlags.IDs, Duration: benchFlags.Duration, Rounds: benchFlags.Rounds, Log: e.log}
 	where := "an embedded server"
 	if !embedded {
 		// The user's server, with the connection flags (creds, TLS) of every
@@ -112,7 +98,7 @@ func runBench(e *env, args []string) int {
 		where = e.server
 	}
 	var pr *benchProgress
-	if !flagBenchQuiet {
+	if !benchFlags.Quiet {
 		fmt.Fprintf(e.err, "bench %s (%s) on %s\n", cfg.Scenario, cfg.Size, where)
 		f, isFile := e.err.(*os.File)
 		pr = &benchProgress{out: e.err, tty: isFile && isTerminal(f)}
@@ -125,12 +111,12 @@ func runBench(e *env, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	if flagBenchChart != "" {
-		if err := writeChart(flagBenchChart, rep); err != nil {
+	if benchFlags.Chart != "" {
+		if err := writeChart(benchFlags.Chart, rep); err != nil {
 			return e.fail(err)
 		}
-		if !flagBenchQuiet {
-			fmt.Fprintf(e.err, "chart written to %s\n", flagBenchChart)
+		if !benchFlags.Quiet {
+			fmt.Fprintf(e.err, "chart written to %s\n", benchFlags.Chart)
 		}
 	}
 	if e.json {

@@ -4,50 +4,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/internal/wire"
 )
 
 // defaultLsLimit is how many ids one `fencepost ls` prints unless told.
 const defaultLsLimit = 1000
 
-// Flag values of ls (one command runs per process).
-var lsOpts = drain.ListOptions{Limit: defaultLsLimit}
+// The flags of ls (one command runs per process).
+var lsFlags struct {
+	HeldBy   nodeValue  `name:"held-by" placeholder:"NODE" help:"only ids whose live record names NODE"`
+	WithMail bool       `name:"with-mail" help:"only ids with messages in their mailbox"`
+	Dead     bool       `name:"dead" help:"only ids with dead letters"`
+	Limit    limitValue `name:"limit" placeholder:"N" default:"${ls_limit}" help:"print at most N ids, N >= 1; a cut list ends with more next=ID"`
+	After    idValue    `name:"after" placeholder:"ID" help:"resume after this id: the next= of the page before (ids sort by their UTF-8 bytes)"`
+}
 
 func init() {
 	register("ls", &command{
 		usage: "ls [--held-by NODE] [--with-mail] [--dead] [--limit N] [--after ID]",
 		short: "list ids in order, one line each (id ...), then listed count=K [more next=ID]",
-		flags: func(fs *flagSet) {
-			fs.Func("held-by", "only ids whose live record names NODE", func(s string) error {
-				if err := wire.ValidateNode(s); err != nil {
-					return err
-				}
-				lsOpts.HeldBy = s
-				return nil
-			})
-			fs.BoolVar(&lsOpts.WithMail, "with-mail", false, "only ids with messages in their mailbox")
-			fs.BoolVar(&lsOpts.Dead, "dead", false, "only ids with dead letters")
-			fs.Func("limit", "print at most N ids, N >= 1 (default 1000); a cut list ends with more next=ID", func(s string) error {
-				n, err := strconv.Atoi(s)
-				if err != nil || n < 1 {
-					return fmt.Errorf("want a count of 1 or more")
-				}
-				lsOpts.Limit = n
-				return nil
-			})
-			fs.Func("after", "resume after this id: the next= of the page before (ids sort by their UTF-8 bytes)", func(s string) error {
-				if err := wire.ValidateID(s); err != nil {
-					return err
-				}
-				lsOpts.After = s
-				return nil
-			})
+		examples: []string{
+			"fencepost ls --held-by node-a            # id id=order-42 state=held node=node-a epoch=1 ... per id, then listed count=K more=false",
+			"fencepost ls --with-mail --limit 100     # a page of ids with mail; the next: --after the listed next=ID",
+			"fencepost ls --dead --json",
 		},
-		run: runLs,
+		flags: &lsFlags,
+		run:   runLs,
 	})
 }
 
@@ -66,7 +50,10 @@ func runLs(e *env, args []string) int {
 		return e.usageErr("ls", "takes no arguments, got %d (filter with --held-by, --with-mail, --dead)", len(args))
 	}
 	return e.worldOp(func(ctx context.Context, w *client.World) int {
-		page, err := w.Drainer.List(ctx, lsOpts)
+		page, err := w.Drainer.List(ctx, drain.ListOptions{
+			HeldBy: string(lsFlags.HeldBy), WithMail: lsFlags.WithMail, Dead: lsFlags.Dead,
+			Limit: int(lsFlags.Limit), After: string(lsFlags.After),
+		})
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w; --timeout bounds the whole listing, and a page reads every record and mailbox of the world (seconds per million ids): raise --timeout", err)
 		}

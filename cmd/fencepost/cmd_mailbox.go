@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -18,16 +17,22 @@ import (
 	"github.com/fencepost/fencepost/queue"
 )
 
-// Flag values of the mailbox commands (one command runs per process).
+// The flags of the mailbox commands (one command runs per process).
 var (
-	mbFrom  string
-	mbMsgID string
-	mbNode  string
-	mbEpoch uint64
-	mbMax   int
-	mbLimit int
-	// mbUnroutable: dlq ls lists the world's unroutable messages.
-	mbUnroutable bool
+	sendFlags struct {
+		From  string `name:"from" placeholder:"F" help:"the sender, shown to the handler"`
+		MsgID string `name:"msg-id" placeholder:"K" help:"dedupe key: a retry inside the world's window is stored once"`
+	}
+	drainFlags struct {
+		Node  string     `name:"node" placeholder:"N" help:"the holding node (required)"`
+		Epoch epochValue `name:"epoch" placeholder:"E" help:"the holding's epoch (required)"`
+		Max   maxValue   `name:"max" placeholder:"N" help:"stop after N messages, N >= 1 (default: until the mailbox is empty)"`
+	}
+	dlqFlags struct {
+		Limit int `name:"limit" placeholder:"N" help:"ls: list at most N (default all)"`
+		// Unroutable: dlq ls lists the world's unroutable messages.
+		Unroutable bool `name:"unroutable" help:"ls: the world's unroutable messages (posted to a subject no id encodes to), without ID"`
+	}
 )
 
 func init() {
@@ -35,42 +40,44 @@ func init() {
 	register("send", &command{
 		usage: "send ID [--from F] [--msg-id K] BODY",
 		short: `post into a mailbox (BODY "-" reads stdin): posted seq=N [duplicate] | full`,
-		flags: func(fs *flagSet) {
-			fs.StringVar(&mbFrom, "from", "", "the sender, shown to the handler")
-			fs.StringVar(&mbMsgID, "msg-id", "", "dedupe key: a retry inside the world's window is stored once")
+		examples: []string{
+			`fencepost send order-42 --from shop "pay 10 EUR"    # posted seq=N (exit 0), owned or not`,
+			`fencepost send order-42 --msg-id k1 "ship it"       # posted seq=N; again inside the dedupe window: posted seq=N duplicate`,
+			`echo hello | fencepost send order-42 -              # the body from stdin`,
+			`fencepost send order-42 -- -1                       # a body that starts with '-' goes after --`,
 		},
-		run: runSend,
+		flags: &sendFlags,
+		run:   runSend,
 	})
 	register("drain", &command{
 		usage: "drain ID --node N --epoch E [--max N]",
 		short: "print the mailbox in order, then done count=K | held-by | free | fenced | contended",
-		flags: func(fs *flagSet) {
-			fs.StringVar(&mbNode, "node", "", "the holding node (required)")
-			fs.Func("epoch", "the holding's epoch (required)", epochFlag(&mbEpoch))
-			fs.Func("max", "stop after N messages, N >= 1 (default: until the mailbox is empty)", func(s string) error {
-				n, err := strconv.Atoi(s)
-				if err != nil || n < 1 {
-					return fmt.Errorf("want a count of 1 or more (leave --max out to drain until the mailbox is empty)")
-				}
-				mbMax = n
-				return nil
-			})
+		examples: []string{
+			"fencepost drain order-42 --node node-a --epoch 1          # message seq=... body=... per message, then done count=K",
+			"fencepost drain order-42 --node node-a --epoch 1 --json   # one object per message (body_b64 too when not UTF-8), then the outcome",
 		},
-		run: runDrain,
+		flags: &drainFlags,
+		run:   runDrain,
 	})
 	register("stat", &command{
 		usage: "stat [ID]",
 		short: "mailbox depth, oldest message, cursor, dead letters, owner; without ID the world's totals",
-		run:   runStat,
+		examples: []string{
+			"fencepost stat order-42   # stat depth=2 oldest=... oldest_age=1.5s cursor=... node=... epoch=...",
+			"fencepost stat            # stat world=default ids=... depth=... owned=...",
+		},
+		run: runStat,
 	})
 	register("dlq", &command{
 		usage: "dlq ls|repost|purge ID [--limit N] | dlq ls --unroutable",
 		short: "dead letters: list them, post them back into the mailbox, or drop them",
-		flags: func(fs *flagSet) {
-			fs.IntVar(&mbLimit, "limit", 0, "ls: list at most N (default all)")
-			fs.BoolVar(&mbUnroutable, "unroutable", false, "ls: the world's unroutable messages (posted to a subject no id encodes to), without ID")
+		examples: []string{
+			"fencepost dlq ls order-42       # dead-letter seq=... deliveries=5 error=... per letter, then listed count=K",
+			"fencepost dlq repost order-42   # reposted count=K: back into the mailbox, in order",
+			"fencepost dlq ls --unroutable   # messages posted to a subject no id encodes to",
 		},
-		run: runDLQ,
+		flags: &dlqFlags,
+		run:   runDLQ,
 	})
 }
 
@@ -129,11 +136,11 @@ func runSend(e *env, args []string) int {
 		body = b
 	}
 	var opts []queue.SendOption
-	if mbFrom != "" {
-		opts = append(opts, queue.WithFrom(mbFrom))
+	if sendFlags.From != "" {
+		opts = append(opts, queue.WithFrom(sendFlags.From))
 	}
-	if mbMsgID != "" {
-		opts = append(opts, queue.WithMsgID(mbMsgID))
+	if sendFlags.MsgID != "" {
+		opts = append(opts, queue.WithMsgID(sendFlags.MsgID))
 	}
 	// A producer may post without reading the world's streams.
 	return e.worldOpWith(e.openWorldToPost, func(ctx context.Context, w *client.World) int {
@@ -152,7 +159,7 @@ func runDrain(e *env, args []string) int {
 	if len(args) != 1 {
 		return e.usageErr("drain", "want exactly one ID, got %d arguments", len(args))
 	}
-	if mbNode == "" || mbEpoch == 0 {
+	if drainFlags.Node == "" || drainFlags.Epoch == 0 {
 		return e.usageErr("drain", "--node and --epoch are required")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -163,10 +170,10 @@ func runDrain(e *env, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	res, err := w.Drainer.Drain(ctx, args[0], mbNode, mbEpoch, func(_ context.Context, m drain.Message) error {
+	res, err := w.Drainer.Drain(ctx, args[0], drainFlags.Node, uint64(drainFlags.Epoch), func(_ context.Context, m drain.Message) error {
 		e.emit("message", append([]field{f("seq", m.Seq), f("from", m.From), f("delivery", m.Delivery), f("epoch", m.Fence.Epoch)}, bodyFields(m.Body)...)...)
 		return nil
-	}, drain.WithMax(mbMax))
+	}, drain.WithMax(int(drainFlags.Max)))
 	if err != nil {
 		if res.Count > 0 {
 			fmt.Fprintf(e.err, "drain: %d messages were committed before this\n", res.Count)
@@ -215,12 +222,12 @@ func runStat(e *env, args []string) int {
 }
 
 func runDLQ(e *env, args []string) int {
-	if mbUnroutable {
+	if dlqFlags.Unroutable {
 		if len(args) != 1 || args[0] != "ls" {
 			return e.usageErr("dlq", "--unroutable goes with ls and no ID")
 		}
 		return e.worldOp(func(ctx context.Context, w *client.World) int {
-			dls, err := w.Drainer.Unroutable(ctx, mbLimit)
+			dls, err := w.Drainer.Unroutable(ctx, dlqFlags.Limit)
 			if err != nil {
 				return e.fail(err)
 			}
@@ -239,7 +246,7 @@ func runDLQ(e *env, args []string) int {
 	return e.worldOp(func(ctx context.Context, w *client.World) int {
 		switch op {
 		case "ls":
-			dls, err := w.Drainer.DeadLetters(ctx, id, mbLimit)
+			dls, err := w.Drainer.DeadLetters(ctx, id, dlqFlags.Limit)
 			if err != nil {
 				return e.fail(err)
 			}

@@ -1,19 +1,53 @@
 package main
 
-import (
-	"fmt"
-	"strconv"
-	"time"
+import "time"
+
+// The flags of the ownership commands (one command runs per process).
+type (
+	nodeFlag struct {
+		Node string `name:"node" placeholder:"N" help:"the node acting (required)"`
+	}
+	ttlFlag struct {
+		TTL ttlValue `name:"ttl" placeholder:"D" help:"lease term, e.g. 10s (default: the world's, 10s unless set)"`
+	}
+)
+
+var (
+	claimFlags struct {
+		nodeFlag
+		ttlFlag
+	}
+	releaseFlags struct{ nodeFlag }
+	guardFlags   struct {
+		nodeFlag
+		Epoch epochValue `name:"epoch" placeholder:"E" help:"the epoch to check (required)"`
+	}
+	renewFlags struct {
+		nodeFlag
+		ttlFlag
+	}
+	seizeFlags struct {
+		nodeFlag
+		ttlFlag
+		Force bool `name:"force" help:"take a live id (operator)"`
+	}
+	resetFlags struct {
+		Yes bool `name:"yes" help:"confirm"`
+	}
 )
 
 func init() {
 	register("claim", &command{
 		usage: "claim ID --node N [--ttl 10s]",
 		short: "take a free id: claimed epoch=E expires=T | held-by",
-		flags: ownerFlags(true),
-		run: withID("claim", func(e *env, id string) int {
+		examples: []string{
+			"fencepost claim order-42 --node node-a --ttl 30s   # claimed epoch=1 expires=... (exit 0), or held-by node=... (exit 10)",
+			"fencepost --world orders claim order-42 --node node-a --json",
+		},
+		flags: &claimFlags,
+		run: withID("claim", &claimFlags.Node, func(e *env, id string) int {
 			return e.ownershipOp(func(o ownOps) int {
-				l, err := o.s.Claim(o.ctx, id, flagNode, flagTTL)
+				l, err := o.s.Claim(o.ctx, id, claimFlags.Node, time.Duration(claimFlags.TTL))
 				if err != nil {
 					return e.fail(err)
 				}
@@ -23,9 +57,10 @@ func init() {
 		}),
 	})
 	register("owner", &command{
-		usage: "owner ID",
-		short: "who holds an id: owned-by node=N epoch=E expires=T | free epoch=E",
-		run: withID("owner", func(e *env, id string) int {
+		usage:    "owner ID",
+		short:    "who holds an id: owned-by node=N epoch=E expires=T | free epoch=E",
+		examples: []string{"fencepost owner order-42   # owned-by node=node-a epoch=1 expires=... (exit 0), or free epoch=E (exit 11)"},
+		run: withID("owner", nil, func(e *env, id string) int {
 			return e.ownershipOp(func(o ownOps) int {
 				st, err := o.s.Owner(o.ctx, id)
 				if err != nil {
@@ -41,12 +76,13 @@ func init() {
 		}),
 	})
 	register("release", &command{
-		usage: "release ID --node N",
-		short: "give up a held id: released | not-owner | free",
-		flags: ownerFlags(false),
-		run: withID("release", func(e *env, id string) int {
+		usage:    "release ID --node N",
+		short:    "give up a held id: released | not-owner | free",
+		examples: []string{"fencepost release order-42 --node node-a   # released (exit 0)"},
+		flags:    &releaseFlags,
+		run: withID("release", &releaseFlags.Node, func(e *env, id string) int {
 			return e.ownershipOp(func(o ownOps) int {
-				if err := o.s.Release(o.ctx, id, flagNode); err != nil {
+				if err := o.s.Release(o.ctx, id, releaseFlags.Node); err != nil {
 					return e.fail(err)
 				}
 				e.emit("released")
@@ -55,18 +91,16 @@ func init() {
 		}),
 	})
 	register("guard", &command{
-		usage: "guard ID --node N --epoch E",
-		short: "check a holding: owner | fenced current=E | free",
-		flags: func(fs *flagSet) {
-			ownerFlags(false)(fs)
-			fs.Func("epoch", "the epoch to check (required)", epochFlag(&flagEpoch))
-		},
-		run: withID("guard", func(e *env, id string) int {
-			if flagEpoch == 0 {
+		usage:    "guard ID --node N --epoch E",
+		short:    "check a holding: owner | fenced current=E | free",
+		examples: []string{"fencepost guard order-42 --node node-a --epoch 1   # owner epoch=1 ... (exit 0), or fenced current=2 (exit 13)"},
+		flags:    &guardFlags,
+		run: withID("guard", &guardFlags.Node, func(e *env, id string) int {
+			if guardFlags.Epoch == 0 {
 				return e.usageErr("guard", "--epoch is required")
 			}
 			return e.ownershipOp(func(o ownOps) int {
-				st, err := o.s.Guard(o.ctx, id, flagNode, flagEpoch)
+				st, err := o.s.Guard(o.ctx, id, guardFlags.Node, uint64(guardFlags.Epoch))
 				if err != nil {
 					return e.fail(err)
 				}
@@ -76,12 +110,13 @@ func init() {
 		}),
 	})
 	register("renew", &command{
-		usage: "renew ID --node N [--ttl 10s]",
-		short: "extend a live lease: renewed expires=T | held-by | free",
-		flags: ownerFlags(true),
-		run: withID("renew", func(e *env, id string) int {
+		usage:    "renew ID --node N [--ttl 10s]",
+		short:    "extend a live lease: renewed expires=T | held-by | free",
+		examples: []string{"fencepost renew order-42 --node node-a --ttl 30s   # renewed expires=... epoch=1 (exit 0)"},
+		flags:    &renewFlags,
+		run: withID("renew", &renewFlags.Node, func(e *env, id string) int {
 			return e.ownershipOp(func(o ownOps) int {
-				l, err := o.s.Renew(o.ctx, id, flagNode, flagTTL)
+				l, err := o.s.Renew(o.ctx, id, renewFlags.Node, time.Duration(renewFlags.TTL))
 				if err != nil {
 					return e.fail(err)
 				}
@@ -93,13 +128,14 @@ func init() {
 	register("seize", &command{
 		usage: "seize ID --node N [--ttl 10s] [--force]",
 		short: "take over an owned id: seized epoch=E | free | live | contended",
-		flags: func(fs *flagSet) {
-			ownerFlags(true)(fs)
-			fs.BoolVar(&flagForce, "force", false, "take a live id (operator)")
+		examples: []string{
+			"fencepost seize order-42 --node node-b           # seized epoch=2 ... when node-a's lease lapsed; live node=node-a ... (exit 15) while it lasts",
+			"fencepost seize order-42 --node node-b --force   # seized epoch=2 ...: an operator takes a live id",
 		},
-		run: withID("seize", func(e *env, id string) int {
+		flags: &seizeFlags,
+		run: withID("seize", &seizeFlags.Node, func(e *env, id string) int {
 			return e.ownershipOp(func(o ownOps) int {
-				l, err := o.s.Seize(o.ctx, id, flagNode, flagTTL, flagForce)
+				l, err := o.s.Seize(o.ctx, id, seizeFlags.Node, time.Duration(seizeFlags.TTL), seizeFlags.Force)
 				if err != nil {
 					return e.fail(err)
 				}
@@ -109,14 +145,15 @@ func init() {
 		}),
 	})
 	register("reset", &command{
-		usage: "reset --yes",
-		short: "drop every record, epoch and mailbox of the world: cleared",
-		flags: func(fs *flagSet) { fs.BoolVar(&flagYes, "yes", false, "confirm") },
+		usage:    "reset --yes",
+		short:    "drop every record, epoch and mailbox of the world: cleared",
+		examples: []string{"fencepost --world scratch reset --yes   # cleared world=scratch"},
+		flags:    &resetFlags,
 		run: func(e *env, args []string) int {
 			if len(args) != 0 {
 				return e.usageErr("reset", "takes no arguments")
 			}
-			if !flagYes {
+			if !resetFlags.Yes {
 				return e.usageErr("reset", "this drops the whole world %q; add --yes", e.world)
 			}
 			ctx, cancel := e.ctx()
@@ -134,56 +171,16 @@ func init() {
 	})
 }
 
-// Flag values of the ownership commands (one command runs per process).
-var (
-	flagNode  string
-	flagTTL   time.Duration
-	flagEpoch uint64
-	flagForce bool
-	flagYes   bool
-)
-
-func ownerFlags(ttl bool) func(fs *flagSet) {
-	return func(fs *flagSet) {
-		fs.StringVar(&flagNode, "node", "", "the node acting (required)")
-		if ttl {
-			fs.Func("ttl", "lease term, e.g. 10s (default: the world's, 10s unless set)", func(s string) error {
-				d, err := time.ParseDuration(s)
-				if err != nil || d <= 0 {
-					return fmt.Errorf("want a positive duration such as 10s (leave --ttl out for the world's default)")
-				}
-				flagTTL = d
-				return nil
-			})
-		}
-	}
-}
-
 // withID checks the single positional ID (and --node where the command has
-// one) and runs fn.
-func withID(name string, fn func(e *env, id string) int) func(e *env, args []string) int {
+// one: node not nil) and runs fn.
+func withID(name string, node *string, fn func(e *env, id string) int) func(e *env, args []string) int {
 	return func(e *env, args []string) int {
 		if len(args) != 1 {
 			return e.usageErr(name, "want exactly one ID, got %d arguments", len(args))
 		}
-		if commands[name].flags != nil && flagNode == "" && name != "owner" {
+		if node != nil && *node == "" {
 			return e.usageErr(name, "--node is required")
 		}
 		return fn(e, args[0])
-	}
-}
-
-// epochFlag parses an epoch: a number of 1 or more (epochs start at 1).
-func epochFlag(into *uint64) func(string) error {
-	return func(s string) error {
-		n, err := strconv.ParseUint(s, 10, 64)
-		switch {
-		case err != nil:
-			return fmt.Errorf("want a number: %v", err)
-		case n == 0:
-			return fmt.Errorf("epochs start at 1")
-		}
-		*into = n
-		return nil
 	}
 }

@@ -11,17 +11,21 @@ import (
 	"github.com/fencepost/fencepost/ownership"
 )
 
-// Flag of the watch command.
-var flagWatchCount int
+// The flags of the watch command.
+var watchFlags struct {
+	Count int `name:"count" placeholder:"N" help:"exit after N changes (0: until interrupted)"`
+}
 
 func init() {
 	register("watch", &command{
 		usage: "watch [ID] [--count N]",
 		short: "print ownership changes as they happen: claimed|renewed|released|seized|lapsed|deleted id=I node=N epoch=E ...",
-		flags: func(fs *flagSet) {
-			fs.IntVar(&flagWatchCount, "count", 0, "exit after N changes (0: until interrupted)")
+		examples: []string{
+			"fencepost watch              # runs until Ctrl-C: claimed id=... node=... epoch=... per change",
+			"fencepost watch order-42 --count 1 --json",
 		},
-		run: runWatch,
+		flags: &watchFlags,
+		run:   runWatch,
 	})
 }
 
@@ -31,7 +35,7 @@ func runWatch(e *env, args []string) int {
 	if len(args) > 1 {
 		return e.usageErr("watch", "want at most one ID, got %d arguments", len(args))
 	}
-	if flagWatchCount < 0 {
+	if watchFlags.Count < 0 {
 		return e.usageErr("watch", "--count must not be negative")
 	}
 	id := ""
@@ -60,7 +64,7 @@ func runWatch(e *env, args []string) int {
 	n := 0
 	for ev := range ch {
 		e.emit(string(ev.Kind), watchFields(ev)...)
-		if n++; flagWatchCount > 0 && n >= flagWatchCount {
+		if n++; watchFlags.Count > 0 && n >= watchFlags.Count {
 			return exitOK
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,32 +26,27 @@ import (
 	"github.com/fencepost/fencepost/worker"
 )
 
-// Flags of the work command.
-var (
-	flagWorkIDs     string
-	flagWorkAll     bool
-	flagWorkExec    string
-	flagWorkGrace   time.Duration
-	flagWorkMetrics string
-	// flagsWork is the work command's flag set, to tell whether
-	// --log-level was given (work logs at info unless it was).
-	flagsWork *flagSet
-)
+// The flags of the work command.
+var workFlags struct {
+	nodeFlag
+	ttlFlag
+	IDs     string        `name:"ids" placeholder:"A,B" help:"comma-separated ids to serve"`
+	All     bool          `name:"all" help:"serve every id of the world"`
+	Exec    string        `name:"exec" placeholder:"CMD" help:"shell command run per message (required)"`
+	Grace   time.Duration `name:"grace" placeholder:"D" default:"5s" help:"when a holding is lost or the worker stops: SIGTERM to the command's process group, SIGKILL this long after"`
+	Metrics string        `name:"metrics" placeholder:"ADDR" help:"serve Prometheus metrics of this worker at http://ADDR/metrics (e.g. 127.0.0.1:9464)"`
+}
 
 func init() {
 	register("work", &command{
 		usage: "work --node N (--ids a,b | --all) --exec CMD [--ttl 10s]",
 		short: "serve mailboxes: each message to CMD on stdin (env FENCEPOST_ID, _EPOCH, _FROM, _SEQ); exit 0 acks; exit 3 on self-fence; logs at info (--json: one event per line)",
-		flags: func(fs *flagSet) {
-			flagsWork = fs
-			ownerFlags(true)(fs)
-			fs.StringVar(&flagWorkIDs, "ids", "", "comma-separated ids to serve")
-			fs.BoolVar(&flagWorkAll, "all", false, "serve every id of the world")
-			fs.StringVar(&flagWorkExec, "exec", "", "shell command run per message (required)")
-			fs.DurationVar(&flagWorkGrace, "grace", 5*time.Second, "when a holding is lost or the worker stops: SIGTERM to the command's process group, SIGKILL this long after")
-			fs.StringVar(&flagWorkMetrics, "metrics", "", "serve Prometheus metrics of this worker at http://ADDR/metrics (e.g. 127.0.0.1:9464)")
+		examples: []string{
+			"fencepost work --node w1 --all --exec 'cat; echo'                # runs until Ctrl-C: every id with mail, each message to the command",
+			"fencepost work --node w1 --ids order-42,order-43 --exec ./handle --json   # one event per line on stdout",
 		},
-		run: runWork,
+		flags: &workFlags,
+		run:   runWork,
 	})
 }
 
@@ -60,23 +54,23 @@ func runWork(e *env, args []string) int {
 	switch {
 	case len(args) != 0:
 		return e.usageErr("work", "takes no arguments, got %d", len(args))
-	case flagNode == "":
+	case workFlags.Node == "":
 		return e.usageErr("work", "--node is required")
-	case flagWorkExec == "":
+	case workFlags.Exec == "":
 		return e.usageErr("work", "--exec is required")
-	case flagWorkAll == (flagWorkIDs != ""):
+	case workFlags.All == (workFlags.IDs != ""):
 		return e.usageErr("work", "give exactly one of --ids and --all")
 	}
 	var ids []string
-	if flagWorkIDs != "" {
-		ids = strings.Split(flagWorkIDs, ",")
+	if workFlags.IDs != "" {
+		ids = strings.Split(workFlags.IDs, ",")
 	}
 	ev, log := workLog(e)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var set *metrics.Set
-	if flagWorkMetrics != "" {
-		srv, err := serveMetrics(flagWorkMetrics)
+	if workFlags.Metrics != "" {
+		srv, err := serveMetrics(workFlags.Metrics)
 		if err != nil {
 			return e.fail(err)
 		}
@@ -96,23 +90,23 @@ func runWork(e *env, args []string) int {
 	if e.json {
 		handlerOut = os.Stderr
 	}
-	h := ev.observe(log, w.Config.MaxDeliveries, execHandler(flagWorkExec, flagNode, flagWorkGrace, handlerOut))
-	wk, err := w.NewWorker(worker.Config{Node: flagNode, TTL: flagTTL, IDs: ids, Log: e.log, Metrics: set}, h)
+	h := ev.observe(log, w.Config.MaxDeliveries, execHandler(workFlags.Exec, workFlags.Node, workFlags.Grace, handlerOut))
+	wk, err := w.NewWorker(worker.Config{Node: workFlags.Node, TTL: time.Duration(workFlags.TTL), IDs: ids, Log: e.log, Metrics: set}, h)
 	if err != nil {
 		return e.fail(err)
 	}
-	ttl, _ := w.Config.TTL(flagTTL) // NewWorker checked it
+	ttl, _ := w.Config.TTL(time.Duration(workFlags.TTL)) // NewWorker checked it
 	serving := []any{"all", true}
 	if ids != nil {
 		serving = []any{"ids", ids}
 	}
-	log.Info("worker starting", append([]any{eventKey, "started", "world", e.world}, append(serving, "ttl", ttl, "exec", flagWorkExec, "max_deliveries", w.Config.MaxDeliveries)...)...)
+	log.Info("worker starting", append([]any{eventKey, "started", "world", e.world}, append(serving, "ttl", ttl, "exec", workFlags.Exec, "max_deliveries", w.Config.MaxDeliveries)...)...)
 	err = wk.Run(ctx)
 	var cause fencing.Cause
 	switch {
 	case errors.As(err, &cause):
 		log.Error("stopped: self-fence", eventKey, "stopped", "reason", "self-fence", "cause", string(cause), "exit", exitSelfFence)
-		fmt.Fprintf(e.err, "SELF-FENCE: %s node=%s world=%s\n", string(cause), flagNode, e.world)
+		fmt.Fprintf(e.err, "SELF-FENCE: %s node=%s world=%s\n", string(cause), workFlags.Node, e.world)
 		return exitSelfFence
 	case err != nil:
 		log.Error("stopped: error", eventKey, "stopped", "reason", "error", "cause", err, "exit", exitError)
@@ -130,16 +124,13 @@ func runWork(e *env, args []string) int {
 func workLog(e *env) (*workEvents, *slog.Logger) {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(e.logLevel)) // parse checked it
-	given := os.Getenv("FENCEPOST_LOG") != ""
-	if flagsWork != nil {
-		flagsWork.Visit(func(f *flag.Flag) { given = given || f.Name == "log-level" })
-	}
+	given := os.Getenv("FENCEPOST_LOG") != "" || e.given["log-level"]
 	if !given {
 		level = slog.LevelInfo
 	}
 	ev := newWorkEvents(slog.NewTextHandler(e.err, &slog.HandlerOptions{Level: level}), e.json, level <= slog.LevelDebug, e.out)
 	e.log = slog.New(ev)
-	return ev, e.log.With("node", flagNode)
+	return ev, e.log.With("node", workFlags.Node)
 }
 
 // execHandler runs cmd with sh -c per message: the body on stdin, the

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -10,45 +9,54 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// Flag values of the world command (one command runs per process).
-var (
-	wdCfg     world.Config
-	wdStorage string
-	wdPurge   string
-	wdYes     bool
-	wdFlags   *flagSet // to learn which settings the user gave
-)
+// The flags of the world command (one command runs per process): the
+// settings of add, and rm's --yes.
+var worldFlags struct {
+	MinTTL        time.Duration `name:"min-ttl" placeholder:"D" help:"add: shortest lease (default 1s)"`
+	MaxTTL        time.Duration `name:"max-ttl" placeholder:"D" help:"add: longest lease (default 1h)"`
+	DefaultTTL    time.Duration `name:"default-ttl" placeholder:"D" help:"add: lease when none is asked for (default 10s)"`
+	MaxBody       int32         `name:"max-body" placeholder:"BYTES" help:"add: largest body a post accepts, in bytes (default 1040384: with the headers, 1 MiB)"`
+	MaxMsgSize    int32         `name:"max-msg-size" placeholder:"BYTES" help:"add: the old name of --max-body"`
+	MaxHeaders    int32         `name:"max-headers" placeholder:"BYTES" help:"add: most header bytes a post may carry, sender and message id included (default 8192)"`
+	MaxMsgs       int64         `name:"max-msgs" placeholder:"N" help:"add: messages one mailbox holds before full (default 100000)"`
+	MaxBytes      int64         `name:"max-bytes" placeholder:"BYTES" help:"add: bytes the world's mailboxes and dead letters hold together before full, as the server stores them (default: no limit)"`
+	MaxDeliveries int           `name:"max-deliveries" placeholder:"N" help:"add: deliveries before a message moves to dead letters (default 5)"`
+	DedupeWindow  time.Duration `name:"dedupe-window" placeholder:"D" help:"add: window in which a repeated --msg-id is stored once (default 2m)"`
+	Replicas      int           `name:"replicas" placeholder:"N" help:"add: 1, 3 or 5 (default 1; 3 on a 3-node cluster)"`
+	Storage       string        `name:"storage" placeholder:"KIND" help:"add: file or memory (default file)"`
+	Purge         string        `name:"purge" placeholder:"WHO" help:"add: who removes committed messages: owner (the drain, default) or server (fencepostd; for worlds whose owners may not purge, docs/security.md)"`
+	Yes           bool          `name:"yes" help:"rm: confirm"`
+}
 
 func init() {
 	register("world", &command{
 		usage: "world add|ls|info|rm [NAME] [settings] [--yes]",
 		short: "manage worlds: created | exists | world name=... | removed",
-		flags: func(fs *flagSet) {
-			wdFlags = fs
-			fs.DurationVar(&wdCfg.MinTTL, "min-ttl", 0, "add: shortest lease (default 1s)")
-			fs.DurationVar(&wdCfg.MaxTTL, "max-ttl", 0, "add: longest lease (default 1h)")
-			fs.DurationVar(&wdCfg.DefaultTTL, "default-ttl", 0, "add: lease when none is asked for (default 10s)")
-			maxBody := func(s string) error {
-				_, err := fmt.Sscan(s, &wdCfg.MaxBody)
-				return err
-			}
-			fs.Func("max-body", "add: largest body a post accepts, in bytes (default 1040384: with the headers, 1 MiB)", maxBody)
-			fs.Func("max-msg-size", "add: the old name of --max-body", maxBody)
-			fs.Func("max-headers", "add: most header bytes a post may carry, sender and message id included (default 8192)", func(s string) error {
-				_, err := fmt.Sscan(s, &wdCfg.MaxHeaders)
-				return err
-			})
-			fs.Int64Var(&wdCfg.MaxMsgsPerMailbox, "max-msgs", 0, "add: messages one mailbox holds before full (default 100000)")
-			fs.Int64Var(&wdCfg.MaxBytes, "max-bytes", 0, "add: bytes the world's mailboxes and dead letters hold together before full, as the server stores them (default: no limit)")
-			fs.IntVar(&wdCfg.MaxDeliveries, "max-deliveries", 0, "add: deliveries before a message moves to dead letters (default 5)")
-			fs.DurationVar(&wdCfg.DedupeWindow, "dedupe-window", 0, "add: window in which a repeated --msg-id is stored once (default 2m)")
-			fs.IntVar(&wdCfg.Replicas, "replicas", 0, "add: 1, 3 or 5 (default 1; 3 on a 3-node cluster)")
-			fs.StringVar(&wdStorage, "storage", "", "add: file or memory (default file)")
-			fs.StringVar(&wdPurge, "purge", "", "add: who removes committed messages: owner (the drain, default) or server (fencepostd; for worlds whose owners may not purge, docs/security.md)")
-			fs.BoolVar(&wdYes, "yes", false, "rm: confirm")
+		examples: []string{
+			"fencepost world add orders --replicas 3 --default-ttl 30s   # created world=orders ...; exists world=orders ... if it is there with these settings",
+			"fencepost world ls                                          # world name=orders replicas=3 storage=file, one line each",
+			"fencepost world info orders                                 # its settings, depth, mailboxes, records, ...",
+			"fencepost world rm orders --yes                             # removed world=orders",
 		},
-		run: runWorld,
+		flags: &worldFlags,
+		run:   runWorld,
 	})
+}
+
+// worldConfig is the settings the flags give.
+func worldConfig() world.Config {
+	wf := worldFlags
+	cfg := world.Config{
+		MinTTL: wf.MinTTL, MaxTTL: wf.MaxTTL, DefaultTTL: wf.DefaultTTL,
+		MaxBody: wf.MaxBody, MaxHeaders: wf.MaxHeaders,
+		MaxMsgsPerMailbox: wf.MaxMsgs, MaxBytes: wf.MaxBytes, MaxDeliveries: wf.MaxDeliveries,
+		DedupeWindow: wf.DedupeWindow, Replicas: wf.Replicas,
+		Storage: world.Storage(wf.Storage), Purge: world.PurgeMode(wf.Purge),
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = wf.MaxMsgSize
+	}
+	return cfg
 }
 
 func runWorld(e *env, args []string) int {
@@ -56,9 +64,8 @@ func runWorld(e *env, args []string) int {
 		return e.usageErr("world", "want a subcommand: add, ls, info or rm")
 	}
 	sub, rest := args[0], args[1:]
-	wdCfg.Storage = world.Storage(wdStorage)
-	wdCfg.Purge = world.PurgeMode(wdPurge)
-	if sub != "add" && wdCfg != (world.Config{}) {
+	cfg := worldConfig()
+	if sub != "add" && cfg != (world.Config{}) {
 		return e.usageErr("world", "settings flags go with add only")
 	}
 	name := e.world
@@ -74,13 +81,13 @@ func runWorld(e *env, args []string) int {
 	}
 	switch sub {
 	case "add":
-		return worldAdd(e, name, wdCfg)
+		return worldAdd(e, name, cfg)
 	case "ls":
 		return worldLs(e)
 	case "info":
 		return worldInfo(e, name)
 	case "rm":
-		if !wdYes {
+		if !worldFlags.Yes {
 			return e.usageErr("world", "this deletes world %q and everything in it; add --yes", name)
 		}
 		return worldRm(e, name)
@@ -104,7 +111,7 @@ func worldAdd(e *env, name string, cfg world.Config) int {
 	}
 	js := c.JetStream()
 	if w, err := world.Open(ctx, js, name); err == nil {
-		if diff := settingsDiff(w.Config, want, givenSettings()); diff != "" {
+		if diff := settingsDiff(w.Config, want, givenSettings(e.given)); diff != "" {
 			return e.fail(fmt.Errorf("%w: world %q: it has %s; remove it first (world rm) to change them", world.ErrWorldExists, name, diff))
 		}
 		e.emit("exists", append([]field{f("world", name)}, settingFields(w.Config)...)...)
@@ -200,21 +207,18 @@ func settingFields(c world.Config) []field {
 
 // givenSettings are the settings (under settingFields' names) whose flags
 // the user gave.
-func givenSettings() map[string]bool {
-	given := map[string]bool{}
-	if wdFlags == nil {
-		return given
-	}
-	wdFlags.Visit(func(fl *flag.Flag) {
-		switch fl.Name {
+func givenSettings(given map[string]bool) map[string]bool {
+	settings := map[string]bool{}
+	for name := range given {
+		switch name {
 		case "yes":
 		case "max-msg-size":
-			given["max_body"] = true
+			settings["max_body"] = true
 		default:
-			given[strings.ReplaceAll(fl.Name, "-", "_")] = true
+			settings[strings.ReplaceAll(name, "-", "_")] = true
 		}
-	})
-	return given
+	}
+	return settings
 }
 
 // settingsDiff names the given settings that differ: "replicas 1 (asked

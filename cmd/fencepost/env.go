@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,10 +16,6 @@ import (
 	"github.com/fencepost/fencepost/client"
 )
 
-// flagSet is a flag.FlagSet that accepts flags before, between and after
-// positional arguments (`claim ID --node N`).
-type flagSet struct{ *flag.FlagSet }
-
 // env is what every command gets: its flags' values, the output, and a lazily
 // opened client.
 type env struct {
@@ -30,6 +25,7 @@ type env struct {
 	logLevel                             string
 	json                                 bool
 	timeout                              time.Duration
+	given                                map[string]bool // the flags given on the command line, by name
 
 	out io.Writer
 	err io.Writer
@@ -45,63 +41,23 @@ type env struct {
 	clientOpts []client.Option // extra options for the client, set by a command before it connects
 }
 
-func parse(name string, c *command, argv []string) (*env, []string, int) {
-	e := &env{out: os.Stdout, err: os.Stderr}
-	fs := &flagSet{flag.NewFlagSet(name, flag.ContinueOnError)}
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&e.server, "server", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL(s), comma-separated (env NATS_URL)")
-	fs.StringVar(&e.creds, "creds", "", "NATS credentials file (its user's own inbox prefix, if its permissions confine replies to one, is used)")
-	fs.StringVar(&e.inboxPrefix, "inbox-prefix", "", "prefix of the reply subjects (default: the one --creds permits, else _INBOX)")
-	fs.StringVar(&e.user, "user", "", "NATS user")
-	fs.StringVar(&e.password, "password", "", "NATS password")
-	fs.StringVar(&e.tlsCert, "tlscert", "", "client TLS certificate")
-	fs.StringVar(&e.tlsKey, "tlskey", "", "client TLS key")
-	fs.StringVar(&e.tlsCA, "tlsca", "", "CA certificate to verify the server")
-	fs.StringVar(&e.world, "world", envOr("FENCEPOST_WORLD", "default"), "world (env FENCEPOST_WORLD)")
-	fs.BoolVar(&e.json, "json", false, "print one JSON object per outcome")
-	fs.DurationVar(&e.timeout, "timeout", 5*time.Second, "time limit of the operation")
-	fs.StringVar(&e.logLevel, "log-level", envOr("FENCEPOST_LOG", "warn"), "log level: debug, info, warn, error (env FENCEPOST_LOG)")
-	if c.flags != nil {
-		c.flags(fs)
-	}
-	var args []string
-	for {
-		if err := fs.Parse(argv); err != nil {
-			if err == flag.ErrHelp {
-				fmt.Fprintf(os.Stdout, "usage: fencepost %s\n%s\n\nflags:\n", c.usage, c.short)
-				fs.SetOutput(os.Stdout)
-				fs.PrintDefaults()
-				return nil, nil, exitOK
-			}
-			fmt.Fprintf(os.Stderr, "fencepost %s: %v%s\nusage: fencepost %s\n", name, err, dashHint(name, err), c.usage)
-			return nil, nil, exitUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		args = append(args, fs.Arg(0))
-		argv = fs.Args()[1:]
+// newEnv makes the environment of a parsed command line (nil and the exit
+// code if it is not one to run).
+func newEnv(ln line) (*env, int) {
+	g := cliGlobals
+	e := &env{
+		server: g.Server, creds: g.Creds, user: g.User, password: g.Password, world: g.World,
+		inboxPrefix: g.InboxPrefix, tlsCert: g.TLSCert, tlsKey: g.TLSKey, tlsCA: g.TLSCA,
+		logLevel: g.LogLevel, json: g.JSON, timeout: g.Timeout, given: ln.given,
+		out: os.Stdout, err: os.Stderr,
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(e.logLevel)); err != nil {
 		fmt.Fprintf(os.Stderr, "fencepost: --log-level %q: use debug, info, warn or error\n", e.logLevel)
-		return nil, nil, exitUsage
+		return nil, exitUsage
 	}
 	e.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	return e, args, exitOK
-}
-
-// dashHint, for a flag the command does not have, says how to pass an
-// argument that starts with '-' (a body "-1", an id "-x"): after --.
-func dashHint(name string, err error) string {
-	arg, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: ")
-	if !ok {
-		return ""
-	}
-	if name == "send" {
-		return fmt.Sprintf("\nif %s is the BODY, put -- before it: fencepost send ID -- %s", arg, arg)
-	}
-	return fmt.Sprintf("\nif %s is an argument, not a flag, put -- before it: fencepost %s -- %s", arg, name, arg)
+	return e, exitOK
 }
 
 func envOr(k, def string) string {

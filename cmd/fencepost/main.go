@@ -1,11 +1,13 @@
 // Command fencepost is the client of a fencepost deployment: ownership
 // operations, mailboxes, worlds. Every outcome prints its word first and
 // exits with the code of SPEC section 6; --json prints one object per
-// outcome.
+// outcome. The command line is parsed by kong (cli.go); the global flags
+// go before or after the command.
 package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sort"
 )
@@ -28,10 +30,15 @@ const (
 // command is one subcommand. run gets the parsed environment and returns the
 // exit code.
 type command struct {
-	usage string // e.g. "claim ID --node N [--ttl 10s]"
-	short string
-	flags func(fs *flagSet)               // declares the command's own flags
-	run   func(e *env, args []string) int // args are the positional arguments
+	usage    string   // e.g. "claim ID --node N [--ttl 10s]"
+	short    string   // one line: what it does and its outcomes
+	examples []string // command lines shown by `help COMMAND`, each with a comment
+	// flags is the command's own flags: a pointer to a struct whose
+	// fields carry kong's tags (nil: none). One command runs per process,
+	// so the struct is a package variable its run function reads.
+	flags  any
+	hidden bool                            // not listed (__complete)
+	run    func(e *env, args []string) int // args are the positional arguments
 }
 
 var commands = map[string]*command{}
@@ -51,42 +58,28 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
-func run(argv []string) int {
-	if len(argv) == 0 || argv[0] == "-h" || argv[0] == "--help" || argv[0] == "help" {
-		printUsage(os.Stdout)
-		if len(argv) == 0 {
-			return exitUsage
-		}
-		return exitOK
-	}
-	if argv[0] == "bench" && benchExec != nil {
-		return benchExec(argv)
-	}
-	c, ok := commands[argv[0]]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "fencepost: unknown command %q\n\n", argv[0])
-		printUsage(os.Stderr)
-		return exitUsage
-	}
-	e, args, code := parse(argv[0], c, argv[1:])
-	if e == nil {
-		return code
-	}
-	defer e.close()
-	return c.run(e, args)
-}
-
-func printUsage(w *os.File) {
-	fmt.Fprintln(w, "usage: fencepost COMMAND [ARGS] [--server URL] [--world W] [--json] [--timeout D]")
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: fencepost [GLOBAL FLAGS] COMMAND [ARGS] [FLAGS]")
 	fmt.Fprintln(w, "\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range commandNames() {
 		fmt.Fprintf(w, "  %-48s %s\n", commands[n].usage, commands[n].short)
 	}
+	fmt.Fprintln(w, "\nglobal flags (before or after the command):")
+	printFlags(w, parser().Model.Flags)
+	fmt.Fprintf(w, "  %-28s %s\n", "-h, --help", "this help; COMMAND --help: the command's")
+	fmt.Fprintln(w, "\n`fencepost help COMMAND` shows a command's flags and examples.")
 	fmt.Fprintln(w, "\nexit codes: 0 success, 10 held-by, 11 free, 12 not-owner, 13 fenced,")
 	fmt.Fprintln(w, "14 contended, 15 live, 16 full, 1 error, 2 usage, 3 self-fence")
+}
+
+// commandNames are the listed commands, sorted.
+func commandNames() []string {
+	names := make([]string, 0, len(commands))
+	for n, c := range commands {
+		if !c.hidden {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
 }

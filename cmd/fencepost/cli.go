@@ -1,0 +1,335 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alecthomas/kong"
+)
+
+// globals are the flags of every command, given before or after it
+// (`fencepost --world w send ID BODY` = `fencepost send ID BODY --world w`).
+// The defaults that come from the environment are kong variables read
+// with envOr, so that an empty variable counts as unset, as it always did.
+type globals struct {
+	Server      string           `default:"${server}" placeholder:"URL" help:"NATS server URL(s), comma-separated (env NATS_URL)"`
+	Creds       string           `placeholder:"FILE" help:"NATS credentials file (its user's own inbox prefix, if its permissions confine replies to one, is used)"`
+	InboxPrefix string           `name:"inbox-prefix" placeholder:"PREFIX" help:"prefix of the reply subjects (default: the one --creds permits, else _INBOX)"`
+	User        string           `placeholder:"USER" help:"NATS user"`
+	Password    string           `placeholder:"PASSWORD" help:"NATS password"`
+	TLSCert     string           `name:"tlscert" placeholder:"FILE" help:"client TLS certificate"`
+	TLSKey      string           `name:"tlskey" placeholder:"FILE" help:"client TLS key"`
+	TLSCA       string           `name:"tlsca" placeholder:"FILE" help:"CA certificate to verify the server"`
+	World       string           `default:"${world}" placeholder:"W" help:"world (env FENCEPOST_WORLD)"`
+	JSON        bool             `name:"json" help:"print one JSON object per outcome"`
+	Timeout     time.Duration    `default:"5s" placeholder:"D" help:"time limit of the operation"`
+	LogLevel    string           `name:"log-level" default:"${loglevel}" placeholder:"LEVEL" help:"log level: debug, info, warn, error (env FENCEPOST_LOG)"`
+	Version     kong.VersionFlag `help:"print the version and exit"`
+}
+
+// grammar is one command as kong sees it: its flags and its positional
+// arguments. The arguments are the command's to check (their count and
+// its words are the command's usage errors).
+type grammar struct {
+	Flags any      `embed:""`
+	Args  []string `arg:"" optional:""`
+}
+
+// cliVars are kong variables of the commands' flags (${name} in a tag),
+// set by their init functions.
+var cliVars = kong.Vars{}
+
+var (
+	cliGlobals  globals
+	cliGrammars = map[string]*grammar{}
+	cliParser   *kong.Kong
+	cliOnce     sync.Once
+)
+
+// parser is the kong parser of every registered command (built once:
+// init functions register the commands).
+func parser() *kong.Kong {
+	cliOnce.Do(func() {
+		opts := []kong.Option{
+			kong.Name("fencepost"),
+			kong.Vars{
+				"server":   envOr("NATS_URL", "nats://127.0.0.1:4222"),
+				"world":    envOr("FENCEPOST_WORLD", "default"),
+				"loglevel": envOr("FENCEPOST_LOG", "warn"),
+				"version":  "fencepost " + version(),
+				"ls_limit": strconv.Itoa(defaultLsLimit),
+			}.CloneWith(cliVars),
+			kong.Help(printHelp),
+			kong.Exit(func(code int) { panic(exitNow(code)) }),
+			kong.Writers(os.Stdout, os.Stderr),
+		}
+		for _, name := range sortedNames() {
+			c := commands[name]
+			flags := c.flags
+			if flags == nil {
+				flags = &struct{}{}
+			}
+			g := &grammar{Flags: flags}
+			cliGrammars[name] = g
+			opts = append(opts, kong.DynamicCommand(name, c.short, "", g))
+		}
+		k, err := kong.New(&cliGlobals, opts...)
+		if err != nil {
+			panic(err) // a grammar's tags are wrong: a bug, caught by every test
+		}
+		cliParser = k
+	})
+	return cliParser
+}
+
+func sortedNames() []string {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// exitNow is kong's exit (after --help, --version) as a panic that run
+// recovers: the exit code goes back through run, deferred calls run.
+type exitNow int
+
+func run(argv []string) (code int) {
+	if len(argv) == 0 {
+		printUsage(os.Stdout)
+		return exitUsage
+	}
+	k := parser()
+	ln, uerr := normalise(k, argv)
+	switch {
+	case uerr != nil:
+		return uerr.print(os.Stderr)
+	case ln.cmd == "bench" && benchExec != nil:
+		return benchExec(argv)
+	case ln.cmd == "" && !ln.help && !ln.given["version"]:
+		fmt.Fprintln(os.Stderr, "fencepost: want a command")
+		printUsage(os.Stderr)
+		return exitUsage
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			x, ok := r.(exitNow)
+			if !ok {
+				panic(r)
+			}
+			code = int(x)
+		}
+	}()
+	if _, err := k.Parse(ln.argv); err != nil {
+		return (&usageError{cmd: ln.cmd, msg: err.Error()}).print(os.Stderr)
+	}
+	e, code := newEnv(ln)
+	if e == nil {
+		return code
+	}
+	defer e.close()
+	return commands[ln.cmd].run(e, cliGrammars[ln.cmd].Args)
+}
+
+// line is a command line made ready for kong.
+type line struct {
+	cmd   string          // the command, "" if none was given
+	argv  []string        // the command, its flags as --name[=value], then -- and the positional arguments
+	given map[string]bool // the flags given on the command line, by name
+	help  bool            // -h, -help or --help
+}
+
+// normalise reads argv as the CLI always has (flag.FlagSet's grammar) and
+// writes it the way kong reads it:
+//   - flags and positional arguments in any order: `claim ID --node N`
+//     and `send ID --from F BODY` (kong wants a command's positional
+//     arguments together: here they go last, after --);
+//   - a flag's value is the next argument whatever it starts with
+//     (`--max -1` is refused by --max, not read as a flag);
+//   - -name is --name;
+//   - an argument that starts with '-' and is no flag is a usage error
+//     that says to put -- before it (a body "-1"), not kong's -h
+//     (help) from "-hello";
+//   - after --, everything is an argument.
+func normalise(k *kong.Kong, argv []string) (line, *usageError) {
+	ln := line{given: map[string]bool{}}
+	known := flagTable(k.Model.Node)
+	var flags, args []string
+	for i := 0; i < len(argv); i++ {
+		a := argv[i]
+		if a == "--" {
+			args = append(args, argv[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			args = append(args, a)
+			if ln.cmd == "" {
+				ln.cmd, args = a, nil
+				node := commandNode(k, a)
+				if node == nil {
+					return ln, &usageError{unknown: a}
+				}
+				if a == "bench" && benchExec != nil {
+					return ln, nil // fencepost-bench reads the whole line
+				}
+				for n, f := range flagTable(node) {
+					known[n] = f
+				}
+			}
+			continue
+		}
+		name, val, hasVal := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+		if name == "h" || name == "help" {
+			ln.help = true
+			continue
+		}
+		f := known[name]
+		if f == nil {
+			return ln, &usageError{cmd: ln.cmd, msg: "flag provided but not defined: -" + name, hint: dashHint(ln.cmd, "-"+name)}
+		}
+		ln.given[f.Name] = true
+		if !hasVal && !f.IsBool() && i+1 < len(argv) {
+			val, hasVal = argv[i+1], true
+			i++
+		}
+		if hasVal {
+			flags = append(flags, "--"+f.Name+"="+val)
+		} else {
+			flags = append(flags, "--"+f.Name)
+		}
+	}
+	if ln.cmd == "" && len(args) > 0 {
+		ln.cmd, args = args[0], args[1:] // fencepost -- COMMAND ...
+		if commandNode(k, ln.cmd) == nil {
+			return ln, &usageError{unknown: ln.cmd}
+		}
+	}
+	if ln.cmd != "" {
+		ln.argv = append(ln.argv, ln.cmd)
+	}
+	ln.argv = append(ln.argv, flags...)
+	if ln.help {
+		ln.argv = append(ln.argv, "--help")
+	}
+	ln.argv = append(append(ln.argv, "--"), args...)
+	return ln, nil
+}
+
+// flagTable is the flags of node (not its parents') by name.
+func flagTable(node *kong.Node) map[string]*kong.Flag {
+	t := map[string]*kong.Flag{}
+	for _, f := range node.Flags {
+		t[f.Name] = f
+	}
+	return t
+}
+
+func commandNode(k *kong.Kong, name string) *kong.Node {
+	for _, n := range k.Model.Children {
+		if n.Type == kong.CommandNode && n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// usageError is a command line the CLI cannot run (exit 2).
+type usageError struct {
+	cmd, msg, hint string
+	unknown        string // an unknown command
+}
+
+func (u *usageError) print(w io.Writer) int {
+	switch {
+	case u.unknown != "":
+		fmt.Fprintf(w, "fencepost: unknown command %q\n\n", u.unknown)
+		printUsage(w)
+	case u.cmd == "":
+		fmt.Fprintf(w, "fencepost: %s%s\n", u.msg, u.hint)
+		fmt.Fprintln(w, "usage: fencepost [GLOBAL FLAGS] COMMAND [ARGS] [FLAGS] (fencepost help lists the commands)")
+	default:
+		fmt.Fprintf(w, "fencepost %s: %s%s\nusage: fencepost %s\n", u.cmd, u.msg, u.hint, commands[u.cmd].usage)
+	}
+	return exitUsage
+}
+
+// dashHint, for a flag the command does not have, says how to pass an
+// argument that starts with '-' (a body "-1", an id "-x"): after --.
+func dashHint(name, arg string) string {
+	switch name {
+	case "":
+		return ""
+	case "send":
+		return fmt.Sprintf("\nif %s is the BODY, put -- before it: fencepost send ID -- %s", arg, arg)
+	}
+	return fmt.Sprintf("\nif %s is an argument, not a flag, put -- before it: fencepost %s -- %s", arg, name, arg)
+}
+
+// printHelp is kong's help (--help, -h, help COMMAND): the command's
+// usage, its flags, the global flags and its examples; without a
+// command, the list of commands.
+func printHelp(_ kong.HelpOptions, ctx *kong.Context) error {
+	node := ctx.Selected()
+	if node == nil {
+		printUsage(ctx.Stdout)
+		return nil
+	}
+	printCommandHelp(ctx.Stdout, node)
+	return nil
+}
+
+func printCommandHelp(w io.Writer, node *kong.Node) {
+	c := commands[node.Name]
+	fmt.Fprintf(w, "usage: fencepost %s\n%s\n", c.usage, c.short)
+	if len(node.Flags) > 0 {
+		fmt.Fprintln(w, "\nflags:")
+		printFlags(w, node.Flags)
+	}
+	fmt.Fprintln(w, "\nglobal flags (before or after the command):")
+	printFlags(w, node.Parent.Flags)
+	fmt.Fprintf(w, "  %-28s %s\n", "-h, --help", "this help")
+	if len(c.examples) > 0 {
+		fmt.Fprintln(w, "\nexamples:")
+		for _, ex := range c.examples {
+			fmt.Fprintf(w, "  %s\n", ex)
+		}
+	}
+}
+
+func printFlags(w io.Writer, flags []*kong.Flag) {
+	for _, f := range flags {
+		if f.Hidden || f.Name == "help" {
+			continue
+		}
+		name := "--" + f.Name
+		if f.Short != 0 {
+			name = fmt.Sprintf("-%c, %s", f.Short, name)
+		}
+		if !f.IsBool() {
+			name += " " + f.FormatPlaceHolder()
+		}
+		help := f.Help
+		if f.HasDefault && f.Default != "" && !f.IsBool() {
+			help += fmt.Sprintf(" (default %s)", f.Default)
+		}
+		fmt.Fprintf(w, "  %-28s %s\n", name, help)
+	}
+}
+
+// version is the module's version this binary was built from, as Go
+// recorded it (a tag, or a pseudo-version from the VCS), else "devel".
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || bi.Main.Version == "" || bi.Main.Version == "(devel)" {
+		return "devel"
+	}
+	return bi.Main.Version
+}
