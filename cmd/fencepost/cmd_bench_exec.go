@@ -18,6 +18,10 @@ func init() {
 	register("bench", &command{
 		usage: "bench [--scenario S] [--size smoke|full] ... (runs " + benchBinary + ")",
 		short: "the benchmark harness, beside raw JetStream; in the " + benchBinary + " binary, which links an embedded server",
+		examples: []string{
+			"fencepost bench --scenario takeover --size smoke   # runs " + benchBinary + " bench ...: fencepost beside raw JetStream",
+			"fencepost bench --help                              # the harness's flags (" + benchBinary + ")",
+		},
 	})
 }
 

@@ -1,0 +1,221 @@
+package main_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/testkit/testutil"
+	"github.com/fencepost/fencepost/world"
+)
+
+// nowhere is a server URL nothing answers at and a world that does not
+// exist: a command that works with them in its environment took the
+// flags it was given.
+const (
+	nowhere = "nats://127.0.0.1:1"
+	noWorld = "no-such-world"
+)
+
+// TestCLI_GlobalFlags_BeforeAndAfter: --server, --world, --json, --timeout
+// and --log-level work before the command and after it (issue 19 item 6:
+// `fencepost --server URL owner x` was an unknown command, exit 2).
+func TestCLI_GlobalFlags_BeforeAndAfter(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{MinTTL: time.Second})
+	g := []string{"--world", w.Name, "--server", env.URL, "--timeout", "10s", "--log-level", "warn"}
+	with := func(before bool, args ...string) []string {
+		if before {
+			return append(append([]string{}, g...), args...)
+		}
+		return append(append([]string{}, args...), g...)
+	}
+	for _, before := range []bool{true, false} {
+		r := cli(t, nowhere, noWorld, with(before, "send", "x", "hello")...)
+		require.Equal(t, 0, r.code, "before=%v: %+v", before, r)
+		require.Regexp(t, `^posted seq=\d+\n$`, r.out)
+	}
+	r := cli(t, nowhere, noWorld, with(true, "claim", "x", "--node", "n1")...)
+	require.Equal(t, 0, r.code, "%+v", r)
+	r = cli(t, nowhere, noWorld, with(false, "owner", "x")...)
+	require.Equal(t, 0, r.code, "%+v", r)
+	require.True(t, strings.HasPrefix(r.out, "owned-by node=n1 epoch=1 "), r.out)
+
+	// --json before the command, and between its arguments.
+	r = cli(t, env.URL, w.Name, "--json", "owner", "x")
+	require.Equal(t, 0, r.code, "%+v", r)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.out), &m))
+	require.Equal(t, "owned-by", m["outcome"])
+	r = cli(t, env.URL, w.Name, "send", "x", "--json", "--from", "shop", "body")
+	require.Equal(t, 0, r.code, "%+v", r)
+	require.NoError(t, json.Unmarshal([]byte(r.out), &m))
+	require.Equal(t, "posted", m["outcome"])
+
+	// --creds before the command is read as the flag: its file is opened.
+	creds := filepath.Join(t.TempDir(), "missing.creds")
+	r = cli(t, env.URL, w.Name, "--creds", creds, "send", "x", "hello")
+	require.Equal(t, 1, r.code, "%+v", r)
+	require.Contains(t, r.err, "missing.creds")
+	require.NotContains(t, r.err, "unknown command")
+
+	// A command's own flag before the command is not a global one.
+	r = cli(t, env.URL, w.Name, "--node", "n1", "claim", "x")
+	require.Equal(t, 2, r.code, "%+v", r)
+	require.Contains(t, r.err, "flag provided but not defined: -node")
+}
+
+// TestCLI_FlagGrammarKept: what flag.FlagSet accepted still works: -name
+// for --name, --name=value, a value that starts with '-', flags between
+// the arguments.
+func TestCLI_FlagGrammarKept(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{MinTTL: time.Second})
+	r := cli(t, env.URL, w.Name, "send", "x", "-from", "-shop", "first")
+	require.Equal(t, 0, r.code, "%+v", r)
+	r = cli(t, env.URL, w.Name, "send", "--msg-id=k1", "x", "second")
+	require.Equal(t, 0, r.code, "%+v", r)
+	r = cli(t, env.URL, w.Name, "claim", "-node=n1", "x", "-ttl", "20s")
+	require.Equal(t, 0, r.code, "%+v", r)
+	r = cli(t, env.URL, w.Name, "drain", "x", "--node", "n1", "-epoch", "1")
+	require.Equal(t, 0, r.code, "%+v", r)
+	require.Contains(t, r.out, "from=-shop delivery=1 epoch=1 body=first\n")
+	require.Contains(t, r.out, "body=second\n")
+	require.Contains(t, r.out, "done count=2")
+}
+
+// allCommands are the commands `fencepost help` lists.
+var allCommands = []string{"bench", "claim", "completion", "dlq", "drain", "guard", "help", "ls", "owner",
+	"release", "renew", "reset", "seize", "send", "stat", "watch", "work", "world"}
+
+// TestCLI_HelpCommand: `help COMMAND` and `COMMAND --help` (and -h) print
+// the command's usage, its flags, the global flags and an example, on
+// stdout, exit 0; every command has an example.
+func TestCLI_HelpCommand(t *testing.T) {
+	r := cli(t, nowhere, noWorld, "help", "claim")
+	require.Equal(t, 0, r.code, "%+v", r)
+	for _, want := range []string{"usage: fencepost claim ID --node N [--ttl 10s]", "\nflags:\n", "--node N", "--ttl D",
+		"global flags (before or after the command):", "--server URL", "--world W", "\nexamples:\n", "fencepost claim order-42 --node node-a"} {
+		require.Contains(t, r.out, want)
+	}
+	for _, args := range [][]string{{"claim", "--help"}, {"claim", "-h"}, {"--world", "w", "claim", "x", "--help"}} {
+		h := cli(t, nowhere, noWorld, args...)
+		require.Equal(t, 0, h.code, "%v: %+v", args, h)
+		require.Equal(t, r.out, h.out, "%v", args)
+	}
+
+	listed := cli(t, nowhere, noWorld, "help")
+	require.Equal(t, 0, listed.code, "%+v", listed)
+	require.Equal(t, listed.out, cli(t, nowhere, noWorld, "--help").out)
+	var names []string
+	sc := bufio.NewScanner(strings.NewReader(listed.out))
+	inCommands := false
+	for sc.Scan() {
+		switch line := sc.Text(); {
+		case line == "commands:":
+			inCommands = true
+		case line == "":
+			inCommands = false
+		case inCommands:
+			names = append(names, strings.Fields(line)[0])
+		}
+	}
+	require.Equal(t, allCommands, names)
+	for _, name := range names {
+		h := cli(t, nowhere, noWorld, "help", name)
+		require.Equal(t, 0, h.code, "%s: %+v", name, h)
+		require.Contains(t, h.out, "usage: fencepost "+name, name)
+		require.Contains(t, h.out, "\nexamples:\n  ", name)
+	}
+
+	r = cli(t, nowhere, noWorld, "help", "nope")
+	require.Equal(t, 2, r.code, "%+v", r)
+	require.Contains(t, r.err, `unknown command "nope"`)
+}
+
+// TestCLI_Version: --version prints the module version Go recorded in
+// the binary (devel when there is none), before or after a command.
+func TestCLI_Version(t *testing.T) {
+	out, err := exec.Command("go", "version", "-m", bin).CombinedOutput()
+	require.NoError(t, err, string(out))
+	want := "devel"
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "mod" && f[1] == "github.com/fencepost/fencepost" && f[2] != "(devel)" {
+			want = f[2]
+		}
+	}
+	for _, args := range [][]string{{"--version"}, {"owner", "x", "--version"}} {
+		r := cli(t, nowhere, noWorld, args...)
+		require.Equal(t, 0, r.code, "%v: %+v", args, r)
+		require.Equal(t, "fencepost "+want+"\n", r.out, "%v", args)
+	}
+}
+
+// TestCLI_Completion: completion prints a script per shell; the scripts
+// ask the binary (__complete) for the words; bash, run on the script,
+// completes a command, a flag and a world operation.
+func TestCLI_Completion(t *testing.T) {
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		r := cli(t, nowhere, noWorld, "completion", sh)
+		require.Equal(t, 0, r.code, "%s: %+v", sh, r)
+		require.Contains(t, r.out, "__complete --", sh)
+		if path, err := exec.LookPath(sh); err == nil {
+			check := exec.Command(path, "-n")
+			check.Stdin = strings.NewReader(r.out)
+			out, err := check.CombinedOutput()
+			require.NoError(t, err, "%s -n: %s", sh, out)
+		}
+	}
+	r := cli(t, nowhere, noWorld, "completion", "tcsh")
+	require.Equal(t, 2, r.code, "%+v", r)
+	require.Contains(t, r.err, "want bash, zsh or fish")
+
+	for _, c := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"cl"}, "claim\n"},
+		{[]string{"wor"}, "work\nworld\n"},
+		{[]string{"claim", "x", "--n"}, "--node\n"},
+		{[]string{"--world", "w", "claim", "--ti"}, "--timeout\n"},
+		{[]string{"world", ""}, "add\ninfo\nls\nrm\n"},
+		{[]string{"dlq", "re"}, "repost\n"},
+		{[]string{"help", "se"}, "seize\nsend\n"},
+		{[]string{"completion", "f"}, "fish\n"},
+		{[]string{"claim", "--node", ""}, ""},
+		{[]string{"claim", "x", ""}, ""},
+	} {
+		r := cli(t, nowhere, noWorld, append([]string{"__complete", "--"}, c.words...)...)
+		require.Equal(t, 0, r.code, "%v: %+v", c.words, r)
+		require.Equal(t, c.want, r.out, "%v", c.words)
+	}
+
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	script := cli(t, nowhere, noWorld, "completion", "bash").out
+	for _, c := range []struct {
+		line string // the words before the cursor, and the word under it
+		want string
+	}{
+		{`COMP_WORDS=("$FP" cla); COMP_CWORD=1`, "claim"},
+		{`COMP_WORDS=("$FP" --world w seize x --fo); COMP_CWORD=5`, "--force"},
+		{`COMP_WORDS=("$FP" world i); COMP_CWORD=2`, "info"},
+	} {
+		cmd := exec.Command(bash, "-c", script+"\n"+c.line+"\n_fencepost\nprintf '%s\\n' \"${COMPREPLY[@]}\"")
+		cmd.Env = append(os.Environ(), "FP="+bin)
+		var so, se bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &so, &se
+		require.NoError(t, cmd.Run(), se.String())
+		require.Equal(t, c.want+"\n", so.String(), c.line)
+	}
+}
