@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/fencepost/fencepost/internal/inbox"
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/server"
 )
 
@@ -23,14 +24,20 @@ const (
 	RoleProducer = "producer" // posts into mailboxes, nothing else
 	RoleOwner    = "owner"    // holds leases and drains the ids it holds
 	RoleOperator = "operator" // everything: world add, reset, remove, force seize, dlq repost and purge
+	// RoleNodeOwner is an owner bound to one node: the owner's rights,
+	// except that of the node leases it may write only its own node's
+	// (`fencepostd creds add --role owner --node N`; docs/security.md,
+	// "One identity per node").
+	RoleNodeOwner = "node-owner"
 )
 
 // Roles lists the roles in the order docs/security.md presents them.
 var Roles = []string{RoleProducer, RoleOwner, RoleOperator}
 
 // Grant is one subject a role may publish to (Pub) or subscribe to (Sub),
-// and why it needs it. In Subject, <w> stands for the world's name and
-// <user> for the user's public nkey.
+// and why it needs it. In Subject, <w> stands for the world's name,
+// <user> for the user's public nkey and <node> for the encoded name of
+// a node owner's node (wire.EncodeID).
 type Grant struct {
 	Subject string
 	Pub     bool // publish (false: subscribe)
@@ -44,8 +51,10 @@ const (
 )
 
 var (
-	prodOwner = []string{RoleProducer, RoleOwner}
-	ownerOnly = []string{RoleOwner}
+	prodOwner = []string{RoleProducer, RoleOwner, RoleNodeOwner}
+	ownerOnly = []string{RoleOwner, RoleNodeOwner}
+	roleWide  = []string{RoleOwner}     // the owner role's own creds, bound to no node
+	nodeBound = []string{RoleNodeOwner} // an owner bound to its node
 )
 
 // Permissions is the table of every subject the producer and owner roles
@@ -63,7 +72,8 @@ var Permissions = []Grant{
 	{"$KV.fp_<w>.o.>", pub, ownerOnly, "ownership records: claim, renew, release and seize are conditional writes of the record (not f.*: a forced seize first writes the id's force key, which only the operator may write)"},
 	{"$KV.fp_<w>.c.>", pub, ownerOnly, "delivery cursors: the fenced commit of a drain"},
 	{"$KV.fp_<w>.l.>", pub, ownerOnly, "drain locks: one drain per id at a time"},
-	{"$KV.fp_<w>.n.>", pub, ownerOnly, "node leases: one write per node and renewal period keeps all its ids"},
+	{"$KV.fp_<w>.n.>", pub, roleWide, "node leases: one write per node and renewal period keeps all its ids (the role-wide owner.creds, bound to no node: any node's lease)"},
+	{"$KV.fp_<w>.n.<node>", pub, nodeBound, "its own node lease, and no other node's: it cannot renew, retire or delete another node's lease (fencepostd retires lapsed ones)"},
 	{"$JS.API.DIRECT.GET.KV_fp_<w>", pub, ownerOnly, "read records, cursors and locks (KV get by direct get)"},
 	{"$JS.API.DIRECT.GET.KV_fp_<w>.>", pub, ownerOnly, "read the last entry of a key (direct get by subject)"},
 	{"$JS.API.STREAM.MSG.GET.KV_fp_<w>", pub, ownerOnly, "read the last entry of a key at its revision (the fence's revision)"},
@@ -86,8 +96,9 @@ var Permissions = []Grant{
 }
 
 // rolePermissions are the subject permissions of role for world w and the
-// user with public nkey user, as the user's JWT carries them.
-func rolePermissions(role, w, user string) jwt.Permissions {
+// user with public nkey user (and, for RoleNodeOwner, node node), as the
+// user's JWT carries them.
+func rolePermissions(role, w, user, node string) jwt.Permissions {
 	var p jwt.Permissions
 	if role == RoleOperator {
 		p.Pub.Allow.Add(">")
@@ -98,7 +109,7 @@ func rolePermissions(role, w, user string) jwt.Permissions {
 		if !slices.Contains(g.Roles, role) {
 			continue
 		}
-		s := strings.NewReplacer("<w>", w, "<user>", user).Replace(g.Subject)
+		s := strings.NewReplacer("<w>", w, "<user>", user, "<node>", wire.EncodeID(node)).Replace(g.Subject)
 		if g.Pub {
 			p.Pub.Allow.Add(s)
 		} else {
@@ -223,10 +234,13 @@ func keyPair(path string, create func() (nkeys.KeyPair, error)) (nkeys.KeyPair, 
 }
 
 // trust is fencepostd's NATS decentralized auth: an operator, the account
-// the worlds live in, the system account, and one user per role.
+// the worlds live in, the system account, one user per role, and
+// fencepostd's own user.
 type trust struct {
 	operator, account, system nkeys.KeyPair
 	creds                     map[string]Creds
+	own                       Creds  // fencepostd's own connection: in memory only, no expiry
+	accountJWT                string // with the limits and the revocations of the data dir
 }
 
 // loadOrCreateTrust returns the operator, the accounts and every role's
@@ -234,15 +248,20 @@ type trust struct {
 // that a restart keeps clients working, and so that the members of a
 // cluster can share them: copy the first member's auth directory to the
 // others), and made there otherwise. Every start issues each role's user
-// JWT again from the role's seed, so that the creds files always carry the
-// permissions of this version; the seed, and so the user, stays.
-func loadOrCreateTrust(dataDir, world string) (*trust, error) {
+// JWT again from the role's seed, valid for l.TTL, so that the creds files
+// always carry the permissions of this version; the seed, and so the
+// user, stays. The account JWT carries l and the data dir's revocations.
+func loadOrCreateTrust(dataDir, world string, l Limits) (*trust, error) {
 	dir := authDir(dataDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
+	unlock, err := lockAuth(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	var t trust
-	var err error
 	if t.operator, err = keyPair(filepath.Join(dir, "operator.nk"), nkeys.CreateOperator); err != nil {
 		return nil, err
 	}
@@ -252,54 +271,44 @@ func loadOrCreateTrust(dataDir, world string) (*trust, error) {
 	if t.system, err = keyPair(filepath.Join(dir, "system.nk"), nkeys.CreateAccount); err != nil {
 		return nil, err
 	}
+	rev, err := readRevocations(dataDir)
+	if err != nil {
+		return nil, err
+	}
 	t.creds = map[string]Creds{}
 	for _, role := range Roles {
 		path := CredsFile(dataDir, role)
-		var user nkeys.KeyPair
-		switch old, err := ReadCreds(path); {
-		case err == nil:
-			if user, err = nkeys.FromSeed(old.Seed); err != nil {
-				return nil, fmt.Errorf("%s: %w", path, err)
-			}
-		case errors.Is(err, os.ErrNotExist):
-			if user, err = nkeys.CreateUser(); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, fmt.Errorf("%w (move it away to have a new one written)", err)
-		}
-		pub, err := user.PublicKey()
+		user, err := userKey(path, rev)
 		if err != nil {
 			return nil, err
 		}
-		uc := jwt.NewUserClaims(pub)
-		uc.Name = "fp-" + role
-		uc.Permissions = rolePermissions(role, world, pub)
-		tok, err := uc.Encode(t.account)
-		if err != nil {
-			return nil, fmt.Errorf("auth: user JWT of %s: %w", role, err)
-		}
-		seed, err := user.Seed()
+		c, err := issueUser(t.account, user, role, "", world, l.Payload, l.TTL)
 		if err != nil {
 			return nil, err
 		}
-		file, err := jwt.FormatUserConfig(tok, seed)
-		if err != nil {
+		if err := writeCreds(path, c); err != nil {
 			return nil, err
 		}
-		if err := writeSecret(path, file); err != nil {
-			return nil, fmt.Errorf("write %s: %w", path, err)
-		}
-		t.creds[role] = Creds{JWT: tok, Seed: seed}
+		t.creds[role] = c
+	}
+	own, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, err
+	}
+	if t.own, err = issueUser(t.account, own, RoleOperator, "", world, 0, 0); err != nil {
+		return nil, err
+	}
+	if t.accountJWT, err = signAccount(dataDir, t.operator, t.account, l); err != nil {
+		return nil, err
 	}
 	return &t, nil
 }
 
 // configure turns auth on in opts: the operator is trusted, and the two
 // accounts are served from memory. Every client then needs a user JWT
-// signed by the account (a creds file); the account has JetStream without
-// limits. A nats-server config file that configures authentication itself
-// is refused: the two would not combine.
+// signed by the account (a creds file); the account has the limits and
+// revocations of t.accountJWT. A nats-server config file that configures
+// authentication itself is refused: the two would not combine.
 func (t *trust) configure(opts *natsserver.Options) error {
 	if len(opts.Users) > 0 || len(opts.Nkeys) > 0 || opts.Username != "" || opts.Authorization != "" || len(opts.TrustedOperators) > 0 || len(opts.TrustedKeys) > 0 || opts.NoAuthUser != "" || len(opts.Accounts) > 0 {
 		return fmt.Errorf("%w: auth: the nats-server config file configures authentication or accounts itself; use --auth or the file's, not both", server.ErrConfig)
@@ -326,13 +335,6 @@ func (t *trust) configure(opts *natsserver.Options) error {
 	if oc, err = jwt.DecodeOperatorClaims(opJWT); err != nil {
 		return err
 	}
-	ac := jwt.NewAccountClaims(accPub)
-	ac.Name = "FENCEPOST"
-	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit, Streams: jwt.NoLimit, Consumer: jwt.NoLimit}
-	accJWT, err := ac.Encode(t.operator)
-	if err != nil {
-		return fmt.Errorf("auth: account JWT: %w", err)
-	}
 	sc := jwt.NewAccountClaims(sysPub)
 	sc.Name = "SYS"
 	sysJWT, err := sc.Encode(t.operator)
@@ -340,7 +342,7 @@ func (t *trust) configure(opts *natsserver.Options) error {
 		return fmt.Errorf("auth: system account JWT: %w", err)
 	}
 	res := &natsserver.MemAccResolver{}
-	if err := res.Store(accPub, accJWT); err != nil {
+	if err := res.Store(accPub, t.accountJWT); err != nil {
 		return err
 	}
 	if err := res.Store(sysPub, sysJWT); err != nil {

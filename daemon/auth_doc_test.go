@@ -22,7 +22,7 @@ func TestAuth_SecurityDocMirrorsThePermissions(t *testing.T) {
 	owner, _, _ := strings.Cut(rest, "\n## ")
 	for _, g := range daemon.Permissions {
 		for _, role := range g.Roles {
-			section := map[string]string{daemon.RoleProducer: prod, daemon.RoleOwner: prod + owner}[role]
+			section := map[string]string{daemon.RoleProducer: prod, daemon.RoleOwner: prod + owner, daemon.RoleNodeOwner: prod + owner}[role]
 			require.Contains(t, section, "`"+g.Subject+"`", "%s of role %s is missing from docs/security.md", g.Subject, role)
 		}
 	}

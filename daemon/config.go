@@ -74,6 +74,19 @@ type Config struct {
 	// credentials to <data_dir>/<role>.creds.
 	Auth bool `json:"auth,omitempty"`
 
+	// With auth: the lifetime of the user JWTs written at start (default
+	// 90 days; issue them again before they expire: docs/security.md,
+	// "Limits and lifetimes"), and the account's limits: connections
+	// (default 1000), JetStream streams (256) and consumers (10000), file
+	// storage in bytes (default -1: none), and the largest message a
+	// producer or owner may publish (1 MiB). -1: no limit.
+	CredsTTL         Duration `json:"creds_ttl,omitempty"`
+	AuthMaxConns     int      `json:"auth_max_conns,omitempty"`
+	AuthMaxStreams   int      `json:"auth_max_streams,omitempty"`
+	AuthMaxConsumers int      `json:"auth_max_consumers,omitempty"`
+	AuthMaxStore     int      `json:"auth_max_store,omitempty"`
+	AuthMaxPayload   int      `json:"auth_max_payload,omitempty"`
+
 	// How fencepostd's own client connects (to --nats, or to the embedded
 	// server when its config requires authentication).
 	Creds    string `json:"creds,omitempty"`
@@ -111,6 +124,13 @@ var Defaults = Config{
 	LogLevel:        "info",
 	LogFormat:       "text",
 	ShutdownTimeout: Duration(30 * time.Second),
+
+	CredsTTL:         Duration(DefaultCredsTTL),
+	AuthMaxConns:     1000,
+	AuthMaxStreams:   256,
+	AuthMaxConsumers: 10_000,
+	AuthMaxStore:     -1,
+	AuthMaxPayload:   defaultPayload,
 }
 
 // ErrConfig wraps every configuration problem; main maps it to exit code 2.
@@ -147,6 +167,14 @@ func (c Config) WithDefaults() Config {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = d.ShutdownTimeout
 	}
+	if c.CredsTTL == 0 {
+		c.CredsTTL = d.CredsTTL
+	}
+	for _, f := range []struct{ v, def *int }{{&c.AuthMaxConns, &d.AuthMaxConns}, {&c.AuthMaxStreams, &d.AuthMaxStreams}, {&c.AuthMaxConsumers, &d.AuthMaxConsumers}, {&c.AuthMaxStore, &d.AuthMaxStore}, {&c.AuthMaxPayload, &d.AuthMaxPayload}} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
+	}
 	if c.Cluster != "" && c.ClusterName == "" {
 		c.ClusterName = "fencepost"
 	}
@@ -155,7 +183,7 @@ func (c Config) WithDefaults() Config {
 
 // Validate names the first field that is wrong and says why.
 func (c Config) Validate() error {
-	checks := []func() error{c.validateEmbedded, c.validateHTTP, c.validateCluster, c.validateWorld, c.validateLogs}
+	checks := []func() error{c.validateEmbedded, c.validateHTTP, c.validateCluster, c.validateWorld, c.validateLimits, c.validateLogs}
 	for _, check := range checks {
 		if err := check(); err != nil {
 			return err
@@ -294,6 +322,27 @@ func (c Config) validateWorld() error {
 		return bad("tlscert", "tlscert and tlskey go together")
 	}
 	return nil
+}
+
+func (c Config) validateLimits() error {
+	if c.CredsTTL < Duration(time.Second) {
+		return bad("creds_ttl", "%v is below 1s (JWT expiry is in seconds)", time.Duration(c.CredsTTL))
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"auth_max_conns", c.AuthMaxConns}, {"auth_max_streams", c.AuthMaxStreams}, {"auth_max_consumers", c.AuthMaxConsumers}, {"auth_max_store", c.AuthMaxStore}, {"auth_max_payload", c.AuthMaxPayload}} {
+		if f.v < -1 {
+			return bad(f.name, "%d: give a positive limit, or -1 for none", f.v)
+		}
+	}
+	return nil
+}
+
+// limits are the limits of the JWTs fencepostd --auth issues.
+func (c Config) limits() Limits {
+	return Limits{Conns: int64(c.AuthMaxConns), Streams: int64(c.AuthMaxStreams), Consumers: int64(c.AuthMaxConsumers),
+		Store: int64(c.AuthMaxStore), Payload: int64(c.AuthMaxPayload), TTL: time.Duration(c.CredsTTL)}
 }
 
 func (c Config) validateLogs() error {

@@ -131,7 +131,7 @@ func (d *Daemon) startServer() error {
 		if err != nil {
 			return fmt.Errorf("embedded nats-server: %w", err)
 		}
-		tr, err := loadOrCreateTrust(c.DataDir, c.World)
+		tr, err := loadOrCreateTrust(c.DataDir, c.World, c.limits())
 		if err != nil {
 			return fmt.Errorf("auth: %w", err)
 		}
@@ -143,7 +143,7 @@ func (d *Daemon) startServer() error {
 		}
 		sc.Opts = opts
 		if c.Creds == "" && c.User == "" {
-			d.own = tr.creds[RoleOperator]
+			d.own = tr.own
 		}
 		d.log.Info("auth on: credentials written", "producer", CredsFile(c.DataDir, RoleProducer),
 			"owner", CredsFile(c.DataDir, RoleOwner), "operator", CredsFile(c.DataDir, RoleOperator),
@@ -328,6 +328,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	g.Add(func() error { return d.ensureWorld(d.stopCtx) }, func(error) { d.stop() })
 	g.Add(func() error { return d.purgeLoop(d.stopCtx) }, func(error) { d.stop() })
 	g.Add(func() error { return d.sweepLoop(d.stopCtx) }, func(error) { d.stop() })
+	if d.cfg.Auth {
+		g.Add(func() error { return d.retireLoop(d.stopCtx) }, func(error) { d.stop() })
+	}
 	if d.http != nil { // nobody reads the scrape without the endpoint
 		g.Add(func() error { return d.scrapeLoop(d.stopCtx) }, func(error) { d.stop() })
 	}

@@ -47,3 +47,21 @@ func lockDataDir(dir string) (release func(), err error) {
 	_, _ = f.WriteAt([]byte("pid "+strconv.Itoa(os.Getpid())+", since "+time.Now().UTC().Format(time.RFC3339)+"\n"), 0)
 	return func() { f.Close() }, nil // closing drops the lock
 }
+
+// lockAuth serialises the creds commands and fencepostd's start on the
+// data dir's auth directory (flock, dropped when the process dies).
+func lockAuth(dataDir string) (unlock func(), err error) {
+	dir := authDir(dataDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}

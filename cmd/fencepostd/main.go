@@ -8,6 +8,10 @@
 // stops it cleanly. `fencepostd --help` lists the flags; --config FILE reads
 // them from JSON (docs/operations.md).
 //
+// `fencepostd creds add|ls|revoke` manages the credentials of a
+// fencepostd --auth in its data dir (docs/security.md): an owner bound
+// to one node, rotation before expiry, revocation of one node.
+//
 // Exit codes: 0 clean shutdown (a signal), 1 runtime error (the server
 // could not start or stopped by itself), 2 bad flag or config file (its own
 // or nats-server's), 3 self-fence
@@ -40,6 +44,9 @@ const (
 func main() { os.Exit(realMain(os.Args[1:])) }
 
 func realMain(argv []string) int {
+	if len(argv) > 0 && argv[0] == "creds" {
+		return credsMain(argv[1:], os.Stdout, os.Stderr)
+	}
 	// Catch the signals before anything starts, so that one that comes
 	// while the server starts stops it cleanly once it is up.
 	sigs := make(chan os.Signal, 1)

@@ -1,0 +1,137 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/wire"
+)
+
+// Under --auth an owner bound to a node may write only its own node lease
+// (docs/security.md, "One identity per node"), so the node that takes over
+// an id of a crashed node may not retire the crashed node's lapsed lease,
+// which a takeover does first (ownership's retireThenWrite). fencepostd
+// does it for them: it follows the world's node leases and, as soon as one
+// has lapsed by its clock, writes it free with a compare-and-swap at the
+// revision it read. That is the write a taker would have made, with the
+// same safety (a renewal in flight is refused; a lease renewed meanwhile
+// is left alone), and a takeover then finds the lease free and writes
+// only the id's record (docs/design.md 5, "Who retires a lapsed node
+// lease").
+
+// nodeLease is a held node lease as the retirer last saw it.
+type nodeLease struct {
+	rev uint64
+	rec wire.Record
+}
+
+// retryRetire is how soon a retire that failed for another reason than a
+// lost race is tried again.
+const retryRetire = time.Second
+
+// retireLoop runs retireNodes once the world is ready, again after an
+// error, until ctx ends.
+func (d *Daemon) retireLoop(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-d.readyCh:
+	}
+	for {
+		err := d.retireNodes(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		d.log.Warn("node lease retirer stopped; restarting", "world", d.cfg.World, "err", err, "in", retryRetire)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(retryRetire):
+		}
+	}
+}
+
+// retireNodes watches the node leases of the world and retires each one
+// that lapses.
+func (d *Daemon) retireNodes(ctx context.Context) error {
+	kv, err := d.js.KeyValue(ctx, wire.Bucket(d.cfg.World))
+	if err != nil {
+		return err
+	}
+	w, err := kv.Watch(ctx, wire.NodePrefix+"*")
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	leases := map[string]nodeLease{}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("the watch of the node leases ended")
+			}
+			if e != nil {
+				follow(leases, e)
+			}
+		case <-timer.C:
+		}
+		next := d.retireLapsed(ctx, kv, leases, time.Now())
+		timer.Reset(time.Until(next))
+	}
+}
+
+// follow keeps the latest held node lease of e's key.
+func follow(leases map[string]nodeLease, e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(leases, e.Key())
+		return
+	}
+	rec, err := wire.DecodeRecord(e.Value())
+	if err != nil || rec.State != wire.StateHeld {
+		delete(leases, e.Key()) // free, or not ours to judge (ownership reports it)
+		return
+	}
+	leases[e.Key()] = nodeLease{rev: e.Revision(), rec: rec}
+}
+
+// retireLapsed retires every lease lapsed at now and returns when the
+// next one lapses.
+func (d *Daemon) retireLapsed(ctx context.Context, kv jetstream.KeyValue, leases map[string]nodeLease, now time.Time) time.Time {
+	next := now.Add(time.Hour)
+	for key, l := range leases {
+		if l.rec.Live(now) {
+			if l.rec.Expires.Before(next) {
+				next = l.rec.Expires
+			}
+			continue
+		}
+		free := l.rec
+		free.State, free.Expires = wire.StateFree, now
+		data, err := wire.EncodeRecord(free)
+		if err == nil {
+			_, err = kv.Update(ctx, key, data, l.rev)
+		}
+		switch {
+		case err == nil:
+			d.log.Info("node lease lapsed: retired", "world", d.cfg.World, "node", l.rec.Node, "epoch", l.rec.Epoch, "expired", l.rec.Expires)
+			delete(leases, key)
+		case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			delete(leases, key) // renewed or retired meanwhile: the watch brings the new one
+		default:
+			if ctx.Err() == nil {
+				d.log.Warn("node lease lapsed: retire failed", "world", d.cfg.World, "node", l.rec.Node, "err", err, "retry_in", retryRetire)
+			}
+			if retry := now.Add(retryRetire); retry.Before(next) {
+				next = retry
+			}
+		}
+	}
+	return next
+}
