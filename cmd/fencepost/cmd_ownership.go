@@ -127,7 +127,7 @@ func init() {
 	})
 	register("seize", &command{
 		usage: "seize ID --node N [--ttl 10s] [--force]",
-		short: "take over an owned id: seized epoch=E | free | live | contended",
+		short: "take over an owned id, one whose lease lapsed (a crashed owner's) or, with --force, a live one: seized epoch=E | free | live | contended",
 		examples: []string{
 			"fencepost seize order-42 --node node-b           # seized epoch=2 ... when node-a's lease lapsed; live node=node-a ... (exit 15) while it lasts",
 			"fencepost seize order-42 --node node-b --force   # seized epoch=2 ...: an operator takes a live id",

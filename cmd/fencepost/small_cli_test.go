@@ -3,6 +3,7 @@ package main_test
 import (
 	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,4 +140,25 @@ func TestCLI_World_NonASCIIName(t *testing.T) {
 	require.Equal(t, 1, r.code, "%q %q", r.out, r.err)
 	require.Contains(t, r.err, `has 'é' at byte 0`)
 	require.NotContains(t, r.err, "Ã")
+}
+
+// TestCLI_Seize_Lapsed: seize of an id whose lease lapsed answers seized
+// with the next epoch, without --force (SPEC section 2: the takeover of a
+// crashed owner; docs/design.md 5), and the old holder is fenced.
+func TestCLI_Seize_Lapsed(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{MinTTL: 10 * time.Millisecond})
+	r := cli(t, env.URL, w.Name, "claim", "x", "--node", "n1", "--ttl", "200ms")
+	require.Equal(t, 0, r.code, "%+v", r)
+	require.Eventually(t, func() bool { return cli(t, env.URL, w.Name, "owner", "x").code == 11 }, 10*time.Second, 20*time.Millisecond,
+		"the lease lapses")
+	r = cli(t, env.URL, w.Name, "seize", "x", "--node", "n2")
+	require.Equal(t, 0, r.code, "%+v", r)
+	require.True(t, strings.HasPrefix(r.out, "seized epoch=2 "), r.out)
+	r = cli(t, env.URL, w.Name, "guard", "x", "--node", "n1", "--epoch", "1")
+	require.Equal(t, 13, r.code, "%+v", r)
+	require.Equal(t, "fenced current=2\n", r.out)
+
+	h := cli(t, env.URL, w.Name, "help", "seize")
+	require.Contains(t, h.out, "lapsed", "seize's help says a lapsed id is seized")
 }
