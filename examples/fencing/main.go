@@ -2,6 +2,9 @@
 // (NATS_URL, default nats://127.0.0.1:4222), or an embedded server with
 // --embedded: node-a claims an id, node-b is refused, node-a's lease lapses,
 // node-b seizes the id with a new epoch, and node-a's stale fence is refused.
+// It works in a world of its own, example-fencing, which it removes when it
+// ends, also after a failure or Ctrl-C; with --embedded, the server's store
+// is a temporary directory, removed too.
 //
 //	go run ./examples/fencing --embedded
 package main
@@ -13,6 +16,8 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/fencepost/fencepost/client"
@@ -21,45 +26,68 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
+// worldName is the example's own world.
+const worldName = "example-fencing"
+
 func main() {
 	embedded := flag.Bool("embedded", false, "start an embedded nats-server in a temporary directory")
 	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *embedded); err != nil {
+		stop()
+		log.Fatal(err) // after run's deferred cleanup
+	}
+}
+
+func run(ctx context.Context, embedded bool) error {
 	url := os.Getenv("NATS_URL")
 	if url == "" {
 		url = "nats://127.0.0.1:4222"
 	}
-	if *embedded {
+	if embedded {
 		dir, err := os.MkdirTemp("", "fencepost-example")
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		defer os.RemoveAll(dir)
 		srv, err := server.Start(server.Config{StoreDir: dir})
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		defer srv.Stop()
 		url = srv.ClientURL()
 	}
-	if err := demo(url); err != nil {
-		log.Fatal(err)
-	}
-}
-
-func demo(url string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	c, err := client.Connect(url)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	w, err := c.CreateWorld(ctx, "example-fencing", world.Config{})
+	err = demo(ctx, c)
+	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if rerr := c.RemoveWorld(rctx, worldName); rerr != nil && !errors.Is(rerr, world.ErrUnknownWorld) && err == nil {
+		err = fmt.Errorf("remove the example's world %s: %w", worldName, rerr)
+	}
+	if err == nil {
+		fmt.Printf("world %s removed\n", worldName)
+	}
+	return err
+}
+
+func demo(ctx context.Context, c *client.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	// A world left by a run that was killed before it removed it: start
+	// afresh.
+	if err := c.RemoveWorld(ctx, worldName); err != nil && !errors.Is(err, world.ErrUnknownWorld) {
+		return err
+	}
+	w, err := c.CreateWorld(ctx, worldName, world.Config{})
 	if err != nil {
 		return err
 	}
-	defer c.RemoveWorld(context.Background(), w.Name)
-	id := fmt.Sprintf("order-%d", time.Now().UnixNano())
+	id := "order-42"
 
 	a, err := w.Ownership.Claim(ctx, id, "node-a", time.Second)
 	if err != nil {
@@ -92,6 +120,10 @@ func demo(url string) error {
 	fmt.Printf("node-b seized: epoch=%d\n", b.Epoch)
 
 	_, err = w.Ownership.Guard(ctx, id, "node-a", a.Epoch)
+	var fenced *ownership.FencedError
+	if !errors.As(err, &fenced) {
+		return fmt.Errorf("node-a's guard: want fenced, got %v", err)
+	}
 	fmt.Printf("node-a guard with epoch %d: %v\n", a.Epoch, err)
 	return nil
 }

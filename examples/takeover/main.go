@@ -4,7 +4,9 @@
 // middle of its drain, and lets a standby take over once the dead owner's
 // lease (1 s) lapses. It prints who delivered what, the duplicates (the
 // message in flight at the crash), the lost messages (always 0) and the
-// takeover gap.
+// takeover gap. It works in a world of its own, example-takeover, which it
+// removes when it ends, also after a failure or Ctrl-C (a world left by a
+// run that was killed is removed and made again at the next start).
 //
 //	go run ./examples/takeover
 package main
@@ -12,14 +14,17 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fencepost/fencepost/client"
@@ -52,9 +57,27 @@ func main() {
 		owner(c, *node)
 		return
 	}
-	if err := demo(c); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = demo(ctx, c)
+	if rerr := removeWorld(c); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		c.Close()
 		log.Fatal(err)
 	}
+}
+
+// removeWorld removes the example's world and everything in it.
+func removeWorld(c *client.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.RemoveWorld(ctx, worldName); err != nil && !errors.Is(err, world.ErrUnknownWorld) {
+		return fmt.Errorf("remove the example's world %s: %w", worldName, err)
+	}
+	fmt.Printf("world %s removed\n", worldName)
+	return nil
 }
 
 // owner serves the world until it is killed, 50 ms per message.
@@ -75,14 +98,16 @@ func owner(c *client.Client, node string) {
 	log.Fatal(wk.Run(context.Background()))
 }
 
-func demo(c *client.Client) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+func demo(ctx context.Context, c *client.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	w, err := c.CreateWorld(ctx, worldName, world.Config{})
-	if err != nil {
+	// A world left by a run that was killed before it removed it: start
+	// afresh.
+	if err := c.RemoveWorld(ctx, worldName); err != nil && !errors.Is(err, world.ErrUnknownWorld) {
 		return err
 	}
-	if err := c.ResetWorld(ctx, worldName); err != nil {
+	w, err := c.CreateWorld(ctx, worldName, world.Config{})
+	if err != nil {
 		return err
 	}
 	for i := range total {
@@ -105,6 +130,7 @@ func demo(c *client.Client) error {
 	if err := child.Start(); err != nil {
 		return err
 	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }() // on every way out
 	byA := map[string]bool{}
 	lines := bufio.NewScanner(out)
 	for lines.Scan() && len(byA) < 5 {
@@ -117,6 +143,9 @@ func demo(c *client.Client) error {
 	}
 	killed := time.Now()
 	_ = child.Wait()
+	if len(byA) < 5 {
+		return fmt.Errorf("node-a delivered %d messages before it stopped, want 5", len(byA))
+	}
 	fmt.Println("node-a killed with SIGKILL in the middle of its drain")
 
 	var (
@@ -172,7 +201,10 @@ func demo(c *client.Client) error {
 	fmt.Printf("delivered: node-a %d, node-b %d; duplicates %d (delivered by node-a but not yet committed: a drain commits per batch); lost %d\n", len(byA), len(byB), dup, lost)
 	fmt.Printf("takeover gap (kill to node-b's first delivery): %v with a %v lease\n", first.Sub(killed).Round(time.Millisecond), ttl)
 	if lost > 0 {
-		os.Exit(1)
+		return fmt.Errorf("%d messages lost", lost)
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
 	return nil
 }
