@@ -1,6 +1,13 @@
 // Command producer posts messages into mailboxes of a running fencepostd
 // (NATS_URL, default nats://127.0.0.1:4222), whether or not anyone owns the
-// ids: the mailbox is durable, the next owner drains it.
+// ids: the mailbox is durable, the next owner drains it. Its messages stay
+// in --world (default "default") until a worker drains them; for a run that
+// leaves nothing behind, give both a world of their own:
+//
+//	fencepost world add demo
+//	go run ./examples/producer --world demo
+//	go run ./examples/worker --world demo --node w1    # Ctrl-C once it delivered them
+//	fencepost world rm demo --yes
 //
 //	go run ./examples/producer --ids order-1,order-2 --count 10
 package main

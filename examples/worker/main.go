@@ -2,7 +2,12 @@
 // node lease, claims ids that have mail, drains them in order, and
 // self-fences (exit 3) if its lease is lost. Run several with different
 // --node names to share the load; kill one and the others take its ids over
-// once its lease lapses.
+// once its lease lapses. Stopped (SIGINT, SIGTERM), it gives its node lease
+// back: its ids are free for another worker at once. What stays in the
+// world is the world's: the ids' records, free, with their last epoch
+// (epochs never repeat, so only `fencepost reset --yes` of the whole world
+// drops them); run it on a world of its own (--world) to remove it all
+// afterwards with `fencepost world rm NAME --yes`.
 //
 //	go run ./examples/worker --node worker-1
 package main
