@@ -29,4 +29,13 @@ func TestCLI_BenchIsItsOwnBinary(t *testing.T) {
 	r = cli(t, "nats://127.0.0.1:1", "default", "bench", "--scenario", "nope")
 	require.Equal(t, 2, r.code, "%+v", r)
 	require.True(t, strings.Contains(r.err, "--scenario"), r.err)
+
+	// Global flags before the command reach the harness: --server given
+	// means the user's server, not an embedded one.
+	r = cli(t, "nats://127.0.0.1:1", "default", "--server", "nats://127.0.0.1:1", "--timeout", "1s", "bench", "--quiet")
+	require.Equal(t, 1, r.code, "%+v", r)
+	require.Contains(t, r.err, "no servers available")
+	r = cli(t, "nats://127.0.0.1:1", "default", "bench", "--help")
+	require.Equal(t, 0, r.code, "%+v", r)
+	require.Contains(t, r.out, "--embedded", "the harness's own flags")
 }
