@@ -11,13 +11,16 @@ import (
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
-// ErrClosed is the Err of a Keeper (or Session) that was closed or released
-// by its owner rather than fenced.
+// ErrClosed is the Err of a Keeper (or Session, or Term) that was closed or
+// released by its owner rather than fenced.
 var ErrClosed = errors.New("ownership: lease keeper closed")
 
 // Keeper keeps one held lease alive: it renews the record at ttl/3 with a
 // conditional write on the revision it last wrote, and retries a failed
 // renewal until the holder's authority (Lease.ValidUntil) would run out.
+// Its schedule, retries, watchdog and self-fence are a Term's (the one
+// lease engine, which also keeps drain locks); the Keeper adds the record:
+// what a renewal writes and how a refused one is judged.
 //
 // When authority is lost it self-fences: Done is closed, Context is
 // cancelled, and Cause names why:
@@ -41,25 +44,14 @@ type Keeper struct {
 	node  string
 	epoch uint64 // the kept holding's epoch: fixed
 	ttl   time.Duration
+	t     *Term
 
-	mu         sync.Mutex
-	rev        uint64      // revision of our last write (or adopted read)
-	rec        wire.Record // record at rev
-	lastStart  time.Time   // start of our last successful write
-	validUntil time.Time
-	fencedAt   time.Time
-	err        error
-	renewals   uint64
-
-	done     chan struct{}
-	stop     chan struct{}
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	runCtx   context.Context // ends at Close: aborts a renewal in flight
-	runStop  context.CancelFunc
-	watchdog *time.Timer
-	wg       sync.WaitGroup
-	once     sync.Once
+	// mu guards the record. A renewal stores it before its Term moves
+	// ValidUntil on, and Lease reads ValidUntil before it: a Lease never
+	// pairs a later authority with an earlier revision.
+	mu  sync.Mutex
+	rev uint64      // revision of our last write (or adopted read)
+	rec wire.Record // record at rev
 }
 
 // Keep starts a Keeper for a lease won by Claim, Seize or Renew. A lease
@@ -77,75 +69,45 @@ func (s *Store) Keep(l *Lease) (*Keeper, error) {
 // newKeeper starts keeping the record v (at id, or the node lease of node
 // when id is ""), written with authority until validUntil.
 func (s *Store) newKeeper(id, node string, ttl time.Duration, v view, validUntil, start time.Time) *Keeper {
-	k := &Keeper{
-		s: s, id: id, node: node, epoch: v.rec.Epoch, ttl: ttl,
-		rev: v.rev, rec: v.rec, lastStart: start, validUntil: validUntil,
-		done: make(chan struct{}), stop: make(chan struct{}),
-	}
-	k.ctx, k.cancel = context.WithCancelCause(context.Background())
-	k.runCtx, k.runStop = context.WithCancel(k.ctx)
-	// Armed only once assigned: an authority already over fires at once.
-	k.watchdog = time.AfterFunc(time.Hour, k.checkWatchdog)
-	k.watchdog.Reset(time.Until(validUntil))
-	k.wg.Add(1)
-	go k.run()
+	k := &Keeper{s: s, id: id, node: node, epoch: v.rec.Epoch, ttl: ttl, rev: v.rev, rec: v.rec}
+	c := TermConfig{TTL: ttl, MaxSkew: s.skew, Start: start, Expires: v.rec.Expires, Renew: k.renew, OnFence: k.fenced}
+	k.t = startTerm(c, s.drift, validUntil)
 	return k
 }
 
 // Done is closed when the keeper stops: self-fenced, closed or released.
-func (k *Keeper) Done() <-chan struct{} { return k.done }
+func (k *Keeper) Done() <-chan struct{} { return k.t.Done() }
 
 // Err is nil while the lease is kept; then the fencing.Cause of a
 // self-fence, or ErrClosed.
-func (k *Keeper) Err() error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.err
-}
+func (k *Keeper) Err() error { return k.t.Err() }
 
 // Cause is the self-fence cause, or "" when the keeper was not fenced.
-func (k *Keeper) Cause() fencing.Cause {
-	c, _ := k.Err().(fencing.Cause)
-	return c
-}
+func (k *Keeper) Cause() fencing.Cause { return k.t.Cause() }
 
 // Context is cancelled when Done is closed; context.Cause gives Err. Hand
 // it to every piece of work done under the lease.
-func (k *Keeper) Context() context.Context { return k.ctx }
+func (k *Keeper) Context() context.Context { return k.t.Context() }
 
 // Renewals counts the renewals written so far.
-func (k *Keeper) Renewals() uint64 {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.renewals
-}
+func (k *Keeper) Renewals() uint64 { return k.t.Renewals() }
 
 // ValidUntil is the local instant the holder must stop acting by: that of
 // the last confirmed renewal, or the moment of a self-fence if earlier.
-func (k *Keeper) ValidUntil() time.Time {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.validUntilLocked()
-}
-
-func (k *Keeper) validUntilLocked() time.Time {
-	if !k.fencedAt.IsZero() && k.fencedAt.Before(k.validUntil) {
-		return k.fencedAt
-	}
-	return k.validUntil
-}
+func (k *Keeper) ValidUntil() time.Time { return k.t.ValidUntil() }
 
 // Lease is the current lease: its Fence.Revision changes with every
 // renewal, so a commit fenced on it must use the latest. For a Session it
 // is the node lease (Fence.ID is "").
 func (k *Keeper) Lease() *Lease {
+	vu := k.t.ValidUntil() // first: see Keeper.mu
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return &Lease{
 		Fence:      fencing.Fence{World: k.s.world, ID: k.id, Node: k.rec.Node, Epoch: k.rec.Epoch, Revision: k.rev},
 		Expires:    k.rec.Expires,
 		TTL:        k.ttl,
-		validUntil: k.validUntilLocked(),
+		validUntil: vu,
 		rec:        k.rec,
 	}
 }
@@ -162,15 +124,7 @@ func (k *Keeper) what() string {
 
 // Close stops renewing. The record stays; the lease lapses at its expiry.
 // It is idempotent and returns nil.
-func (k *Keeper) Close() error {
-	k.once.Do(func() {
-		close(k.stop)
-		k.runStop()
-		k.wg.Wait()
-		k.finish(ErrClosed, false)
-	})
-	return nil
-}
+func (k *Keeper) Close() error { return k.t.Close() }
 
 // Release stops renewing and frees the record (the epoch stays). It
 // returns the self-fence cause if the keeper was fenced, *FreeError if the
@@ -178,8 +132,9 @@ func (k *Keeper) Close() error {
 // record meanwhile.
 func (k *Keeper) Release(ctx context.Context) error {
 	k.Close()
+	err, valid := k.t.Err(), time.Now().Before(k.t.ValidUntil())
 	k.mu.Lock()
-	err, over, valid := k.err, view{rev: k.rev, rec: k.rec}, time.Now().Before(k.validUntilLocked())
+	over := view{rev: k.rev, rec: k.rec}
 	k.mu.Unlock()
 	if c, ok := err.(fencing.Cause); ok {
 		return c
@@ -213,120 +168,20 @@ func (k *Keeper) label() string {
 	return k.id
 }
 
-// finish records the keeper's end once: err, Done closed, Context
-// cancelled. A self-fence also stamps fencedAt.
-func (k *Keeper) finish(err error, fenced bool) bool {
-	k.mu.Lock()
-	if k.err != nil {
-		k.mu.Unlock()
-		return false
-	}
-	k.err = err
-	if fenced {
-		k.fencedAt = time.Now()
-	}
-	k.mu.Unlock()
-	k.watchdog.Stop()
-	var c fencing.Cause
-	if fenced && errors.As(err, &c) {
-		// Counted before Done closes, so that whoever waits on Done sees it.
-		k.s.metrics.SelfFenced(k.s.world, string(c))
-	}
-	k.cancel(err)
-	close(k.done)
-	return true
+// fenced is the Term's OnFence: counted and logged before Done closes.
+func (k *Keeper) fenced(c fencing.Cause) {
+	k.s.metrics.SelfFenced(k.s.world, string(c))
+	k.s.log.Warn("self-fence", "cause", string(c), "world", k.s.world, "lease", k.label(), "node", k.node, "epoch", k.epoch)
 }
 
-func (k *Keeper) fence(c fencing.Cause) {
-	if k.finish(c, true) {
-		k.s.log.Warn("self-fence", "cause", string(c), "world", k.s.world, "lease", k.label(), "node", k.node, "epoch", k.epoch)
-	}
-}
-
-// checkWatchdog runs at ValidUntil: unless a renewal moved it on
-// meanwhile, the authority has run out.
-func (k *Keeper) checkWatchdog() {
-	k.mu.Lock()
-	left := time.Until(k.validUntil)
-	k.mu.Unlock()
-	if left > 0 {
-		k.watchdog.Reset(left)
-		return
-	}
-	k.fence(fencing.CauseWatchdog)
-}
-
-// nextRenewal is ttl/3 after the start of the last renewal, or half way to
-// the end of the authority if that comes first (a ttl close to the clock
-// margin leaves less than ttl/3 of authority).
-func (k *Keeper) nextRenewal() time.Time {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	at := k.lastStart.Add(k.ttl / 3)
-	if half := k.lastStart.Add(k.validUntil.Sub(k.lastStart) / 2); half.Before(at) {
-		at = half
-	}
-	return at
-}
-
-// retryEvery is the pause between failed renewal attempts.
-func (k *Keeper) retryEvery() time.Duration {
-	return min(max(k.ttl/30, 2*time.Millisecond), 250*time.Millisecond)
-}
-
-func (k *Keeper) run() {
-	defer k.wg.Done()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	next := k.nextRenewal()
-	for {
-		timer.Reset(time.Until(next))
-		select {
-		case <-k.stop:
-			return
-		case <-k.done:
-			return
-		case <-timer.C:
-		}
-		vu := k.ValidUntil()
-		if !time.Now().Before(vu) {
-			k.fence(fencing.CauseWatchdog)
-			return
-		}
-		ctx, cancel := context.WithDeadline(k.runCtx, vu)
-		res := k.renewOnce(ctx)
-		cancel()
-		switch res {
-		case renewed:
-			next = k.nextRenewal()
-		case retryNow:
-			next = time.Now()
-		case retryLater:
-			next = time.Now().Add(k.retryEvery())
-		case fenced:
-			return
-		}
-	}
-}
-
-type renewResult int
-
-const (
-	renewed renewResult = iota
-	retryNow
-	retryLater
-	fenced
-)
-
-// renewOnce makes one renewal attempt: a conditional write over the
-// revision the keeper holds, and on a conflict a read that tells whether
-// the record is still ours (adopt its revision, retry), gone or replaced
-// (self-fence).
-func (k *Keeper) renewOnce(ctx context.Context) renewResult {
+// renew is the Keeper's RenewFunc: a conditional write over the revision
+// the keeper holds, with expires = max(old expires, start + ttl); on a
+// conflict a read that tells whether the record is still ours (adopt its
+// revision, renew again), gone or replaced (self-fence).
+func (k *Keeper) renew(ctx context.Context, start time.Time) (time.Time, error) {
 	k.mu.Lock()
 	over := view{rev: k.rev, rec: k.rec}
 	k.mu.Unlock()
-	start := time.Now()
 	rec := over.rec
 	rec.TTLms = k.ttl.Milliseconds()
 	if e := start.Round(0).Add(k.ttl); e.After(rec.Expires) {
@@ -335,30 +190,23 @@ func (k *Keeper) renewOnce(ctx context.Context) renewResult {
 	v, err := k.write(ctx, "renew", over, rec)
 	switch {
 	case err == nil:
-		vu := k.s.authority(rec.Expires, start)
 		k.mu.Lock()
-		k.rev, k.rec, k.lastStart, k.renewals = v.rev, rec, start, k.renewals+1
-		if vu.After(k.validUntil) {
-			k.validUntil = vu
-		}
+		k.rev, k.rec = v.rev, rec
 		k.mu.Unlock()
-		return renewed
+		return rec.Expires, nil
 	case !errors.Is(err, errConflict):
-		return retryLater // not stored (or unknown): the next attempt tells
+		return time.Time{}, err // not stored (or unknown): the next attempt tells
 	}
 	v, err = k.read(ctx)
 	switch {
 	case errors.Is(err, wire.ErrCorruptRecord), errors.Is(err, wire.ErrUnknownVersion):
-		k.fence(fencing.CauseRecordMismatch)
-		return fenced
+		return time.Time{}, fencing.CauseRecordMismatch
 	case err != nil:
-		return retryLater
+		return time.Time{}, err
 	case !v.present():
-		k.fence(fencing.CauseRecordMissing)
-		return fenced
+		return time.Time{}, fencing.CauseRecordMissing
 	case !k.ours(v):
-		k.fence(fencing.CauseRecordMismatch)
-		return fenced
+		return time.Time{}, fencing.CauseRecordMismatch
 	}
 	// Still ours at a newer revision (our own write whose reply was lost,
 	// or someone renewed on our behalf): adopt the revision, but not its
@@ -366,7 +214,7 @@ func (k *Keeper) renewOnce(ctx context.Context) renewResult {
 	k.mu.Lock()
 	k.rev, k.rec = v.rev, v.rec
 	k.mu.Unlock()
-	return retryNow
+	return time.Time{}, ErrRenewAgain
 }
 
 // ours reports whether v still names this holding.

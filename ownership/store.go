@@ -236,9 +236,7 @@ func (s *Store) lease(id string, v view, start time.Time, ttl time.Duration) *Le
 // expiry expires may act, the write having been sent after start: the
 // published span less the clock-bound margin delta + 2*rho*span.
 func (s *Store) authority(expires, start time.Time) time.Time {
-	span := expires.Sub(start.Round(0))
-	margin := s.skew + time.Duration(2*s.drift*float64(span))
-	return start.Add(span - margin)
+	return authorityOf(expires, start, s.skew, s.drift)
 }
 
 func (s *Store) status(id string, v view, now time.Time) Status {
