@@ -384,7 +384,9 @@ func testStaleHolder(t *testing.T, env *testutil.Env) {
 
 func testContended(t *testing.T, env *testutil.Env) {
 	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{}, drain.WithLockTTL(150*time.Millisecond))
+	// A short term with a clock bound that leaves its renewals room on a
+	// loaded machine: the lock's Term self-fences at term - skew.
+	w, d := newWorld(t, env, world.Config{}, drain.WithLockTTL(300*time.Millisecond), drain.WithClockSkew(10*time.Millisecond))
 	send(t, ctx, w, "a", "m1", "m2")
 	lease, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
 	require.NoError(t, err)
@@ -400,7 +402,7 @@ func testContended(t *testing.T, env *testutil.Env) {
 		done <- err
 	}()
 	<-entered
-	// While the first drain runs (its lock renewed well past its 150ms
+	// While the first drain runs (its lock renewed well past its 300ms
 	// term), every second drain is refused.
 	deadline := time.Now().Add(600 * time.Millisecond)
 	for time.Now().Before(deadline) {

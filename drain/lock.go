@@ -10,13 +10,18 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
 )
 
 // heldLock is a drain lock this process holds: its value and the revision
 // of the write that stored it. Every change is a compare-and-swap on that
 // revision, so a lock is never written over a state its writer did not see.
+// It is kept alive by an ownership.Term, the engine that keeps id and node
+// leases too (docs/design.md 3.5, 4.1): the same schedule, retries,
+// watchdog and self-fence; the lock adds what a renewal writes.
 type heldLock struct {
 	d   *Drainer
 	id  string
@@ -25,8 +30,9 @@ type heldLock struct {
 	mu    sync.Mutex
 	val   wire.Lock
 	rev   uint64
-	until time.Time // local instant after which the holder stops committing
-	lost  error     // set once the lock is known to be someone else's
+	start time.Time // when the write that won the lock was sent
+
+	term *ownership.Term // from keep on
 }
 
 // acquire takes id's drain lock for a. It creates the key when it is absent
@@ -35,11 +41,10 @@ type heldLock struct {
 // older epoch of the id than a's (its drain is a stale owner's: design.md
 // 3.5), with a compare-and-swap on the exact revision it judged so.
 // takeover reports the latter: the caller must then fence the previous
-// holder (see fenceTakeover).
+// holder (see fenceTakeover). The lock is renewed once keep starts.
 func (d *Drainer) acquire(ctx context.Context, a *authority) (l *heldLock, takeover bool, err error) {
-	l = &heldLock{d: d, id: a.id, key: wire.LockKey(a.id)}
-	start := time.Now()
-	l.val = wire.Lock{Token: newToken(), Node: a.node, Epoch: a.epoch, Expires: start.Add(d.lockTTL)}
+	l = &heldLock{d: d, id: a.id, key: wire.LockKey(a.id), start: time.Now()}
+	l.val = wire.Lock{Token: newToken(), Node: a.node, Epoch: a.epoch, Expires: l.start.Add(d.lockTTL)}
 	data, err := wire.EncodeLock(l.val)
 	if err != nil {
 		return nil, false, err
@@ -47,7 +52,6 @@ func (d *Drainer) acquire(ctx context.Context, a *authority) (l *heldLock, takeo
 	// Most drains find no lock: try to create it first, and read only when
 	// one is there.
 	if l.rev, err = d.w.KV.Create(ctx, l.key, data); err == nil {
-		l.until = start.Add(d.lockTTL - d.skew)
 		return l, false, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -80,113 +84,122 @@ func (d *Drainer) acquire(ctx context.Context, a *authority) (l *heldLock, takeo
 	if err != nil {
 		return nil, false, err
 	}
-	l.until = start.Add(d.lockTTL - d.skew)
 	return l, takeover, nil
 }
 
-// check returns the error that must stop the drain, if any: the lock was
-// lost, or its local term ran out and a renewal did not confirm it.
-func (l *heldLock) check(ctx context.Context) error {
+// keep starts renewing the lock (ownership.Term: at a third of its term,
+// with the keeper's retries and watchdog). When the Term self-fences (the
+// lock changed hands, or no renewal was confirmed within its authority)
+// it stops the drain with *ContendedError{Lost: true}.
+func (l *heldLock) keep(stop context.CancelCauseFunc) {
+	l.term = l.d.own.KeepTerm(ownership.TermConfig{
+		TTL: l.d.lockTTL, MaxSkew: l.d.skew, Start: l.start, Expires: l.val.Expires,
+		Renew: l.renewOnce,
+		OnFence: func(c fencing.Cause) {
+			l.d.log.Warn("drain lock self-fence; the drain stops", "world", l.d.world, "id", l.id, "cause", string(c))
+			stop(l.lost())
+		},
+	})
+}
+
+func (l *heldLock) lost() error { return &ContendedError{ID: l.id, Lost: true} }
+
+// check returns the error that must stop the drain before a commit, if
+// any: the lock was lost, or its authority ran out (the Term's watchdog
+// fences it then, if it has not yet).
+func (l *heldLock) check(context.Context) error {
 	if l == nil { // a Holding's drain: no lock (holding.go)
 		return nil
 	}
-	l.mu.Lock()
-	lost, fresh := l.lost, time.Now().Before(l.until)
-	l.mu.Unlock()
-	if lost != nil || fresh {
-		return lost
+	if !l.term.Valid() {
+		return l.lost()
 	}
-	return l.renew(ctx)
+	return nil
 }
 
-// renew extends the lock with a compare-and-swap on the revision this holder
-// wrote last. A refused swap means the lock changed hands, unless the
-// stored value still carries this drain's token (a renewal whose answer was
-// lost did land): then the holder adopts that revision and tries again.
+// renew renews the lock now, by a compare-and-swap (ownership.Term.RenewNow):
+// nil once stored, *ContendedError{Lost: true} when the lock changed hands
+// or its authority ran out, another error when the outcome is unknown.
 func (l *heldLock) renew(ctx context.Context) error {
 	if l == nil {
 		return nil
 	}
+	err := l.term.RenewNow(ctx)
+	var c fencing.Cause
+	if errors.As(err, &c) || errors.Is(err, ownership.ErrClosed) {
+		return l.lost()
+	}
+	return err
+}
+
+// errRenewalPaused is a renewal a test paused (PauseLockRenewal).
+var errRenewalPaused = errors.New("drain: lock renewal paused")
+
+// renewOnce is the lock's ownership.RenewFunc: a compare-and-swap on the
+// revision this holder wrote last. A refused swap means the lock changed
+// hands (fencing.CauseRecordMismatch, or CauseRecordMissing when it is
+// gone), unless the stored value still carries this drain's token (a
+// renewal whose answer was lost did land): then the holder adopts that
+// revision and renews again (ownership.ErrRenewAgain).
+func (l *heldLock) renewOnce(ctx context.Context, start time.Time) (time.Time, error) {
+	if l.d.noRenew {
+		return time.Time{}, errRenewalPaused
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lost != nil {
-		return l.lost
+	next := l.val
+	next.Expires = start.Add(l.d.lockTTL)
+	data, err := wire.EncodeLock(next)
+	if err != nil {
+		return time.Time{}, err
 	}
-	for range 2 {
-		start := time.Now()
-		next := l.val
-		next.Expires = start.Add(l.d.lockTTL)
-		data, err := wire.EncodeLock(next)
-		if err != nil {
-			return err
-		}
-		rev, err := l.d.w.KV.Update(ctx, l.key, data, l.rev)
-		if err == nil {
-			l.val, l.rev, l.until = next, rev, start.Add(l.d.lockTTL-l.d.skew)
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return err // unknown: the next renewal finds out
-		}
-		m, gerr := jsapi.LeaderGet(ctx, l.d.nc, wire.BucketStream(l.d.world), jsapi.GetRequest{LastFor: wire.KeySubject(l.d.world, l.key)})
-		if gerr != nil && !errors.Is(gerr, jsapi.ErrNotFound) {
-			return gerr
-		}
-		if gerr == nil {
-			if cur, derr := wire.DecodeLock(m.Data); derr == nil && cur.Token == l.val.Token {
-				l.val, l.rev = cur, m.Sequence
-				continue
-			}
-		}
-		break
+	rev, err := l.d.w.KV.Update(ctx, l.key, data, l.rev)
+	if err == nil {
+		l.val, l.rev = next, rev
+		return next.Expires, nil
 	}
-	l.lost = &ContendedError{ID: l.id, Lost: true}
-	return l.lost
+	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		l.d.log.Debug("drain lock renewal failed; retrying", "world", l.d.world, "id", l.id, "error", err)
+		return time.Time{}, err // unknown: the next attempt finds out
+	}
+	m, err := jsapi.LeaderGet(ctx, l.d.nc, wire.BucketStream(l.d.world), jsapi.GetRequest{LastFor: wire.KeySubject(l.d.world, l.key)})
+	switch {
+	case errors.Is(err, jsapi.ErrNotFound):
+		return time.Time{}, fencing.CauseRecordMissing
+	case err != nil:
+		return time.Time{}, err
+	case jsapi.IsMarker(m.Header):
+		return time.Time{}, fencing.CauseRecordMissing
+	}
+	if cur, derr := wire.DecodeLock(m.Data); derr == nil && cur.Token == l.val.Token {
+		l.val, l.rev = cur, m.Sequence
+		return time.Time{}, ownership.ErrRenewAgain
+	}
+	return time.Time{}, fencing.CauseRecordMismatch
 }
 
-// keep renews the lock at a third of its term until ctx ends; when the lock
-// is lost it cancels the drain with that cause.
-func (l *heldLock) keep(ctx context.Context, stop context.CancelCauseFunc) {
-	if l == nil || l.d.noRenew {
-		return
-	}
-	t := time.NewTicker(l.d.lockTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rctx, cancel := context.WithTimeout(ctx, l.d.lockTTL/3)
-		err := l.renew(rctx)
-		cancel()
-		var ce *ContendedError
-		if errors.As(err, &ce) && ce.Lost {
-			stop(err)
-			return
-		}
-		if err != nil && ctx.Err() == nil {
-			l.d.log.Warn("drain lock renewal failed; retrying", "world", l.d.world, "id", l.id, "error", err)
-		}
+// close stops renewing the lock; it stays until release, or lapses.
+func (l *heldLock) close() {
+	if l != nil && l.term != nil {
+		l.term.Close()
 	}
 }
 
-// release deletes the lock if it is still this drain's (compare-and-swap on
-// the revision). A lock that was lost is left alone.
+// release stops renewing and deletes the lock if it is still this drain's
+// (compare-and-swap on the revision). A lock that was lost is left alone.
 func (l *heldLock) release(ctx context.Context) {
 	if l == nil {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.lost != nil {
+	l.close()
+	if l.term != nil && l.term.Cause() != "" {
 		return
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if err := l.d.w.KV.Delete(ctx, l.key, jetstream.LastRevision(l.rev)); err != nil {
 		l.d.log.Debug("drain lock release", "world", l.d.world, "id", l.id, "error", err)
 	}
-	l.lost = &ContendedError{ID: l.id, Lost: true}
 }
 
 // newToken is a fresh random lock token (128 bits).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -48,7 +47,6 @@ type run struct {
 
 	ctx  context.Context // the drain's: ends when the lock is lost
 	stop context.CancelCauseFunc
-	wg   sync.WaitGroup // the lock keeper
 
 	// DrainAll's scan (all.go): what it delivered and not yet committed.
 	scanNext  wire.Cursor
@@ -90,8 +88,8 @@ func (d *Drainer) drain(ctx context.Context, a *authority, h Handler, opts []Run
 	return res, err
 }
 
-// begin starts a drain of one id: the holder check, the lock (with its
-// keeper goroutine, which end stops) and, with cursor, the cursor (which
+// begin starts a drain of one id: the holder check, the lock (kept by
+// an ownership.Term, which end stops) and, with cursor, the cursor (which
 // must be read after the lock was taken).
 func (d *Drainer) begin(ctx context.Context, a *authority, h Handler, opts []RunOption, cursor bool) (*run, error) {
 	var o runOptions
@@ -117,8 +115,7 @@ func (d *Drainer) begin(ctx context.Context, a *authority, h Handler, opts []Run
 		cursorSubj: wire.KeySubject(d.world, wire.CursorKey(a.id)),
 	}
 	r.ctx, r.stop = context.WithCancelCause(ctx)
-	r.wg.Add(1)
-	go func() { defer r.wg.Done(); lk.keep(r.ctx, r.stop) }()
+	lk.keep(r.stop)
 	if takeover {
 		err = r.fenceTakeover(r.ctx)
 	}
@@ -132,12 +129,12 @@ func (d *Drainer) begin(ctx context.Context, a *authority, h Handler, opts []Run
 	return r, nil
 }
 
-// end finishes a drain: the last purge, the keeper, the lock. It turns a
+// end finishes a drain: the last purge, the lock's Term, the lock. It turns a
 // cancellation caused by a lost lock into that cause.
 func (r *run) end(ctx context.Context, err error) (Result, error) {
 	r.finishPurge(r.ctx)
 	r.stop(nil)
-	r.wg.Wait()
+	r.lk.close()
 	// After an unknown commit the lock is left to lapse: the next drain
 	// then takes it over, which fences a commit still in flight.
 	if !r.uncertain {

@@ -1,0 +1,130 @@
+package drain_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/testkit/testutil"
+	"github.com/fencepost/fencepost/world"
+)
+
+// stopped waits (at most 10 s) for a handler's context to end and returns
+// when, or the zero time if it did not.
+func stopped(t *testing.T, ctx context.Context) time.Time {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		return time.Now()
+	case <-time.After(10 * time.Second):
+		t.Error("the handler's context did not end")
+		return time.Time{}
+	}
+}
+
+// requireLost checks that err is the drain's lost lock.
+func requireLost(t *testing.T, err error) {
+	t.Helper()
+	var ce *drain.ContendedError
+	require.ErrorAs(t, err, &ce, "got %v", err)
+	require.True(t, ce.Lost, "got %v", err)
+}
+
+// overwriteLock puts another drain's lock on id, as a takeover would.
+func overwriteLock(t *testing.T, ctx context.Context, w *client.World, id string) {
+	t.Helper()
+	other, err := wire.EncodeLock(wire.Lock{Token: "other-drain", Node: "n9", Epoch: 1, Expires: time.Now().Add(time.Minute)})
+	require.NoError(t, err)
+	_, err = w.KV.Put(ctx, wire.LockKey(id), other)
+	require.NoError(t, err)
+}
+
+// TestDrain_LockKeptByTerm: the drain lock is kept by ownership.Term, the
+// engine of id and node leases (docs/design.md 3.5, 4.1), with its
+// self-fence: the drain stops, with its handler's context, when a renewal
+// finds the lock changed hands, when no renewal is confirmed within the
+// lock's authority (the watchdog: before the Term, a lock whose renewals
+// went unanswered kept delivering until its next commit), and when the
+// renewal a re-read fence needs before a commit fails.
+func TestDrain_LockKeptByTerm(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+
+	t.Run("a lock that changed hands stops the drain at the next renewal", func(t *testing.T) {
+		ctx := testutil.Ctx(t, time.Minute)
+		w, d := newWorld(t, env, world.Config{}, drain.WithLockTTL(600*time.Millisecond))
+		send(t, ctx, w, "a", "m1", "m2")
+		lease, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
+		require.NoError(t, err)
+		calls := 0
+		_, err = d.DrainLease(ctx, lease, func(hctx context.Context, m drain.Message) error {
+			calls++
+			overwriteLock(t, ctx, w, "a")
+			stopped(t, hctx)
+			requireLost(t, context.Cause(hctx))
+			return hctx.Err()
+		})
+		requireLost(t, err)
+		require.Equal(t, 1, calls)
+		st, err := d.Stat(ctx, "a")
+		require.NoError(t, err)
+		require.Zero(t, st.Cursor, "a drain that lost its lock committed")
+		e, err := w.KV.Get(ctx, wire.LockKey("a"))
+		require.NoError(t, err, "the other drain's lock was removed")
+		l, err := wire.DecodeLock(e.Value())
+		require.NoError(t, err)
+		require.Equal(t, "other-drain", l.Token)
+	})
+
+	t.Run("a lock whose renewals go unanswered stops the drain at its authority", func(t *testing.T) {
+		ctx := testutil.Ctx(t, time.Minute)
+		const ttl, skew = 400 * time.Millisecond, 50 * time.Millisecond
+		w, d := newWorld(t, env, world.Config{}, drain.WithLockTTL(ttl), drain.WithClockSkew(skew))
+		drain.PauseLockRenewal(d)
+		send(t, ctx, w, "a", "m1")
+		lease, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
+		require.NoError(t, err)
+		begun := time.Now()
+		var at time.Time
+		_, err = d.DrainLease(ctx, lease, func(hctx context.Context, m drain.Message) error {
+			at = stopped(t, hctx)
+			requireLost(t, context.Cause(hctx))
+			return hctx.Err()
+		})
+		requireLost(t, err)
+		// The lock was written after begun: its authority, term less the
+		// clock margin, cannot have run out earlier.
+		require.GreaterOrEqual(t, at.Sub(begun), ttl-skew-time.Millisecond, "stopped before the lock's authority ran out")
+		st, err := d.Stat(ctx, "a")
+		require.NoError(t, err)
+		require.Zero(t, st.Cursor)
+		require.Equal(t, uint64(1), st.Depth)
+	})
+
+	t.Run("a commit on a re-read fence renews the lock first, and stops if it changed hands", func(t *testing.T) {
+		ctx := testutil.Ctx(t, time.Minute)
+		w, d := newWorld(t, env, world.Config{}) // a 30 s lock: no scheduled renewal meanwhile
+		send(t, ctx, w, "a", "m1")
+		lease, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
+		require.NoError(t, err)
+		// Between the handler and the commit: the record moves (the fence
+		// the drain holds is refused) after another drain took the lock, in
+		// the order a takeover writes them (design.md 3.5, T1 and T2).
+		drain.SetBeforeCommit(d, func(id string, _ wire.Cursor) {
+			overwriteLock(t, ctx, w, id)
+			_, err := w.Ownership.Renew(ctx, id, "n1", time.Minute)
+			require.NoError(t, err)
+		})
+		var rec recorder
+		_, err = d.DrainLease(ctx, lease, rec.handle)
+		requireLost(t, err)
+		require.Equal(t, []string{"m1"}, rec.bodies())
+		st, err := d.Stat(ctx, "a")
+		require.NoError(t, err)
+		require.Zero(t, st.Cursor, "committed on a fence read after the lock changed hands")
+	})
+}
