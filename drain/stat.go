@@ -2,7 +2,6 @@ package drain
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,18 +95,6 @@ func (d *Drainer) WorldStat(ctx context.Context) (WorldStat, error) {
 			ws.DeadLetters += n
 		}
 	}
-	keys, err := d.w.KV.ListKeysFiltered(ctx, wire.RecordPrefix+"*")
-	if err != nil {
-		return ws, err
-	}
-	for key := range keys.Keys() {
-		id, err := wire.DecodeID(strings.TrimPrefix(key, wire.RecordPrefix)) // a key, not a subject
-		if err != nil {
-			continue
-		}
-		if st, err := d.own.Owner(ctx, id); err == nil && st.Held {
-			ws.Owned++
-		}
-	}
-	return ws, nil
+	ws.Owned, err = d.own.CountHeld(ctx)
+	return ws, err
 }
