@@ -325,11 +325,29 @@ func printFlags(w io.Writer, flags []*kong.Flag) {
 }
 
 // version is the module's version this binary was built from, as Go
-// recorded it (a tag, or a pseudo-version from the VCS), else "devel".
+// recorded it (a tag, or a pseudo-version from the VCS), else "devel",
+// with the commit when Go recorded one ("devel (0123456789ab, modified)").
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
-	if !ok || bi.Main.Version == "" || bi.Main.Version == "(devel)" {
+	if !ok {
 		return "devel"
 	}
-	return bi.Main.Version
+	if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value[:min(len(s.Value), 12)]
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = ", modified"
+			}
+		}
+	}
+	if rev == "" {
+		return "devel"
+	}
+	return "devel (" + rev + modified + ")"
 }

@@ -142,15 +142,29 @@ func TestCLI_HelpCommand(t *testing.T) {
 }
 
 // TestCLI_Version: --version prints the module version Go recorded in
-// the binary (devel when there is none), before or after a command.
+// the binary, else devel and the commit if Go recorded one, before or
+// after a command (`go version -m` reads the same record).
 func TestCLI_Version(t *testing.T) {
 	out, err := exec.Command("go", "version", "-m", bin).CombinedOutput()
 	require.NoError(t, err, string(out))
-	want := "devel"
+	var mod, rev, modified string
 	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) >= 3 && f[0] == "mod" && f[1] == "github.com/fencepost/fencepost" && f[2] != "(devel)" {
-			want = f[2]
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 3 && f[0] == "mod" && f[1] == "github.com/fencepost/fencepost" && f[2] != "(devel)":
+			mod = f[2]
+		case len(f) == 2 && f[0] == "build" && strings.HasPrefix(f[1], "vcs.revision="):
+			rev = strings.TrimPrefix(f[1], "vcs.revision=")[:12]
+		case len(f) == 2 && f[0] == "build" && f[1] == "vcs.modified=true":
+			modified = ", modified"
 		}
+	}
+	want := "devel"
+	switch {
+	case mod != "":
+		want = mod
+	case rev != "":
+		want = "devel (" + rev + modified + ")"
 	}
 	for _, args := range [][]string{{"--version"}, {"owner", "x", "--version"}} {
 		r := cli(t, nowhere, noWorld, args...)
