@@ -35,6 +35,9 @@ type Sweeper struct {
 	judge   map[string]uint64 // id -> a stored cursor above the last sequence known, to be judged
 	top     uint64            // the highest mailbox sequence seen
 	stuck   int               // sweeps in a row in which the mark did not move
+	// last: id -> the sequence of its last message seen (Unread); nil
+	// once it grew past lastMax ids (Unread then says true).
+	last map[string]uint64
 
 	swept atomic.Uint64 // every mailbox message below this was purged
 }
@@ -49,7 +52,7 @@ type sweepMsg struct {
 // purges to it: a holding purges its id alone only what the sweeps have
 // not removed after sweepGrace.
 func (d *Drainer) NewSweeper() *Sweeper {
-	s := &Sweeper{d: d, cursors: map[string]uint64{}, judge: map[string]uint64{}}
+	s := &Sweeper{d: d, cursors: map[string]uint64{}, judge: map[string]uint64{}, last: map[string]uint64{}}
 	d.sweeper.Store(s)
 	return s
 }
@@ -75,10 +78,35 @@ func (s *Sweeper) Saw(seq uint64, subject string) {
 		return
 	}
 	s.top = seq
+	if id != "" && s.last != nil {
+		if s.last[id] = seq; len(s.last) > lastMax {
+			s.last = nil
+		}
+	}
 	if c, ok := s.cursors[id]; ok && id != "" && c >= seq {
 		return // committed before the consumer got to it
 	}
 	s.seen = append(s.seen, sweepMsg{seq, id})
+}
+
+// lastMax bounds the ids whose last message a Sweeper remembers (about
+// 100 bytes each).
+const lastMax = 1_000_000
+
+// Unread says whether the last message of id that the caller's consumer
+// delivered is after the id's stored cursor, as far as the Sweeper knows:
+// false only when every message of id seen so far is covered by a stored
+// cursor it follows. A message the consumer has not delivered yet is not
+// counted: the caller learns of it when it does. A worker uses it to leave
+// an id whose holder went away unclaimed until mail comes for it.
+func (s *Sweeper) Unread(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last == nil {
+		return true
+	}
+	last, ok := s.last[id]
+	return ok && s.cursors[id] < last
 }
 
 // Swept says below which sequence every mailbox message was purged.

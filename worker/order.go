@@ -62,7 +62,11 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 			}
 			if c.why == fromFree {
 				delete(others, id)
-			} else if until, ok := others[id]; ok && time.Now().Before(until) {
+			}
+			if !wk.unread(id) {
+				continue
+			}
+			if until, ok := others[id]; ok && c.why != fromFree && time.Now().Before(until) {
 				continue
 			}
 			if pending[id] {
@@ -73,7 +77,7 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 			continue
 		case id = <-retry:
 		}
-		if until, ok := others[id]; ok && time.Now().Before(until) || wk.holding(id) != nil {
+		if until, ok := others[id]; ok && time.Now().Before(until) || wk.holding(id) != nil || !wk.unread(id) {
 			delete(pending, id)
 			continue
 		}
@@ -97,6 +101,14 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 		}()
 	}
 }
+
+// unread says whether id may have mail waiting: with a sweep, whether a
+// message of it that the consumer read is not committed yet. An id with
+// none is claimed when mail comes (its post is a candidate), not before:
+// after a node dies its idle ids cost nothing, and a scan that finds
+// committed messages not swept yet claims nothing. Without a sweep (a
+// worker of a list of ids, a replicated world) every candidate may have.
+func (wk *Worker) unread(id string) bool { return wk.sweep == nil || wk.sweep.Unread(id) }
 
 // claim takes id through the session and starts serving it; it says
 // whether another worker holds id.
