@@ -330,6 +330,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	g.Add(func() error { return d.sweepLoop(d.stopCtx) }, func(error) { d.stop() })
 	if d.cfg.Auth {
 		g.Add(func() error { return d.retireLoop(d.stopCtx) }, func(error) { d.stop() })
+		g.Add(func() error { return d.auditLoop(d.stopCtx) }, func(error) { d.stop() })
+		g.Add(func() error { return d.reapLoop(d.stopCtx) }, func(error) { d.stop() })
 	}
 	if d.http != nil { // nobody reads the scrape without the endpoint
 		g.Add(func() error { return d.scrapeLoop(d.stopCtx) }, func(error) { d.stop() })

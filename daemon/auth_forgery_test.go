@@ -1,0 +1,241 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/daemon"
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/testkit/testutil"
+)
+
+// The forgeries subject permissions cannot refuse an owner (issue 16):
+// writes of keys every owner needs (o.*, l.*, c.*, fp.<w>.dl.*), with
+// contents no honest owner writes, against a real fencepostd --auth. Each
+// test is a row of docs/security.md's trust model: what fencepostd
+// detects and undoes, and what stays admitted.
+
+// forgeries is the count of kind the auditor reported.
+func forgeries(kind string) string {
+	return fmt.Sprintf(`fencepost_forgeries_total{kind=%q,world="default"}`, kind)
+}
+
+// theft sets up a victim id held by node-b, claimed three times (epoch 3),
+// and mallory, an owner bound to node-a.
+type theft struct {
+	a        *authed
+	holder   *roleConn // node-b
+	mallory  *roleConn // node-a
+	op       *roleConn
+	malKV    jetstream.KeyValue
+	opKV     jetstream.KeyValue
+	epoch    uint64 // the victim's, held by node-b
+	ctx      context.Context
+	victimID string
+}
+
+func setupTheft(t *testing.T) *theft {
+	t.Helper()
+	a := startAuthed(t)
+	th := &theft{a: a, ctx: testutil.Ctx(t, 30*time.Second), victimID: "victim"}
+	th.holder = a.asFile(t, a.node(t, "node-b").File)
+	th.mallory = a.asFile(t, a.node(t, "node-a").File)
+	th.op = a.as(t, daemon.RoleOperator)
+	th.malKV, th.opKV = th.mallory.bucket(t), th.op.bucket(t)
+	own := th.holder.w.Ownership
+	for i := range 3 {
+		l, err := own.Claim(th.ctx, th.victimID, "node-b", time.Minute)
+		require.NoError(t, err)
+		th.epoch = l.Epoch
+		if i < 2 {
+			require.NoError(t, own.Release(th.ctx, th.victimID, "node-b"))
+		}
+	}
+	require.Equal(t, uint64(3), th.epoch)
+	return th
+}
+
+// record encodes an ownership record of mallory's.
+func record(t *testing.T, epoch uint64, expires time.Time) []byte {
+	t.Helper()
+	b, err := wire.EncodeRecord(wire.Record{Node: "mallory", Epoch: epoch, State: wire.StateHeld, TTLms: 1000, Acquired: time.Now(), Expires: expires})
+	require.NoError(t, err)
+	return b
+}
+
+var in2027 = time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// waitFreed polls until the victim's record is free at epoch at least
+// min and returns its status.
+func (th *theft) waitFreed(t *testing.T, min uint64) {
+	t.Helper()
+	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		st, err := th.op.w.Ownership.Owner(th.ctx, th.victimID)
+		if err != nil {
+			return err
+		}
+		if st.Held || st.Epoch < min {
+			return fmt.Errorf("victim: held=%v by %s at epoch %d until %v", st.Held, st.Node, st.Epoch, st.Expires)
+		}
+		return nil
+	})
+}
+
+// TestAttack_ForgedRecordUndone: an owner's record o.<id> written without
+// the revision condition, its epoch set back and its expiry in 2027 (the
+// issue's row), and one written at the next epoch with a compare-and-swap
+// but a term far above the world's max_ttl, are stored: the server checks
+// the subject, not the payload. fencepostd detects both in the bucket
+// stream, counts them and frees the record at the highest epoch the id
+// had, so that the forger's epoch answers fenced, nobody holds the id
+// until 2027, and the next claim gets an epoch above every earlier one.
+func TestAttack_ForgedRecordUndone(t *testing.T) {
+	th := setupTheft(t)
+	key := wire.RecordKey(th.victimID)
+
+	t.Run("epoch back, no revision condition", func(t *testing.T) {
+		_, err := th.malKV.Put(th.ctx, key, record(t, 1, in2027))
+		require.NoError(t, err, "admitted by the server")
+		th.waitFreed(t, 3)
+		th.a.waitMetric(t, forgeries(daemon.ForgedEpochBack), 1)
+		_, err = th.op.w.Ownership.Guard(th.ctx, th.victimID, "mallory", 1)
+		require.ErrorIs(t, err, ownership.ErrFree, "the forged epoch is not the owner")
+		l, err := th.holder.w.Ownership.Claim(th.ctx, th.victimID, "node-b", time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, uint64(4), l.Epoch, "epochs went on from the highest")
+	})
+
+	t.Run("term above max_ttl", func(t *testing.T) {
+		st, err := th.op.w.Ownership.Owner(th.ctx, th.victimID)
+		require.NoError(t, err)
+		_, err = th.malKV.Update(th.ctx, key, record(t, st.Epoch+1, in2027), st.Revision)
+		require.NoError(t, err, "admitted by the server: a seize's write")
+		th.waitFreed(t, st.Epoch+1)
+		th.a.waitMetric(t, forgeries(daemon.ForgedRecordTerm), 1)
+		l, err := th.holder.w.Ownership.Claim(th.ctx, th.victimID, "node-b", time.Minute)
+		require.NoError(t, err, "claimable at once, not in 2027")
+		require.Equal(t, st.Epoch+2, l.Epoch)
+	})
+	th.a.waitMetric(t, forgeries(daemon.ForgedEpochBack), 1)
+}
+
+// TestAttack_PlantedDrainLockRemoved: a drain lock l.<id> planted by an
+// owner with the holder's epoch and an expiry in 2027 (which made every
+// drain of the holder answer contended until 2027) is stored; fencepostd
+// deletes it and counts it, and the holder drains.
+func TestAttack_PlantedDrainLockRemoved(t *testing.T) {
+	th := setupTheft(t)
+	_, err := th.holder.w.Send(th.ctx, th.victimID, []byte("mail"))
+	require.NoError(t, err)
+	lock, err := wire.EncodeLock(wire.Lock{Token: "planted", Node: "node-b", Epoch: th.epoch, Expires: in2027})
+	require.NoError(t, err)
+	_, err = th.malKV.Put(th.ctx, wire.LockKey(th.victimID), lock)
+	require.NoError(t, err, "admitted by the server")
+	th.a.waitMetric(t, forgeries(daemon.ForgedLockTerm), 1)
+	l, err := th.holder.w.Ownership.Renew(th.ctx, th.victimID, "node-b", time.Minute)
+	require.NoError(t, err)
+	var got []string
+	servertest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		res, err := th.holder.w.Drainer.DrainLease(th.ctx, l, func(_ context.Context, m drain.Message) error {
+			got = append(got, string(m.Body))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if res.Acked != 1 {
+			return fmt.Errorf("drained %d", res.Acked)
+		}
+		return nil
+	})
+	require.Equal(t, []string{"mail"}, got)
+}
+
+// TestAttack_ConsumerAtRestRemoved: a durable consumer without an
+// inactivity threshold on another id's mailbox (created and kept at
+// rest, reading every message as it comes) is removed by fencepostd at
+// its creation, and counted; so is one whose threshold is a year.
+func TestAttack_ConsumerAtRestRemoved(t *testing.T) {
+	th := setupTheft(t)
+	js := th.mallory.c.JetStream()
+	for name, threshold := range map[string]time.Duration{"spy": 0, "patient-spy": 365 * 24 * time.Hour} {
+		_, err := js.CreateOrUpdateConsumer(th.ctx, wire.MailboxStream("default"), jetstream.ConsumerConfig{
+			Durable: name, FilterSubject: wire.MailboxSubject("default", th.victimID), AckPolicy: jetstream.AckNonePolicy,
+			InactiveThreshold: threshold, MemoryStorage: true,
+		})
+		require.NoError(t, err, "admitted by the server: owners create consumers to drain")
+		servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+			_, err := th.op.c.JetStream().Consumer(th.ctx, wire.MailboxStream("default"), name)
+			if err == nil {
+				return fmt.Errorf("consumer %s still there", name)
+			}
+			return nil
+		})
+	}
+	th.a.waitMetric(t, forgeries(daemon.ForgedConsumer), 2)
+}
+
+// TestAttack_OwnerForgeriesAdmitted: what an owner can still do to an id
+// it does not hold, because the write looks like an honest one and the
+// stored message does not say who published it. Each is stored, and
+// fencepostd counts nothing:
+//   - a release as the holder's node (a conditional write of the record
+//     at its revision, free): the holder is fenced (its next drain
+//     refuses), the id is free for anyone;
+//   - a cursor c.<id> moved to the mailbox's last sequence: the messages
+//     below it count as delivered and are skipped (a cursor above the
+//     last sequence is refused by the purger: TestPurger_ForgedCursor);
+//   - a dead letter fp.<w>.dl.<id> of an id it does not hold: stored and
+//     listed.
+func TestAttack_OwnerForgeriesAdmitted(t *testing.T) {
+	th := setupTheft(t)
+	for _, body := range []string{"one", "two"} {
+		_, err := th.holder.w.Send(th.ctx, th.victimID, []byte(body))
+		require.NoError(t, err)
+	}
+	held, err := th.holder.w.Ownership.Renew(th.ctx, th.victimID, "node-b", time.Minute)
+	require.NoError(t, err)
+
+	t.Run("cursor within the mailbox", func(t *testing.T) {
+		mb, err := th.op.c.JetStream().Stream(th.ctx, wire.MailboxStream("default"))
+		require.NoError(t, err)
+		info, err := mb.Info(th.ctx)
+		require.NoError(t, err)
+		c, err := wire.EncodeCursor(wire.Cursor{Seq: info.State.LastSeq})
+		require.NoError(t, err)
+		_, err = th.malKV.Put(th.ctx, wire.CursorKey(th.victimID), c)
+		require.NoError(t, err, "admitted by the server")
+		res, err := th.holder.w.Drainer.DrainLease(th.ctx, held, func(_ context.Context, m drain.Message) error {
+			return fmt.Errorf("delivered %s", m.Body)
+		})
+		require.NoError(t, err)
+		require.Zero(t, res.Acked, "admitted: the two messages were skipped")
+	})
+
+	t.Run("dead letter of an id it does not hold", func(t *testing.T) {
+		ack, err := th.mallory.c.JetStream().Publish(th.ctx, wire.DeadLetterSubject("default", th.victimID), []byte("forged"))
+		require.NoError(t, err, "admitted by the server")
+		require.NotZero(t, ack.Sequence)
+	})
+
+	t.Run("release as the holder's node", func(t *testing.T) {
+		require.NoError(t, th.mallory.w.Ownership.Release(th.ctx, th.victimID, "node-b"), "admitted: node-a writes the record as node-b")
+		_, err := th.op.w.Ownership.Guard(th.ctx, th.victimID, "node-b", held.Epoch)
+		require.ErrorIs(t, err, ownership.ErrFree, "the holder is fenced")
+		_, err = th.holder.w.Drainer.DrainLease(th.ctx, held, func(context.Context, drain.Message) error { return nil })
+		require.Error(t, err, "its drain refuses")
+	})
+	for _, kind := range []string{daemon.ForgedEpochBack, daemon.ForgedRecordTerm, daemon.ForgedLockTerm} {
+		require.LessOrEqual(t, th.a.metric(t, forgeries(kind)), 0.0, "nothing detected: %s", kind)
+	}
+	require.False(t, strings.Contains(th.mallory.violations(0), "Permissions Violation"), "nothing refused: %s", th.mallory.violations(0))
+}
