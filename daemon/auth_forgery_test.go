@@ -239,3 +239,32 @@ func TestAttack_OwnerForgeriesAdmitted(t *testing.T) {
 	}
 	require.False(t, strings.Contains(th.mallory.violations(0), "Permissions Violation"), "nothing refused: %s", th.mallory.violations(0))
 }
+
+// TestAttack_ProducerWildcardPostMovedAside: a producer's post to a
+// literal "*" mailbox token (fp.<w>.mb.*, which its permission matches as
+// a subject) is stored, and no id's drain could read it; fencepostd's
+// sweep moves it to the world's unroutable dead letters, with its body.
+func TestAttack_ProducerWildcardPostMovedAside(t *testing.T) {
+	a := startAuthed(t)
+	ctx := testutil.Ctx(t, 40*time.Second)
+	eve := a.spy(t, daemon.RoleProducer)
+	m, err := eve.nc.RequestWithContext(ctx, "fp.default.mb.*", []byte("nobody drains me"))
+	require.NoError(t, err)
+	require.Contains(t, string(m.Data), `"seq"`, "admitted by the server: stored")
+	op := a.as(t, daemon.RoleOperator)
+	servertest.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		dls, err := op.w.Drainer.Unroutable(ctx, 10)
+		if err != nil {
+			return err
+		}
+		if len(dls) != 1 || string(dls[0].Body) != "nobody drains me" {
+			return fmt.Errorf("unroutable: %d", len(dls))
+		}
+		return nil
+	})
+	mb, err := op.c.JetStream().Stream(ctx, wire.MailboxStream("default"))
+	require.NoError(t, err)
+	info, err := mb.Info(ctx, jetstream.WithSubjectFilter("fp.default.mb.*"))
+	require.NoError(t, err)
+	require.Zero(t, info.State.Subjects["fp.default.mb.*"], "moved aside")
+}
