@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime/debug"
 	"sort"
@@ -165,51 +166,35 @@ func normalise(k *kong.Kong, argv []string) (line, *usageError) {
 	var flags, args []string
 	for i := 0; i < len(argv); i++ {
 		a := argv[i]
-		if a == "--" {
+		switch {
+		case a == "--" && ln.cmd == "":
+			return ln, &usageError{msg: "want a COMMAND before --"}
+		case a == "--":
 			args = append(args, argv[i+1:]...)
-			break
-		}
-		if len(a) < 2 || a[0] != '-' {
-			args = append(args, a)
-			if ln.cmd == "" {
-				ln.cmd, args = a, nil
-				node := commandNode(k, a)
-				if node == nil {
-					return ln, &usageError{unknown: a}
-				}
-				if a == "bench" && benchExec != nil {
-					return ln, nil // fencepost-bench reads the whole line
-				}
-				for n, f := range flagTable(node) {
-					known[n] = f
-				}
+			i = len(argv)
+		case len(a) < 2 || a[0] != '-':
+			if ln.cmd != "" {
+				args = append(args, a)
+				continue
 			}
-			continue
-		}
-		name, val, hasVal := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
-		if name == "h" || name == "help" {
-			ln.help = true
-			continue
-		}
-		f := known[name]
-		if f == nil {
-			return ln, &usageError{cmd: ln.cmd, msg: "flag provided but not defined: -" + name, hint: dashHint(ln.cmd, "-"+name)}
-		}
-		ln.given[f.Name] = true
-		if !hasVal && !f.IsBool() && i+1 < len(argv) {
-			val, hasVal = argv[i+1], true
-			i++
-		}
-		if hasVal {
-			flags = append(flags, "--"+f.Name+"="+val)
-		} else {
-			flags = append(flags, "--"+f.Name)
-		}
-	}
-	if ln.cmd == "" && len(args) > 0 {
-		ln.cmd, args = args[0], args[1:] // fencepost -- COMMAND ...
-		if commandNode(k, ln.cmd) == nil {
-			return ln, &usageError{unknown: ln.cmd}
+			node := commandNode(k, a)
+			if node == nil {
+				return ln, &usageError{unknown: a}
+			}
+			ln.cmd = a
+			if a == "bench" && benchExec != nil {
+				return ln, nil // fencepost-bench reads the whole line
+			}
+			maps.Copy(known, flagTable(node))
+		default:
+			flag, used, uerr := ln.flag(known, argv[i:])
+			if uerr != nil {
+				return ln, uerr
+			}
+			if flag != "" {
+				flags = append(flags, flag)
+			}
+			i += used - 1
 		}
 	}
 	if ln.cmd != "" {
@@ -221,6 +206,30 @@ func normalise(k *kong.Kong, argv []string) (line, *usageError) {
 	}
 	ln.argv = append(append(ln.argv, "--"), args...)
 	return ln, nil
+}
+
+// flag reads the flag at rest[0] (its value may be rest[1]) as
+// --name[=value] and says how many arguments it used; -h and --help set
+// help and give no flag.
+func (ln *line) flag(known map[string]*kong.Flag, rest []string) (string, int, *usageError) {
+	name, val, hasVal := strings.Cut(strings.TrimPrefix(rest[0][1:], "-"), "=")
+	if name == "h" || name == "help" {
+		ln.help = true
+		return "", 1, nil
+	}
+	f := known[name]
+	if f == nil {
+		return "", 0, &usageError{cmd: ln.cmd, msg: "flag provided but not defined: -" + name, hint: dashHint(ln.cmd, "-"+name)}
+	}
+	ln.given[f.Name] = true
+	used := 1
+	if !hasVal && !f.IsBool() && len(rest) > 1 {
+		val, hasVal, used = rest[1], true, 2
+	}
+	if !hasVal {
+		return "--" + f.Name, used, nil
+	}
+	return "--" + f.Name + "=" + val, used, nil
 }
 
 // flagTable is the flags of node (not its parents') by name.

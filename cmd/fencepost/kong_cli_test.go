@@ -233,3 +233,24 @@ func TestCLI_Completion(t *testing.T) {
 		require.Equal(t, c.want+"\n", so.String(), c.line)
 	}
 }
+
+// TestCLI_UsageErrors_BeforeTheCommand: what goes wrong before the
+// command is a usage error (exit 2) that says what, on stderr.
+func TestCLI_UsageErrors_BeforeTheCommand(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--json"}, "want a command"},
+		{[]string{"--world", "w"}, "want a command"},
+		{[]string{"--nope", "owner", "x"}, "fencepost: flag provided but not defined: -nope"},
+		{[]string{"--", "owner", "x"}, "want a COMMAND before --"},
+		{[]string{"--world", "w", "bogus"}, `unknown command "bogus"`},
+		{[]string{"--timeout", "soon", "owner", "x"}, "--timeout"},
+	} {
+		r := cli(t, nowhere, noWorld, c.args...)
+		require.Equal(t, 2, r.code, "%v: %+v", c.args, r)
+		require.Empty(t, r.out, "%v", c.args)
+		require.Contains(t, r.err, c.want, "%v", c.args)
+	}
+}
