@@ -31,7 +31,7 @@ type globals struct {
 	World       string           `default:"${world}" placeholder:"W" help:"world (env FENCEPOST_WORLD)"`
 	JSON        bool             `name:"json" help:"print one JSON object per outcome"`
 	Timeout     time.Duration    `default:"5s" placeholder:"D" help:"time limit of the operation"`
-	LogLevel    string           `name:"log-level" default:"${loglevel}" placeholder:"LEVEL" help:"log level: debug, info, warn, error (env FENCEPOST_LOG)"`
+	LogLevel    string           `name:"log-level" complete:"debug,info,warn,error" default:"${loglevel}" placeholder:"LEVEL" help:"log level: debug, info, warn, error (env FENCEPOST_LOG)"`
 	Version     kong.VersionFlag `help:"print the version and exit"`
 }
 

@@ -97,8 +97,9 @@ func runCompletion(e *env, args []string) int {
 // runComplete prints the candidates for the last of args (the word under
 // the cursor, maybe empty), one a line: commands, then the flags of the
 // command and the global ones, the operations of world and dlq, the
-// commands again after help, the shells after completion. Nothing after
-// a flag that takes a value: the shell completes file names there.
+// commands again after help, the shells after completion, after a flag
+// the values its `complete` tag lists. Nothing after another flag that
+// takes a value: the shell completes file names there.
 func runComplete(e *env, args []string) int {
 	if len(args) == 0 {
 		args = []string{""}
@@ -118,8 +119,8 @@ func completions(k *kong.Kong, before []string, cur string) []string {
 		if len(w) > 1 && w[0] == '-' {
 			name, _, hasVal := strings.Cut(strings.TrimPrefix(w[1:], "-"), "=")
 			if f := known[name]; f != nil && !f.IsBool() && !hasVal {
-				if i == len(before)-1 {
-					return nil // cur is this flag's value
+				if i == len(before)-1 { // cur is this flag's value
+					return withPrefix(strings.Split(f.Tag.Get("complete"), ","), cur)
 				}
 				i++
 			}
@@ -151,9 +152,14 @@ func completions(k *kong.Kong, before []string, cur string) []string {
 	case cmd == "dlq" && len(positional) == 0:
 		cands = []string{"ls", "purge", "repost"}
 	}
+	return withPrefix(cands, cur)
+}
+
+// withPrefix are the candidates that start with cur, sorted.
+func withPrefix(cands []string, cur string) []string {
 	var out []string
 	for _, c := range cands {
-		if strings.HasPrefix(c, cur) {
+		if c != "" && strings.HasPrefix(c, cur) {
 			out = append(out, c)
 		}
 	}

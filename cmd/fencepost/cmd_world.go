@@ -23,8 +23,8 @@ var worldFlags struct {
 	MaxDeliveries int           `name:"max-deliveries" placeholder:"N" help:"add: deliveries before a message moves to dead letters (default 5)"`
 	DedupeWindow  time.Duration `name:"dedupe-window" placeholder:"D" help:"add: window in which a repeated --msg-id is stored once (default 2m)"`
 	Replicas      int           `name:"replicas" placeholder:"N" help:"add: 1, 3 or 5 (default 1; 3 on a 3-node cluster)"`
-	Storage       string        `name:"storage" placeholder:"KIND" help:"add: file or memory (default file)"`
-	Purge         string        `name:"purge" placeholder:"WHO" help:"add: who removes committed messages: owner (the drain, default) or server (fencepostd; for worlds whose owners may not purge, docs/security.md)"`
+	Storage       string        `name:"storage" placeholder:"KIND" complete:"file,memory" help:"add: file or memory (default file)"`
+	Purge         string        `name:"purge" placeholder:"WHO" complete:"owner,server" help:"add: who removes committed messages: owner (the drain, default) or server (fencepostd; for worlds whose owners may not purge, docs/security.md)"`
 	Yes           bool          `name:"yes" help:"rm: confirm"`
 }
 

@@ -205,6 +205,9 @@ func TestCLI_Completion(t *testing.T) {
 		{[]string{"help", "se"}, "seize\nsend\n"},
 		{[]string{"completion", "f"}, "fish\n"},
 		{[]string{"claim", "--node", ""}, ""},
+		{[]string{"world", "add", "w", "--storage", ""}, "file\nmemory\n"},
+		{[]string{"--log-level", "d"}, "debug\n"},
+		{[]string{"world", "add", "w", "--purge", "s"}, "server\n"},
 		{[]string{"claim", "x", ""}, ""},
 	} {
 		r := cli(t, nowhere, noWorld, append([]string{"__complete", "--"}, c.words...)...)
