@@ -79,8 +79,9 @@ fi
 `,
 	"fish": `# fencepost completion for fish: fencepost completion fish > ~/.config/fish/completions/fencepost.fish
 function __fencepost_complete
-	set -l words (commandline -opc) (commandline -ct)
-	$words[1] __complete -- $words[2..-1] 2>/dev/null
+	set -l words (commandline -opc)
+	set -l cur (commandline -ct)
+	$words[1] __complete -- $words[2..-1] "$cur" 2>/dev/null
 end
 complete -c fencepost -f -a '(__fencepost_complete)'
 `,

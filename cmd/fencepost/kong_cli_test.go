@@ -215,10 +215,30 @@ func TestCLI_Completion(t *testing.T) {
 		require.Equal(t, c.want, r.out, "%v", c.words)
 	}
 
-	bash, err := exec.LookPath("bash")
+	t.Run("bash", completeInBash)
+	t.Run("zsh", completeInZsh)
+	t.Run("fish", completeInFish)
+}
+
+// shellOut runs script in shell with bin's directory first on PATH and
+// FP=bin, and returns its stdout.
+func shellOut(t *testing.T, shell string, args ...string) string {
+	t.Helper()
+	path, err := exec.LookPath(shell)
 	if err != nil {
-		t.Skip("no bash")
+		t.Skipf("no %s", shell)
 	}
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), "FP="+bin, "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	require.NoError(t, cmd.Run(), se.String())
+	return so.String()
+}
+
+// completeInBash runs the bash script's function as bash's completion
+// does (COMP_WORDS, COMP_CWORD) and reads COMPREPLY.
+func completeInBash(t *testing.T) {
 	script := cli(t, nowhere, noWorld, "completion", "bash").out
 	for _, c := range []struct {
 		line string // the words before the cursor, and the word under it
@@ -228,12 +248,37 @@ func TestCLI_Completion(t *testing.T) {
 		{`COMP_WORDS=("$FP" --world w seize x --fo); COMP_CWORD=5`, "--force"},
 		{`COMP_WORDS=("$FP" world i); COMP_CWORD=2`, "info"},
 	} {
-		cmd := exec.Command(bash, "-c", script+"\n"+c.line+"\n_fencepost\nprintf '%s\\n' \"${COMPREPLY[@]}\"")
-		cmd.Env = append(os.Environ(), "FP="+bin)
-		var so, se bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &so, &se
-		require.NoError(t, cmd.Run(), se.String())
-		require.Equal(t, c.want+"\n", so.String(), c.line)
+		out := shellOut(t, "bash", "-c", script+"\n"+c.line+"\n_fencepost\nprintf '%s\\n' \"${COMPREPLY[@]}\"")
+		require.Equal(t, c.want+"\n", out, c.line)
+	}
+}
+
+// completeInZsh runs the zsh script's function with words and CURRENT
+// set as zsh's completion sets them, compadd and _files standing in for
+// the completion system's.
+func completeInZsh(t *testing.T) {
+	script := cli(t, nowhere, noWorld, "completion", "zsh").out
+	stubs := "compdef() {}\ncompadd() { [[ $1 == -a ]] && print -l -- ${(P)2} }\n_files() { print FILES }\n"
+	for _, c := range []struct{ line, want string }{
+		{`words=($FP cla); CURRENT=2`, "claim\n"},
+		{`words=($FP world add x --storage ""); CURRENT=6`, "file\nmemory\n"},
+		{`words=($FP claim --node ""); CURRENT=4`, "FILES\n"},
+	} {
+		out := shellOut(t, "zsh", "-c", stubs+script+"\n"+c.line+"\n_fencepost")
+		require.Equal(t, c.want, out, c.line)
+	}
+}
+
+// completeInFish asks fish itself (complete -C) with the script loaded.
+func completeInFish(t *testing.T) {
+	script := cli(t, nowhere, noWorld, "completion", "fish").out
+	for _, c := range []struct{ line, want string }{
+		{"fencepost cla", "claim\n"},
+		{"fencepost world add x --storage ", "file\nmemory\n"},
+		{"fencepost --world w seize x --fo", "--force\n"},
+	} {
+		out := shellOut(t, "fish", "-c", script+"\ncomplete -C '"+c.line+"'")
+		require.Equal(t, c.want, out, c.line)
 	}
 }
 
