@@ -186,13 +186,15 @@ func (l *heldLock) close() {
 }
 
 // release stops renewing and deletes the lock if it is still this drain's
-// (compare-and-swap on the revision). A lock that was lost is left alone.
+// (compare-and-swap on the revision). A lock a renewal found changed or
+// gone is left alone; one whose renewals went unanswered (the watchdog)
+// is deleted if it is still at the revision this drain wrote.
 func (l *heldLock) release(ctx context.Context) {
 	if l == nil {
 		return
 	}
 	l.close()
-	if l.term != nil && l.term.Cause() != "" {
+	if l.term != nil && l.term.Cause() != "" && l.term.Cause() != fencing.CauseWatchdog {
 		return
 	}
 	l.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
@@ -103,6 +104,10 @@ func TestDrain_LockKeptByTerm(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, st.Cursor)
 		require.Equal(t, uint64(1), st.Depth)
+		// Nobody took the lock: it is deleted at the revision this drain
+		// wrote, so the next drain does not wait for its term.
+		_, err = w.KV.Get(ctx, wire.LockKey("a"))
+		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the lock was left to lapse")
 	})
 
 	t.Run("a commit on a re-read fence renews the lock first, and stops if it changed hands", func(t *testing.T) {
