@@ -205,10 +205,16 @@ func (a *auditor) report(kind string, e jetstream.KeyValueEntry, undo error, arg
 
 // ForgedConsumer is the kind of a consumer kept at rest on a world's
 // stream: without an inactivity threshold (a durable one), or with one
-// above the world's max_ttl. fencepost makes none such (docs/wire.md: no
-// consumer exists at rest); an owner may (it creates consumers to drain),
-// and one would read every message of a mailbox as it comes, for ever.
+// above the world's max_ttl and consumerIdle, whichever is longer.
+// fencepost makes none such (docs/wire.md: no consumer exists at rest);
+// an owner may (it creates consumers to drain), and one would read every
+// message of a mailbox as it comes, for ever.
 const ForgedConsumer = "consumer_at_rest"
+
+// consumerIdle is the longest inactivity threshold fencepost's own
+// consumers may have whatever the world's max_ttl: nats.go's ordered
+// consumers (watches) ask for 5 minutes.
+const consumerIdle = 15 * time.Minute
 
 // consumerSweep is how often the auditor lists the world's consumers, for
 // one whose creation advisory it missed.
@@ -279,7 +285,7 @@ func (d *Daemon) reapAll(ctx context.Context, count *prometheus.CounterVec, stre
 }
 
 // reap deletes stream's consumer name if it is kept at rest: no
-// inactivity threshold, or one above max_ttl (0: not known yet).
+// inactivity threshold, or one too long (maxTTL 0: not known yet).
 func (d *Daemon) reap(ctx context.Context, count *prometheus.CounterVec, stream, name string, maxTTL time.Duration) {
 	if maxTTL == 0 {
 		return
@@ -289,7 +295,7 @@ func (d *Daemon) reap(ctx context.Context, count *prometheus.CounterVec, stream,
 		return
 	}
 	cfg := c.CachedInfo().Config
-	if cfg.InactiveThreshold > 0 && cfg.InactiveThreshold <= maxTTL+auditMargin {
+	if cfg.InactiveThreshold > 0 && cfg.InactiveThreshold <= max(maxTTL, consumerIdle)+auditMargin {
 		return
 	}
 	err = d.js.DeleteConsumer(ctx, stream, name)

@@ -328,7 +328,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	g.Add(func() error { return d.ensureWorld(d.stopCtx) }, func(error) { d.stop() })
 	g.Add(func() error { return d.purgeLoop(d.stopCtx) }, func(error) { d.stop() })
 	g.Add(func() error { return d.sweepLoop(d.stopCtx) }, func(error) { d.stop() })
-	if d.cfg.Auth {
+	if d.cfg.Auth && d.own.JWT != "" {
+		// Under --auth, with fencepostd's own operator user: node owners
+		// may not retire others' node leases, and the bucket is followed
+		// for what permissions cannot refuse (docs/security.md).
 		g.Add(func() error { return d.retireLoop(d.stopCtx) }, func(error) { d.stop() })
 		g.Add(func() error { return d.auditLoop(d.stopCtx) }, func(error) { d.stop() })
 		g.Add(func() error { return d.reapLoop(d.stopCtx) }, func(error) { d.stop() })
