@@ -30,14 +30,7 @@ type tourLine struct {
 // it defines, its commands, and the commented-out ones.
 func readmeTour(t *testing.T) (prelude string, lines []tourLine, commented []string) {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
-	require.NoError(t, err)
-	_, after, ok := strings.Cut(string(b), "## A short tour of the CLI")
-	require.True(t, ok, "the README has no tour")
-	_, block, ok := strings.Cut(after, "```sh\n")
-	require.True(t, ok)
-	block, _, ok = strings.Cut(block, "```")
-	require.True(t, ok)
+	block := readmeBlock(t)
 	exitRe := regexp.MustCompile(`\(exit (\d+)\)`)
 	for _, l := range strings.Split(strings.TrimSpace(block), "\n") {
 		switch {
@@ -66,14 +59,28 @@ func readmeTour(t *testing.T) (prelude string, lines []tourLine, commented []str
 	return prelude, lines, commented
 }
 
+// readmeBlock is the tour's shell block, as it stands in the README.
+func readmeBlock(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, after, ok := strings.Cut(string(b), "## A short tour of the CLI")
+	require.True(t, ok, "the README has no tour")
+	_, block, ok := strings.Cut(after, "```sh\n")
+	require.True(t, ok)
+	block, _, ok = strings.Cut(block, "```")
+	require.True(t, ok)
+	return block
+}
+
 // varying are the values of a tour's output that differ from one run to
 // the next: times, and nothing else.
 var varying = regexp.MustCompile(`(expires|oldest|oldest_age)=\S+|"(expires|oldest|oldest_age)":"[^"]*"`)
 
-// TestCLI_ReadmeTour runs the README's tour as a user pastes it, line by
-// line in sh, twice against one server: each line prints what its comment
-// says and exits with the code it gives, and the second run prints the
-// same as the first but for times (expires, oldest). The lines that run
+// TestCLI_ReadmeTour runs the README's tour line by line in sh, twice
+// against one server, then a third time pasted whole: each line prints
+// what its comment says and exits with the code it gives, and every run
+// prints the same as the first but for times (expires, oldest). The lines that run
 // until stopped (watch, work) are commented out; an uncommented one would
 // hang here and fail at the deadline.
 func TestCLI_ReadmeTour(t *testing.T) {
@@ -123,6 +130,19 @@ func TestCLI_ReadmeTour(t *testing.T) {
 	first := runTour()
 	second := runTour()
 	require.Equal(t, first, second, "a second tour prints what the first did, times aside")
+
+	// Pasted whole into a shell (its standard input), the go build line
+	// aside: it runs to its end and prints the same again.
+	pasted := strings.Replace(readmeBlock(t), "go build -o bin/ ./cmd/...\n", "", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh")
+	cmd.Dir, cmd.Stdin = dir, strings.NewReader(pasted)
+	cmd.Env = append(os.Environ(), "NATS_URL="+env.URL)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	require.NoError(t, cmd.Run(), "the block's last line exits 0; stderr %q", se.String())
+	require.Equal(t, strings.Join(first, ""), varying.ReplaceAllString(so.String(), "$1$2=T"))
 }
 
 // startsWith: out starts with prefix, and prefix ends where a value ends
