@@ -69,8 +69,9 @@ type Drainer struct {
 	// beforeCommit, when set (tests only), runs after a batch was handled
 	// and before its fenced cursor write.
 	beforeCommit func(id string, c wire.Cursor)
-	// noRenew (tests only) stops the lock keeper: the drain behaves like a
-	// paused process whose lock lapses.
+	// noRenew (tests only) makes every lock renewal fail unsent: the drain
+	// behaves like a paused or cut-off process whose lock lapses (its
+	// Term's watchdog stops it at the lock's deadline).
 	noRenew bool
 	// onCommit, when set, observes every stored commit.
 	onCommit func(Commit)

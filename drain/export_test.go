@@ -8,7 +8,8 @@ import "github.com/fencepost/fencepost/internal/wire"
 func SetBeforeCommit(d *Drainer, fn func(id string, c wire.Cursor)) { d.beforeCommit = fn }
 
 // PauseLockRenewal makes d's drains stop renewing their lock, as a paused
-// process would.
+// or cut-off process would: every renewal fails unsent, the lock lapses,
+// and its Term's watchdog stops the drain at the lock's deadline.
 func PauseLockRenewal(d *Drainer) { d.noRenew = true }
 
 // ForgetCommitOutcome puts h in the state a commit of unknown outcome
