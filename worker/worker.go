@@ -232,8 +232,15 @@ func (wk *Worker) Run(ctx context.Context) error {
 	wk.mu.Unlock()
 	wk.log.Info("node lease acquired", "event", "lease_acquired", "epoch", ss.Epoch(), "ttl", wk.cfg.TTL)
 
-	rctx, cancel := context.WithCancelCause(ctx)
+	// The worker's requests are bounded one by one (the client's timeout
+	// applies to a context without a deadline), not by a deadline of ctx,
+	// which may be hours away: a request whose answer was lost (a cluster
+	// member stopped under it) held its id, and every id waiting behind
+	// it, that long. The end of ctx still stops everything.
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
+	stopOnEnd := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	defer stopOnEnd()
 	stopOnFence := context.AfterFunc(ss.Context(), func() { cancel(context.Cause(ss.Context())) })
 	defer stopOnFence()
 
