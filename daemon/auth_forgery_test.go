@@ -268,3 +268,59 @@ func TestAttack_ProducerWildcardPostMovedAside(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, info.State.Subjects["fp.default.mb.*"], "moved aside")
 }
+
+// TestAttack_ForgedCursorsPurgeNothing: an owner's one publish of
+// {"v":1,"seq":1000000} to the literal key c.* (which once made fencepostd
+// purge every mailbox of the world, again after each restart) and to
+// another id's cursor c.<id> is stored: owners write cursors. fencepostd's
+// purger refuses both, counts them and purges nothing, also after a
+// restart; the holder still drains its mail.
+func TestAttack_ForgedCursorsPurgeNothing(t *testing.T) {
+	th := setupTheft(t)
+	for _, id := range []string{th.victimID, "bystander"} {
+		_, err := th.holder.w.Send(th.ctx, id, []byte("mail of "+id))
+		require.NoError(t, err)
+	}
+	forged := []byte(`{"v":1,"seq":1000000}`)
+	_, err := th.mallory.c.JetStream().Publish(th.ctx, wire.KeySubject("default", wire.CursorPrefix+"*"), forged)
+	require.NoError(t, err, "admitted by the server: the permission c.> matches the literal key")
+	_, err = th.malKV.Put(th.ctx, wire.CursorKey(th.victimID), forged)
+	require.NoError(t, err, "admitted by the server")
+	th.a.waitMetric(t, `fencepost_purger_bad_cursor_keys_total{world="default"}`, 1)
+	th.a.waitMetric(t, `fencepost_purger_forged_cursors_total{world="default"}`, 1)
+	depth := func() uint64 {
+		mb, err := th.op.c.JetStream().Stream(th.ctx, wire.MailboxStream("default"))
+		require.NoError(t, err)
+		info, err := mb.Info(th.ctx)
+		require.NoError(t, err)
+		return info.State.Msgs
+	}
+	require.EqualValues(t, 2, depth(), "nothing purged")
+
+	th.a.shutdown(t)
+	again := startDaemon(t, th.a.dir, "--auth")
+	again.waitReady(t)
+	op := (&authed{started: again, dir: th.a.dir}).as(t, daemon.RoleOperator)
+	servertest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if again.metric(t, `fencepost_purger_bad_cursor_keys_total{world="default"}`) < 1 {
+			return fmt.Errorf("the purger has not judged c.* again yet")
+		}
+		return nil
+	})
+	mb, err := op.c.JetStream().Stream(th.ctx, wire.MailboxStream("default"))
+	require.NoError(t, err)
+	info, err := mb.Info(th.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, info.State.Msgs, "nothing purged after the restart")
+	holder := (&authed{started: again, dir: th.a.dir}).asFile(t, daemon.NodeCredsFile(th.a.dir, "node-b"))
+	l, err := holder.w.Ownership.Renew(th.ctx, th.victimID, "node-b", time.Minute)
+	require.NoError(t, err)
+	var got []string
+	res, err := holder.w.Drainer.DrainLease(th.ctx, l, func(_ context.Context, m drain.Message) error {
+		got = append(got, string(m.Body))
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Acked)
+	require.Equal(t, []string{"mail of victim"}, got, "the holder drains its mail")
+}
