@@ -133,9 +133,16 @@ func (h *Holding) Lease() *ownership.Lease { return h.lease }
 //
 // A drain that ends with the mailbox empty makes the holding live: from
 // then on Deliver may hand out the id's later messages read elsewhere.
+// Any other drain, one that failed included, leaves it not live.
 func (h *Holding) Drain(ctx context.Context, hd Handler, opts ...RunOption) (Result, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	// Not caught up until this drain reads to the end: the caller drains
+	// because its own read may have missed messages (and drops what it
+	// read), so a drain that fails before it got there, in its record
+	// check say, must not leave the holding live for the caller's next
+	// batch to be handed out over them.
+	h.live = false
 	if err := h.settle(ctx); err != nil {
 		return Result{}, err
 	}

@@ -435,3 +435,36 @@ func TestHolding_LaterCursorKept(t *testing.T) {
 		require.GreaterOrEqual(t, commits[i].Cursor, commits[i-1].Cursor, "cursor moved back: %+v", commits)
 	}
 }
+
+// TestHolding_FailedDrainEndsLiveness: a worker whose inbox may have missed
+// messages drains instead of delivering, and the messages it took from the
+// inbox are dropped; if that drain fails before it read anything (here its
+// record check: the context is done; in the cluster repro a read whose
+// answer was lost with a stopped member), the holding is no longer live,
+// so the next batch from the inbox is not handed out over the messages
+// dropped before it. Before, a drain that failed in its record check left
+// the holding live, and the next Deliver committed past the dropped
+// message: the cluster rounds' lost messages (docs/design.md 3.10).
+func TestHolding_FailedDrainEndsLiveness(t *testing.T) {
+	ctx, w, _, ss, _, h := holdX(t)
+	defer ss.Close()
+	var rec recorder
+	_, err := h.Drain(ctx, rec.handle)
+	require.NoError(t, err)
+	require.True(t, h.Live())
+
+	send(t, ctx, w, "x", "dropped", "next")
+	msgs := mailboxMsgs(t, ctx, w, "x", 0)
+	require.Len(t, msgs, 2)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = h.Drain(done, rec.handle)
+	require.Error(t, err, "a drain with its context done fails")
+	require.False(t, h.Live(), "a failed drain leaves the holding not caught up")
+	_, ok, err := h.Deliver(ctx, msgs[1:], rec.handle)
+	require.NoError(t, err)
+	require.False(t, ok, "handed out past a message the failed drain never read")
+	_, err = h.Drain(ctx, rec.handle)
+	require.NoError(t, err)
+	require.Equal(t, []string{"dropped", "next"}, rec.bodies())
+}
