@@ -262,7 +262,17 @@ func (r *run) note(ev FaultEvent) {
 	r.mu.Lock()
 	r.faults = append(r.faults, ev)
 	r.mu.Unlock()
-	r.cfg.Progress("fault %s node=%s id=%s %s", ev.Kind, ev.Node, ev.ID, ev.Note)
+	msg := "fault " + ev.Kind
+	for _, kv := range [][2]string{{"node", ev.Node}, {"id", ev.ID}, {"", ev.Note}} {
+		switch {
+		case kv[1] == "":
+		case kv[0] == "":
+			msg += " (" + kv[1] + ")"
+		default:
+			msg += " " + kv[0] + "=" + kv[1]
+		}
+	}
+	r.cfg.Progress("%s", msg)
 }
 
 func (r *run) faultEvents() []FaultEvent {

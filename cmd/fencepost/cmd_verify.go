@@ -68,7 +68,7 @@ func runVerify(e *env, args []string) int {
 	}
 	faults, err := verify.ParseFaults(fl.Faults)
 	if err != nil {
-		return e.usageErr("verify", "--faults %q: %v", fl.Faults, errors.Unwrap(err))
+		return e.usageErr("verify", "--faults %q: %s", fl.Faults, configMsg(err))
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -91,14 +91,14 @@ func runVerify(e *env, args []string) int {
 		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return e.usageErr("verify", "%v", strings.TrimPrefix(err.Error(), verify.ErrInvalidConfig.Error()+": "))
+		return e.usageErr("verify", "%s", configMsg(err))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := verify.Run(ctx, cfg)
 	if res == nil {
 		if errors.Is(err, verify.ErrInvalidConfig) {
-			return e.usageErr("verify", "%v", err)
+			return e.usageErr("verify", "%s", configMsg(err))
 		}
 		return e.fail(err)
 	}
@@ -117,6 +117,12 @@ func runVerify(e *env, args []string) int {
 		return e.fail(err)
 	}
 	return printVerdict(e, &res.Recorded, res.Verdict, path)
+}
+
+// configMsg is a refused configuration's reason, without the prefix the
+// usage line makes redundant.
+func configMsg(err error) string {
+	return strings.TrimPrefix(err.Error(), verify.ErrInvalidConfig.Error()+": ")
 }
 
 func writeHistory(path string, rec *verify.Recorded) error {
