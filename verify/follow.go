@@ -105,8 +105,7 @@ func (f *follower) onMsg(m jetstream.Msg) {
 		return // a delete or purge marker
 	}
 	subj := m.Subject()
-	prefix := "$KV." + wire.Bucket(f.world) + "."
-	key, ok := strings.CutPrefix(subj, prefix)
+	key, ok := strings.CutPrefix(subj, wire.KeySubject(f.world, ""))
 	if !ok {
 		return
 	}
@@ -176,7 +175,7 @@ func (f *follower) commits(reported []history.Commit, deliveries []history.Deliv
 	seen := map[uint64]bool{}
 	for _, w := range f.writes {
 		seen[w.Seq] = true
-		if w.Revision == 0 || w.Subject != wire.RecordSubject(f.world, w.ID) {
+		if fenceID, err := wire.KeyID(f.world, wire.RecordPrefix, w.Subject); w.Revision == 0 || err != nil || fenceID != w.ID {
 			unfenced = append(unfenced, w)
 			continue
 		}
