@@ -31,7 +31,8 @@ const DefaultCredsTTL = 90 * 24 * time.Hour
 // ErrNoAuth: the data dir has no keys of fencepostd --auth yet.
 var ErrNoAuth = errors.New("fencepostd: no --auth keys in the data dir")
 
-// ErrUnknownNode: no credentials were issued for that node.
+// ErrUnknownNode: no credentials were issued for that node (or named
+// producer).
 var ErrUnknownNode = errors.New("fencepostd: no credentials of that node")
 
 // NodeCredsFile is where `fencepostd creds add --role owner --node N`
@@ -40,10 +41,18 @@ func NodeCredsFile(dataDir, node string) string {
 	return filepath.Join(dataDir, "nodes", wire.EncodeID(node)+".creds")
 }
 
+// ProducerCredsFile is where `fencepostd creds add --role producer --name
+// P` writes the credentials of producer P, a user of its own:
+// <data dir>/producers/<encoded name>.creds.
+func ProducerCredsFile(dataDir, name string) string {
+	return filepath.Join(dataDir, "producers", wire.EncodeID(name)+".creds")
+}
+
 // Issued describes one user's credentials.
 type Issued struct {
 	Role    string    `json:"role"`           // producer, owner or operator
 	Node    string    `json:"node,omitempty"` // the node an owner is bound to
+	Name    string    `json:"name,omitempty"` // a producer's own name
 	User    string    `json:"user"`           // public nkey
 	File    string    `json:"file"`
 	Issued  time.Time `json:"issued"`
@@ -72,7 +81,8 @@ type Limits struct {
 }
 
 // issueUser signs a user JWT for kp with role's permissions on world w,
-// bound to node for RoleNodeOwner, valid for ttl (0: no expiry).
+// bound to node for RoleNodeOwner (for a producer, node is its name, in
+// the JWT's name only), valid for ttl (0: no expiry).
 func issueUser(account, kp nkeys.KeyPair, role, node, w string, payload int64, ttl time.Duration) (Creds, error) {
 	pub, err := kp.PublicKey()
 	if err != nil {
@@ -81,8 +91,11 @@ func issueUser(account, kp nkeys.KeyPair, role, node, w string, payload int64, t
 	uc := jwt.NewUserClaims(pub)
 	uc.Name = "fp-" + role
 	uc.Tags.Add(tagRole + role)
-	if role == RoleNodeOwner {
+	switch {
+	case role == RoleNodeOwner:
 		uc.Name = "fp-owner@" + node
+	case node != "":
+		uc.Name = "fp-" + role + "@" + node // a named producer
 	}
 	uc.Permissions = rolePermissions(role, w, pub, node)
 	uc.Limits.Subs = roleSubs[role]
@@ -147,8 +160,8 @@ func readAuthKeys(dataDir string) (*authKeys, error) {
 type revocations map[string]revoked
 
 type revoked struct {
-	Node string `json:"node,omitempty"`
-	At   int64  `json:"at"` // unix seconds: JWTs issued at or before it are refused
+	Who string `json:"who,omitempty"` // "node N" or "producer P"
+	At  int64  `json:"at"`            // unix seconds: JWTs issued at or before it are refused
 }
 
 func revocationsFile(dataDir string) string {
@@ -224,6 +237,7 @@ func limitsOf(dataDir string) (Limits, error) {
 type IssueRequest struct {
 	Role    string        // RoleProducer, RoleOwner or RoleOperator
 	Node    string        // with RoleOwner: bind the owner to this node
+	Name    string        // with RoleProducer: a producer of its own, with this name
 	World   string        // the world the permissions cover (default "default")
 	TTL     time.Duration // lifetime (0: DefaultCredsTTL; negative: no expiry)
 	Payload int64         // largest publish, bytes (0: 1 MiB)
@@ -231,7 +245,8 @@ type IssueRequest struct {
 
 // IssueCreds writes credentials to the data dir of a fencepostd --auth
 // (running or not): the role's file (CredsFile), or with a node, that
-// node's (NodeCredsFile). A user keeps its key when it is issued again
+// node's (NodeCredsFile), or with a producer's name, that producer's
+// (ProducerCredsFile). A user keeps its key when it is issued again
 // (rotation: a client reading the file on reconnect carries on), unless
 // its key was revoked: then it gets a new one.
 func IssueCreds(dataDir string, req IssueRequest) (Issued, error) {
@@ -241,11 +256,18 @@ func IssueCreds(dataDir string, req IssueRequest) (Issued, error) {
 		return Issued{}, fmt.Errorf("fencepostd: role %q is none of %s", role, strings.Join(Roles, ", "))
 	case req.Node != "" && role != RoleOwner:
 		return Issued{}, fmt.Errorf("fencepostd: --node binds an owner to its node; the %s role has no node", role)
+	case req.Name != "" && role != RoleProducer:
+		return Issued{}, fmt.Errorf("fencepostd: --name gives a producer a user of its own; the %s role has none", role)
 	case req.Node != "":
 		if err := wire.ValidateNode(req.Node); err != nil {
 			return Issued{}, err
 		}
 		role, path = RoleNodeOwner, NodeCredsFile(dataDir, req.Node)
+	case req.Name != "":
+		if err := wire.ValidateNode(req.Name); err != nil {
+			return Issued{}, fmt.Errorf("producer name: %w", err)
+		}
+		path = ProducerCredsFile(dataDir, req.Name)
 	}
 	if req.World == "" {
 		req.World = Defaults.World
@@ -277,7 +299,7 @@ func IssueCreds(dataDir string, req IssueRequest) (Issued, error) {
 	if err != nil {
 		return Issued{}, err
 	}
-	c, err := issueUser(keys.account, kp, role, req.Node, req.World, req.Payload, max(ttl, 0))
+	c, err := issueUser(keys.account, kp, role, req.Node+req.Name, req.World, req.Payload, max(ttl, 0))
 	if err != nil {
 		return Issued{}, err
 	}
@@ -331,13 +353,16 @@ func describe(path, tok string, rev revocations) (Issued, error) {
 			is.Role = strings.TrimPrefix(t, tagRole)
 		}
 	}
-	if is.Role == RoleNodeOwner {
-		is.Role = RoleOwner
-		node, err := wire.DecodeID(strings.TrimSuffix(filepath.Base(path), ".creds"))
+	if dir := filepath.Base(filepath.Dir(path)); dir == "nodes" || dir == "producers" {
+		name, err := wire.DecodeID(strings.TrimSuffix(filepath.Base(path), ".creds"))
 		if err != nil {
-			return Issued{}, fmt.Errorf("%s: the file name is not an encoded node: %w", path, err)
+			return Issued{}, fmt.Errorf("%s: the file name is not an encoded name: %w", path, err)
 		}
-		is.Node = node
+		if is.Role == RoleNodeOwner {
+			is.Role, is.Node = RoleOwner, name
+		} else {
+			is.Name = name
+		}
 	}
 	if r, ok := rev[uc.Subject]; ok && r.At >= uc.IssuedAt {
 		is.Revoked = time.Unix(r.At, 0).UTC()
@@ -360,7 +385,13 @@ func ListCreds(dataDir string) ([]Issued, error) {
 	if err != nil {
 		return nil, err
 	}
+	producers, err := filepath.Glob(filepath.Join(dataDir, "producers", "*.creds"))
+	if err != nil {
+		return nil, err
+	}
 	slices.Sort(nodes)
+	slices.Sort(producers)
+	nodes = append(nodes, producers...)
 	var out []Issued
 	for _, p := range append(paths, nodes...) {
 		c, err := ReadCreds(p)
@@ -388,6 +419,20 @@ func RevokeNode(dataDir, node string) (Issued, error) {
 	if err := wire.ValidateNode(node); err != nil {
 		return Issued{}, err
 	}
+	return revoke(dataDir, NodeCredsFile(dataDir, node), "node", node)
+}
+
+// RevokeProducer revokes the credentials of the producer named name
+// (IssueRequest.Name), as RevokeNode does a node's.
+func RevokeProducer(dataDir, name string) (Issued, error) {
+	if err := wire.ValidateNode(name); err != nil {
+		return Issued{}, fmt.Errorf("producer name: %w", err)
+	}
+	return revoke(dataDir, ProducerCredsFile(dataDir, name), "producer", name)
+}
+
+// revoke revokes the user whose credentials are at path.
+func revoke(dataDir, path, what, name string) (Issued, error) {
 	unlock, err := lockAuth(dataDir)
 	if err != nil {
 		return Issued{}, err
@@ -397,10 +442,9 @@ func RevokeNode(dataDir, node string) (Issued, error) {
 	if err != nil {
 		return Issued{}, err
 	}
-	path := NodeCredsFile(dataDir, node)
 	c, err := ReadCreds(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return Issued{}, fmt.Errorf("%w: %q (%s does not exist)", ErrUnknownNode, node, path)
+		return Issued{}, fmt.Errorf("%w: %s %q (%s does not exist)", ErrUnknownNode, what, name, path)
 	}
 	if err != nil {
 		return Issued{}, err
@@ -413,7 +457,7 @@ func RevokeNode(dataDir, node string) (Issued, error) {
 	if err != nil {
 		return Issued{}, err
 	}
-	rev[user] = revoked{Node: node, At: time.Now().Unix()}
+	rev[user] = revoked{Who: what + " " + name, At: time.Now().Unix()}
 	b, err := json.MarshalIndent(rev, "", "  ")
 	if err != nil {
 		return Issued{}, err

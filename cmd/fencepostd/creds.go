@@ -16,17 +16,18 @@ import (
 )
 
 // credsUsage is the help of `fencepostd creds` (docs/security.md).
-const credsUsage = `usage: fencepostd creds add    --role producer|owner|operator [--node N] [--world W] [--ttl D] [--data DIR]
+const credsUsage = `usage: fencepostd creds add    --role producer|owner|operator [--node N | --name P] [--world W] [--ttl D] [--data DIR]
        fencepostd creds ls     [--data DIR] [--json]
-       fencepostd creds revoke --node N [--data DIR] [--server URL] [--tlsca F --tlscert F --tlskey F]
+       fencepostd creds revoke --node N | --producer P [--data DIR] [--server URL] [--tlsca F --tlscert F --tlskey F]
 
 Credentials of fencepostd --auth, in its data dir (it may be running):
   add      issue a role's credentials again (<data>/<role>.creds: rotation, same user),
            or with --role owner --node N an owner bound to node N (<data>/nodes/<N>.creds):
-           it may write only N's node lease and read only its own inbox
-  ls       list every credentials file: role, node, user, expiry, revoked
-  revoke   revoke node N's credentials: recorded in <data>/auth, and pushed to the
-           running server (--server), which closes N's connections at once
+           it may write only N's node lease and read only its own inbox;
+           with --role producer --name P a producer of its own (<data>/producers/<P>.creds)
+  ls       list every credentials file: role, node or name, user, expiry, revoked
+  revoke   revoke node N's (or producer P's) credentials: recorded in <data>/auth, and
+           pushed to the running server (--server), which closes its connections at once
 `
 
 // credsMain runs `fencepostd creds ...`; it returns the exit code.
@@ -44,20 +45,26 @@ func credsMain(argv []string, stdout, stderr io.Writer) int {
 	case "add":
 		role := fs.String("role", "", "producer, owner or operator")
 		node := fs.String("node", "", "with --role owner: the node the owner is bound to")
+		name := fs.String("name", "", "with --role producer: a producer with a user of its own")
 		world := fs.String("world", daemon.Defaults.World, "the world the permissions cover")
 		ttl := fs.Duration("ttl", daemon.DefaultCredsTTL, "lifetime of the credentials (issue them again before)")
 		payload := fs.Int64("max-payload", 0, "largest message it may publish, bytes (0: 1 MiB; -1: the server's)")
-		run = func() error { return credsAdd(stdout, *data, *role, *node, *world, *ttl, *payload) }
+		run = func() error {
+			return credsAdd(stdout, *data, daemon.IssueRequest{Role: *role, Node: *node, Name: *name, World: *world, TTL: *ttl, Payload: *payload})
+		}
 	case "ls":
 		asJSON := fs.Bool("json", false, "one JSON object per credentials file")
 		run = func() error { return credsLs(stdout, *data, *asJSON) }
 	case "revoke":
 		node := fs.String("node", "", "the node whose credentials are revoked")
+		producer := fs.String("producer", "", "the named producer whose credentials are revoked")
 		server := fs.String("server", "nats://127.0.0.1:4222", "the running fencepostd's NATS URL, to apply the revocation at once")
 		ca := fs.String("tlsca", "", "CA to verify the server")
 		cert := fs.String("tlscert", "", "client certificate (mutual TLS)")
 		key := fs.String("tlskey", "", "client key (mutual TLS)")
-		run = func() error { return credsRevoke(stdout, *data, *node, *server, tlsOptions(*ca, *cert, *key)) }
+		run = func() error {
+			return credsRevoke(stdout, *data, *node, *producer, *server, tlsOptions(*ca, *cert, *key))
+		}
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, credsUsage)
 		return exitOK
@@ -87,18 +94,22 @@ func credsMain(argv []string, stdout, stderr io.Writer) int {
 
 var errUsage = errors.New("usage")
 
-func credsAdd(out io.Writer, data, role, node, world string, ttl time.Duration, payload int64) error {
-	if role == "" {
+func credsAdd(out io.Writer, data string, req daemon.IssueRequest) error {
+	if req.Role == "" {
 		return fmt.Errorf("%w: --role is required (producer, owner or operator)", errUsage)
 	}
-	if ttl <= 0 {
-		return fmt.Errorf("%w: --ttl %v: give a positive lifetime", errUsage, ttl)
+	if req.TTL <= 0 {
+		return fmt.Errorf("%w: --ttl %v: give a positive lifetime", errUsage, req.TTL)
 	}
-	is, err := daemon.IssueCreds(data, daemon.IssueRequest{Role: role, Node: node, World: world, TTL: ttl, Payload: payload})
+	is, err := daemon.IssueCreds(data, req)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "issued role=%s node=%q user=%s expires=%s file=%s\n", is.Role, is.Node, is.User, is.Expires.Format(time.RFC3339), is.File)
+	who := fmt.Sprintf("node=%q", is.Node)
+	if is.Name != "" {
+		who = fmt.Sprintf("name=%q", is.Name)
+	}
+	fmt.Fprintf(out, "issued role=%s %s user=%s expires=%s file=%s\n", is.Role, who, is.User, is.Expires.Format(time.RFC3339), is.File)
 	return nil
 }
 
@@ -117,28 +128,38 @@ func credsLs(out io.Writer, data string, asJSON bool) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROLE\tNODE\tUSER\tEXPIRES\tREVOKED\tFILE")
+	fmt.Fprintln(tw, "ROLE\tNODE/NAME\tUSER\tEXPIRES\tREVOKED\tFILE")
 	for _, is := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", is.Role, dash(is.Node), is.User, when(is.Expires, "never"), when(is.Revoked, "-"), is.File)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", is.Role, dash(is.Node+is.Name), is.User, when(is.Expires, "never"), when(is.Revoked, "-"), is.File)
 	}
 	return tw.Flush()
 }
 
-func credsRevoke(out io.Writer, data, node, server string, opts []nats.Option) error {
-	if node == "" {
-		return fmt.Errorf("%w: --node is required", errUsage)
+func credsRevoke(out io.Writer, data, node, producer, server string, opts []nats.Option) error {
+	var is daemon.Issued
+	var err error
+	switch {
+	case (node == "") == (producer == ""):
+		return fmt.Errorf("%w: give --node or --producer", errUsage)
+	case node != "":
+		is, err = daemon.RevokeNode(data, node)
+	default:
+		is, err = daemon.RevokeProducer(data, producer)
 	}
-	is, err := daemon.RevokeNode(data, node)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "revoked node=%q user=%s at=%s\n", is.Node, is.User, is.Revoked.Format(time.RFC3339))
+	who := fmt.Sprintf("node=%q", is.Node)
+	if is.Name != "" {
+		who = fmt.Sprintf("producer=%q", is.Name)
+	}
+	fmt.Fprintf(out, "revoked %s user=%s at=%s\n", who, is.User, is.Revoked.Format(time.RFC3339))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := daemon.PushAccount(ctx, server, data, opts...); err != nil {
 		return fmt.Errorf("recorded in %s, so a start of fencepostd on it refuses the node; but the running server was not told: %w", data, err)
 	}
-	fmt.Fprintf(out, "applied by the server at %s: the node's connections are closed\n", server)
+	fmt.Fprintf(out, "applied by the server at %s: its connections are closed\n", server)
 	return nil
 }
 

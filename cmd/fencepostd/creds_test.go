@@ -59,6 +59,10 @@ func TestDaemon_CredsCommands(t *testing.T) {
 		require.Contains(t, out, fmt.Sprintf("issued role=owner node=%q", n))
 		require.Contains(t, out, daemon.NodeCredsFile(data, n))
 	}
+	code, out, _ := creds(t, "add", "--role", "producer", "--name", "shop", "--data", data)
+	require.Zero(t, code)
+	require.Contains(t, out, `issued role=producer name="shop"`)
+	require.Contains(t, out, daemon.ProducerCredsFile(data, "shop"))
 	conns := map[string]*nats.Conn{}
 	closed := make(chan string, 2)
 	for _, n := range []string{"node-a", "node-b"} {
@@ -69,7 +73,7 @@ func TestDaemon_CredsCommands(t *testing.T) {
 		conns[n] = nc
 	}
 
-	code, out, _ := creds(t, "revoke", "--node", "node-a", "--data", data, "--server", url)
+	code, out, _ = creds(t, "revoke", "--node", "node-a", "--data", data, "--server", url)
 	require.Zero(t, code)
 	require.Contains(t, out, `revoked node="node-a"`)
 	require.Contains(t, out, "applied by the server")
@@ -91,9 +95,9 @@ func TestDaemon_CredsCommands(t *testing.T) {
 		var is daemon.Issued
 		require.NoError(t, json.Unmarshal([]byte(line), &is), line)
 		require.False(t, is.Expires.IsZero(), "every JWT expires: %s", line)
-		seen[is.Role+"/"+is.Node] = !is.Revoked.IsZero()
+		seen[is.Role+"/"+is.Node+is.Name] = !is.Revoked.IsZero()
 	}
-	require.Equal(t, map[string]bool{"producer/": false, "owner/": false, "operator/": false, "owner/node-a": true, "owner/node-b": false}, seen)
+	require.Equal(t, map[string]bool{"producer/": false, "owner/": false, "operator/": false, "owner/node-a": true, "owner/node-b": false, "producer/shop": false}, seen)
 	code, out, _ = creds(t, "ls", "--data", data)
 	require.Zero(t, code)
 	require.Contains(t, out, "ROLE")
@@ -102,5 +106,11 @@ func TestDaemon_CredsCommands(t *testing.T) {
 	code, _, errOut = creds(t, "revoke", "--node", "nobody", "--data", data, "--server", url)
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "no credentials of that node")
+	code, _, errOut = creds(t, "revoke", "--node", "node-b", "--producer", "shop", "--data", data)
+	require.Equal(t, 2, code, "one of them")
+	require.Contains(t, errOut, "give --node or --producer")
+	code, out, _ = creds(t, "revoke", "--producer", "shop", "--data", data, "--server", url)
+	require.Zero(t, code)
+	require.Contains(t, out, `revoked producer="shop"`)
 	require.Zero(t, d.stop(t, syscall.SIGTERM))
 }
