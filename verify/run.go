@@ -73,13 +73,19 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if rerr := r.removeWorld(name); rerr != nil {
-			err = errors.Join(err, rerr)
-		} else {
-			cfg.Progress("world %s removed", name)
+	removed := false
+	remove := func() error {
+		if removed {
+			return nil
 		}
-	}()
+		removed = true
+		if err := r.removeWorld(name); err != nil {
+			return err
+		}
+		cfg.Progress("world %s removed", name)
+		return nil
+	}
+	defer func() { err = errors.Join(err, remove()) }() // also when createWorld or a panic ends the run
 	replicas, err := r.createWorld(ctx, name)
 	if err != nil {
 		return nil, err
@@ -89,7 +95,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		Owners: cfg.Owners, TTL: cfg.TTL, Faults: slices.Clone(cfg.Faults)}}}
 	err = r.exercise(ctx, res)
 	res.Meta.Elapsed = time.Since(res.Meta.Started)
-	return res, err
+	// The world goes before the check: the check needs no server, and
+	// may take a while.
+	if rerr := remove(); rerr != nil || err != nil {
+		return res, errors.Join(err, rerr)
+	}
+	cfg.Progress("check")
+	res.Verdict = Check(&res.Recorded)
+	return res, nil
 }
 
 // exercise runs the owners, producers, clients and faults, the final
@@ -146,8 +159,6 @@ func (r *run) exercise(ctx context.Context, res *Result) error {
 	}
 	res.Meta.FollowerCurrent = r.catchUp(ctx, fol, name)
 	r.collect(res, fol, load)
-	r.cfg.Progress("check")
-	res.Verdict = Check(&res.Recorded)
 	return nil
 }
 
@@ -166,15 +177,24 @@ func (r *run) collect(res *Result, fol *follower, l *load) {
 	res.UnknownSends = l.unknown.Load()
 }
 
+// ErrWorldLeft is wrapped by Run's error when it could not remove its
+// world.
+var ErrWorldLeft = errors.New("verify: world not removed")
+
+// NewWorldName is a new scratch world name: verify-<8 hex digits>.
+func NewWorldName() string {
+	b := make([]byte, 4)
+	_, _ = crand.Read(b)
+	return "verify-" + hex.EncodeToString(b)
+}
+
 // pickWorld is the configured world or a new verify-<random> name; it
 // refuses a world that exists (Run never touches another world).
 func (r *run) pickWorld(ctx context.Context) (string, error) {
 	for range 5 {
 		name := r.cfg.World
 		if name == "" {
-			b := make([]byte, 4)
-			_, _ = crand.Read(b)
-			name = "verify-" + hex.EncodeToString(b)
+			name = NewWorldName()
 		}
 		if err := wire.ValidateWorld(name); err != nil {
 			return "", fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -252,7 +272,7 @@ func (r *run) removeWorld(name string) error {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("verify: remove world %q (remove it with `fencepost world rm %s`): %w", name, name, errors.Join(errs...))
+		return fmt.Errorf("%w: %q (remove it with `fencepost world rm %s --yes`): %w", ErrWorldLeft, name, name, errors.Join(errs...))
 	}
 	return nil
 }
@@ -416,13 +436,16 @@ func (r *run) produce(ctx context.Context, w *client.World, producer, id string,
 		}
 		key := fmt.Sprintf("%s-%d", producer, n)
 		h := r.rec.SendInvoked(producer, id, key)
-		o, seq := send(w, id, key, unknown)
+		o, seq := send(ctx, w, id, key, unknown)
 		r.rec.SendDone(h, o, seq)
 		sleepCtx(ctx, 10*time.Millisecond)
 	}
 }
 
-func send(w *client.World, id, key string, unknown *atomic.Int64) (history.Outcome, uint64) {
+// send posts one message, retrying for up to 30 s, and not after stop
+// ends (each attempt runs to its own end: stopping makes no outcome
+// unknown).
+func send(stop context.Context, w *client.World, id, key string, unknown *atomic.Int64) (history.Outcome, uint64) {
 	wasUnknown := false
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -436,13 +459,12 @@ func send(w *client.World, id, key string, unknown *atomic.Int64) (history.Outco
 			wasUnknown = true
 			unknown.Add(1)
 		}
-		if errors.Is(err, queue.ErrFull) || errors.Is(err, queue.ErrTooLarge) || time.Now().After(deadline) {
+		if errors.Is(err, queue.ErrFull) || errors.Is(err, queue.ErrTooLarge) || time.Now().After(deadline) || !sleepCtx(stop, 20*time.Millisecond) {
 			if wasUnknown {
 				return history.Unknown, 0
 			}
 			return history.Refused, 0
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

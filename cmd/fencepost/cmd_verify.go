@@ -93,27 +93,38 @@ func runVerify(e *env, args []string) int {
 	if err := cfg.Validate(); err != nil {
 		return e.usageErr("verify", "%s", configMsg(err))
 	}
+	// The world's name and the history file come first: a history that
+	// cannot be written is known before anything is created.
+	cfg.World = verify.NewWorldName()
+	path := fl.History
+	if path == "" {
+		path = cfg.World + ".jsonl"
+	}
+	hf, err := os.Create(path)
+	if err != nil {
+		return e.fail(fmt.Errorf("the history file: %w", err))
+	}
+	defer hf.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := verify.Run(ctx, cfg)
 	if res == nil {
+		hf.Close()
+		os.Remove(path) // nothing was recorded
 		if errors.Is(err, verify.ErrInvalidConfig) {
 			return e.usageErr("verify", "%s", configMsg(err))
 		}
 		return e.fail(err)
 	}
-	path := fl.History
-	if path == "" {
-		path = res.Meta.World + ".jsonl"
+	if werr := verify.WriteHistory(hf, &res.Recorded); werr != nil {
+		err = errors.Join(err, fmt.Errorf("write the history to %s: %w", path, werr))
+	} else if werr := hf.Close(); werr != nil {
+		err = errors.Join(err, fmt.Errorf("write the history to %s: %w", path, werr))
 	}
-	if werr := writeHistory(path, &res.Recorded); werr != nil {
-		err = errors.Join(err, werr)
-		path = ""
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("interrupted: world %s removed; history so far in %s", res.Meta.World, path)
-		}
+	switch {
+	case err != nil && ctx.Err() != nil && !errors.Is(err, verify.ErrWorldLeft):
+		return e.fail(fmt.Errorf("interrupted: world %s removed; history so far in %s", res.Meta.World, path))
+	case err != nil:
 		return e.fail(err)
 	}
 	return printVerdict(e, &res.Recorded, res.Verdict, path)
@@ -123,18 +134,6 @@ func runVerify(e *env, args []string) int {
 // usage line makes redundant.
 func configMsg(err error) string {
 	return strings.TrimPrefix(err.Error(), verify.ErrInvalidConfig.Error()+": ")
-}
-
-func writeHistory(path string, rec *verify.Recorded) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("write the history: %w", err)
-	}
-	if err := verify.WriteHistory(f, rec); err != nil {
-		f.Close()
-		return fmt.Errorf("write the history to %s: %w", path, err)
-	}
-	return f.Close()
 }
 
 // verifyFile checks a history file written by an earlier run.

@@ -85,7 +85,7 @@ func TestVerify_Cluster_PassesAndLeavesOtherWorldsAlone(t *testing.T) {
 
 	dir := t.TempDir()
 	hist := filepath.Join(dir, "h.jsonl")
-	cmd := exec.Command(bin, "verify", "--duration", "12s", "--ttl", "1s", "--ids", "4", "--history", hist, "--json")
+	cmd := exec.Command(bin, "verify", "--duration", "14s", "--ttl", "1s", "--ids", "4", "--history", hist, "--json")
 	cmd.Env = append(os.Environ(), "NATS_URL="+env.URL)
 	cmd.Dir = dir
 	var so, se strings.Builder
@@ -220,8 +220,9 @@ func TestVerify_BrokenHistory(t *testing.T) {
 }
 
 // TestVerify_UsageErrors_CreateNothing: bad flags are usage errors (exit
-// 2) that say what is wrong, given before verify connects: the server's
-// streams are the same afterwards.
+// 2) that say what is wrong, given before verify connects, and a history
+// file that cannot be written is an error found before it creates
+// anything: the server's streams are the same afterwards.
 func TestVerify_UsageErrors_CreateNothing(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	w := env.World(t, world.Config{})
@@ -248,6 +249,11 @@ func TestVerify_UsageErrors_CreateNothing(t *testing.T) {
 		require.Contains(t, r.err, "usage: fencepost verify", c.args)
 		require.Empty(t, r.out, c.args)
 	}
+	// A history file that cannot be written is an error (exit 1) found
+	// before anything is created.
+	r := cli(t, env.URL, "", "verify", "--history", filepath.Join(t.TempDir(), "no-such-dir", "h.jsonl"))
+	require.Equal(t, 1, r.code, "%+v", r)
+	require.Contains(t, r.err, "the history file: ")
 	require.ElementsMatch(t, names, streamNames(t, env.Client))
 }
 
