@@ -47,6 +47,8 @@ type Config struct {
 	TTL      time.Duration // the owners' lease; default 2 s
 	// Final bounds the final full drain; default 60 s.
 	Final time.Duration
+	// Start bounds the wait for the owners' first delivery; default 60 s.
+	Start time.Duration
 	// OwnerCommand makes the command of one owner process: a process that
 	// runs OwnerMain with its stdin and stdout (required).
 	OwnerCommand func() *exec.Cmd
@@ -77,6 +79,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Final == 0 {
 		c.Final = 60 * time.Second
+	}
+	if c.Start == 0 {
+		c.Start = 60 * time.Second
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)

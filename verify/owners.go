@@ -30,6 +30,7 @@ type owners struct {
 
 	mu      sync.Mutex
 	running map[int]*ownerProc
+	last    *ownerProc
 	causes  map[string]int
 	errs    []string
 
@@ -105,7 +106,7 @@ func (o *owners) start(slot int, node string) (*ownerProc, error) {
 	o.starts.Add(1)
 	_, _ = p.stdin.Write(append(b, '\n'))
 	o.mu.Lock()
-	o.running[slot] = p
+	o.running[slot], o.last = p, p
 	if o.stopping.Load() {
 		_ = cmd.Process.Kill()
 	}
@@ -219,6 +220,16 @@ func (o *owners) summary() (starts int64, causes map[string]int, errs []string) 
 		causes[k] = v
 	}
 	return o.starts.Load(), causes, append([]string(nil), o.errs...)
+}
+
+// lastStderr is the end of the stderr of the owner started last.
+func (o *owners) lastStderr() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.last == nil {
+		return ""
+	}
+	return o.last.stderr.String()
 }
 
 // tail keeps the last max bytes written to it.

@@ -136,12 +136,13 @@ func (r *run) exercise(ctx context.Context, res *Result) error {
 	// What was recorded goes into res also when the run ends early (an
 	// interrupt): the history file keeps it.
 	defer r.collect(res, fol, load)
-	if !pollUntil(ctx, 60*time.Second, func() bool { _, _, n := r.rec.Counts(); return n > 0 }) {
+	if !pollUntil(ctx, r.cfg.Start, func() bool { _, _, n := r.rec.Counts(); return n > 0 }) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		_, _, errs := r.own.summary()
-		return fmt.Errorf("verify: no owner delivered a message within 60 s (owner errors: %v)", errs)
+		starts, exits, errs := r.own.summary()
+		return fmt.Errorf("verify: no owner delivered a message within %v (%d owner processes started; how they ended: %v; report errors: %v; the last one's stderr: %q)",
+			r.cfg.Start, starts, exits, errs, r.own.lastStderr())
 	}
 	r.cfg.Progress("owners deliver; faults for %v: %v", r.cfg.Duration, r.cfg.Faults)
 	r.injectFaults(ctx, time.Now().Add(r.cfg.Duration))

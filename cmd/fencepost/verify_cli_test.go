@@ -273,6 +273,7 @@ func TestVerify_Interrupted_RemovesWorld(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	testutil.WaitFor(t, 60*time.Second, "verify runs its faults", func() bool { return strings.Contains(stderr.String(), "verify: fault ") })
 	require.NotEmpty(t, ownerProcs(t), "no owner process found")
+	require.Contains(t, stderr.String(), " created (replicas 1)\n", "a single server takes R1")
 	require.Greater(t, len(streamNames(t, env.Client)), len(names), "no scratch world")
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
 	err := cmd.Wait()
