@@ -105,8 +105,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	return res, nil
 }
 
-// exercise runs the owners, producers, clients and faults, the final
-// drain, and checks the history into res.
+// exercise runs the owners, producers, clients and faults and the final
+// drain, and puts the history into res (also when it ends early).
 func (r *run) exercise(ctx context.Context, res *Result) error {
 	name := res.Meta.World
 	fol, err := follow(ctx, r.admin.JetStream(), name)
