@@ -114,6 +114,7 @@ func newFlags(out io.Writer) *flags {
 	f.fs.Usage = func() {
 		fmt.Fprintf(out, "usage: fencepostd [--config FILE] [flags]\n\nWith no flags: embedded nats-server with JetStream on 127.0.0.1:4222, store in ./data,\nmonitoring, /metrics and /healthz on 127.0.0.1:8222, world \"default\" ready.\n\nflags:\n")
 		f.fs.PrintDefaults()
+		fmt.Fprintf(out, "\ncredentials of --auth (owners bound to a node, named producers, revocation): fencepostd creds add|ls|revoke (fencepostd creds --help)\n")
 		fmt.Fprintf(out, "\nexit codes: 0 clean shutdown, 1 runtime error, 2 bad flag or config, 3 self-fence\n")
 	}
 	return f
