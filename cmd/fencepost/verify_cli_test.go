@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/server"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
@@ -302,4 +304,32 @@ func ownerProcs(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+// TestVerify_MutualTLS_ThroughTheProxy: against a server that requires
+// TLS with client certificates, verify runs with the global TLS flags and
+// the cut fault: its owners, producers and ownership clients reach the
+// server through its local TCP proxy and do the TLS handshake with the
+// server through it, and the run passes.
+func TestVerify_MutualTLS_ThroughTheProxy(t *testing.T) {
+	dir := t.TempDir()
+	p := testutil.WritePKI(t, dir)
+	s, err := server.Start(server.Config{StoreDir: t.TempDir(), Port: -1, ConfigFile: p.MTLSConf(t, dir)})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+	url := fmt.Sprintf("tls://127.0.0.1:%d", s.Addr().(*net.TCPAddr).Port)
+	r := cli(t, url, "", "verify", "--duration", "5s", "--ttl", "1s", "--ids", "2", "--faults", "cut", "--json",
+		"--history", filepath.Join(dir, "h.jsonl"), "--tlscert", p.ClientCert, "--tlskey", p.ClientKey, "--tlsca", p.CA, "--timeout", "10s")
+	require.Equal(t, 0, r.code, "%+v", r)
+	var out struct {
+		Outcome string
+		Faults  map[string]int
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.out), &out), r.out)
+	require.Equal(t, "passed", out.Outcome)
+	require.Positive(t, out.Faults["cut"])
+
+	// Without a client certificate the server refuses: an error, exit 1.
+	r = cli(t, url, "", "verify", "--duration", "5s", "--tlsca", p.CA, "--timeout", "2s", "--history", filepath.Join(dir, "h2.jsonl"))
+	require.Equal(t, 1, r.code, "%+v", r)
 }
