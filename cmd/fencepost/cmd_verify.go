@@ -19,7 +19,7 @@ import (
 var verifyFlags struct {
 	Duration time.Duration `name:"duration" placeholder:"D" default:"60s" help:"how long producers post and faults are injected (5s to 24h)"`
 	IDs      int           `name:"ids" placeholder:"N" default:"8" help:"mailboxes of the scratch world (1 to 1000)"`
-	Faults   string        `name:"faults" placeholder:"LIST" default:"kill,stop,seize,cut" help:"faults to inject: kill, stop, seize, cut (comma-separated), all or none"`
+	Faults   string        `name:"faults" placeholder:"LIST" complete:"kill,stop,seize,cut,all,none" default:"kill,stop,seize,cut" help:"faults to inject: kill, stop, seize, cut (comma-separated), all or none"`
 	History  string        `name:"history" placeholder:"FILE" help:"write the history here, JSON lines (default: WORLD.jsonl in the current directory)"`
 	Replicas int           `name:"replicas" placeholder:"N" help:"replicas of the scratch world: 1, 3 or 5 (default: 3 if the deployment takes it, else 1)"`
 	Owners   int           `name:"owners" placeholder:"N" default:"3" help:"owner processes (2 to 16)"`
