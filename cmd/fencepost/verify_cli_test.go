@@ -260,15 +260,16 @@ func TestVerify_UsageErrors_CreateNothing(t *testing.T) {
 }
 
 // TestVerify_Interrupted_RemovesWorld: Ctrl-C (SIGINT) in the middle of a
-// run stops it: exit 1, the scratch world removed, the history so far
-// written.
+// run stops it: exit 1, the scratch world removed, the owners ended, the
+// history so far written (by default to WORLD.jsonl in the current
+// directory).
 func TestVerify_Interrupted_RemovesWorld(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	names := streamNames(t, env.Client)
 	dir := t.TempDir()
-	hist := filepath.Join(dir, "h.jsonl")
-	cmd := exec.Command(bin, "verify", "--duration", "10m", "--ttl", "1s", "--ids", "2", "--history", hist)
+	cmd := exec.Command(bin, "verify", "--duration", "10m", "--ttl", "1s", "--ids", "2")
 	cmd.Env = append(os.Environ(), "NATS_URL="+env.URL)
+	cmd.Dir = dir
 	stderr := newSyncBuffer()
 	var so strings.Builder
 	cmd.Stdout, cmd.Stderr = &so, stderr
@@ -282,10 +283,13 @@ func TestVerify_Interrupted_RemovesWorld(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "stdout %s\nstderr %s", so.String(), stderr.String())
 	require.Equal(t, 1, ee.ExitCode(), stderr.String())
-	require.Contains(t, stderr.String(), "interrupted: world verify-")
-	require.Contains(t, stderr.String(), "removed; history so far in "+hist)
+	files, err := filepath.Glob(filepath.Join(dir, "verify-*.jsonl"))
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	hist := filepath.Base(files[0])
+	require.Contains(t, stderr.String(), "interrupted: world "+strings.TrimSuffix(hist, ".jsonl")+" removed; history so far in "+hist)
 	require.ElementsMatch(t, names, streamNames(t, env.Client), "the scratch world is left behind")
-	b, err := os.ReadFile(hist)
+	b, err := os.ReadFile(files[0])
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"t":"send"`)
 	testutil.WaitFor(t, 10*time.Second, "the owner processes end with verify", func() bool { return len(ownerProcs(t)) == 0 })
