@@ -136,10 +136,6 @@ func takeInbox(msgs []*jetstream.RawStreamMsg, inbox chan *jetstream.RawStreamMs
 // is read after msgs were taken: a message dropped before one of msgs
 // was put in the inbox set it first).
 func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.RawStreamMsg) (drain.Result, error) {
-	if !wk.feedIsData {
-		h.whole, h.start = false, nil
-		return h.drains.Drain(ctx, wk.h)
-	}
 	if h.whole {
 		// The first delivery, from what the worker kept: every message of
 		// the id until the inbox took over, then the inbox's.

@@ -81,9 +81,6 @@ type Worker struct {
 
 	// kept: the messages of ids nobody holds here (kept.go); guarded by mu.
 	kept *kept
-	// feedIsData: the consumer's messages are handed out (Deliver, Start);
-	// else they only say when to drain (a replicated world).
-	feedIsData bool
 	// peers: the world's live nodes as last listed (sorted), for the
 	// order in which workers try a new id (claimWait); nil until listed.
 	peers atomic.Pointer[[]string]
@@ -174,11 +171,7 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 		return nil, err
 	}
 	wk := &Worker{w: w, own: own, cfg: cfg, slots: make(chan struct{}, cfg.Parallel), claims: make(chan struct{}, min(cfg.Parallel, maxClaims)), h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}}
-	// On a replicated world the worker does not take its consumer's word
-	// for what is stored (docs/design.md 3.10, "Replicated worlds"): it
-	// drains each id from its cursor, and purges per id.
-	wk.feedIsData = w.Config.Replicas == 1
-	if len(cfg.IDs) == 0 && w.Config.Purge != world.PurgeByServer && wk.feedIsData {
+	if len(cfg.IDs) == 0 && w.Config.Purge != world.PurgeByServer {
 		wk.sweep = dr.NewSweeper()
 	}
 	// Keeping needs a consumer that reads from the first message: the
