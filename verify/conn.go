@@ -121,7 +121,9 @@ func startProxies(c Conn) (proxies, Conn, error) {
 			return nil, c, err
 		}
 		ps = append(ps, p)
-		urls = append(urls, u.Scheme+"://"+p.Addr())
+		pu := *u // the scheme and any user:password@ stay
+		pu.Host = p.Addr()
+		urls = append(urls, pu.String())
 		if c.TLSName == "" && (u.Scheme == "tls" || c.TLSCA != "" || c.TLSCert != "") {
 			c.TLSName = u.Hostname()
 		}
