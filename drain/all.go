@@ -38,7 +38,7 @@ func (d *Drainer) DrainAll(ctx context.Context, leases []*ownership.Lease, h Han
 	errs := make([]error, len(leases))
 	parallel(len(leases), func(i int) {
 		l := leases[i]
-		a := &authority{id: l.ID, node: l.Node, epoch: l.Epoch, ttl: l.TTL, until: l.ValidUntil()}
+		a := &authority{id: l.ID, node: l.Node, epoch: l.Epoch, ttl: l.TTL, until: l.ValidUntil(), priorUntil: l.PriorUntil}
 		runs[i], errs[i] = d.begin(ctx, a, h, opts, d.cfg.Replicas > 1)
 	})
 	if d.cfg.Replicas == 1 {

@@ -24,7 +24,14 @@ type Message struct {
 	Headers  nats.Header // the sender's own headers (no Nats-/Fencepost- ones)
 	Posted   time.Time   // when the stream stored it (the stream leader's clock)
 	Delivery int         // 1 for the first delivery, counted across drains and owners
-	Fence    fencing.Fence
+	// Redelivered: the message may have been handed to a handler before,
+	// whose result never reached the cursor: it was stored before this
+	// holder took the id from an earlier one whose lease lapsed or was
+	// seized (a crash, a pause: ownership.Lease.PriorUntil). Delivery
+	// counts only deliveries known to have failed, so it can be 1 here.
+	// (A commit of unknown outcome within one holding is not marked.)
+	Redelivered bool
+	Fence       fencing.Fence
 }
 
 // Handler processes one message. Returning nil acknowledges it; an error
@@ -125,7 +132,7 @@ func (d *Drainer) observe(start time.Time, res *Result) {
 // lease's local validity (ValidUntil) bounds how long the drain may act
 // without reading the record again.
 func (d *Drainer) DrainLease(ctx context.Context, l *ownership.Lease, h Handler, opts ...RunOption) (res Result, err error) {
-	a := &authority{id: l.ID, node: l.Node, epoch: l.Epoch, ttl: l.TTL, until: l.ValidUntil()}
+	a := &authority{id: l.ID, node: l.Node, epoch: l.Epoch, ttl: l.TTL, until: l.ValidUntil(), priorUntil: l.PriorUntil}
 	defer d.observe(time.Now(), &res)
 	res, err = d.drain(ctx, a, h, opts)
 	return res, err
@@ -146,6 +153,9 @@ type authority struct {
 	// lease, for a Holding's drain: its validity is the session's, which
 	// moves on with every node lease renewal.
 	lease *ownership.Lease
+	// priorUntil: messages stored until then may have been handed out by
+	// an earlier holder (ownership.Lease.PriorUntil); zero: none.
+	priorUntil time.Time
 }
 
 func (a *authority) valid() bool {

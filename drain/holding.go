@@ -399,7 +399,7 @@ func (h *Holding) begin(ctx context.Context, hd Handler, opts []RunOption) (*run
 	for _, opt := range opts {
 		opt(&o)
 	}
-	a := &authority{id: l.ID, node: l.Node, epoch: l.Epoch, ttl: l.TTL, fence: h.fence, backed: true, lease: l}
+	a := &authority{id: l.ID, node: l.Node, epoch: l.Epoch, ttl: l.TTL, fence: h.fence, backed: true, lease: l, priorUntil: l.PriorUntil}
 	// Invariant 4: nothing to a holding that is no longer on the record.
 	// One read proves it unchanged (batched with other holdings' checks);
 	// a changed record is decided in full (a seize: refused before

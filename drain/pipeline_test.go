@@ -468,3 +468,45 @@ func TestHolding_FailedDrainEndsLiveness(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"dropped", "next"}, rec.bodies())
 }
+
+// TestRedelivered: a holder that dies with messages handed out and not
+// committed leaves them to the next holder, who gets them labelled as
+// maybe seen (Message.Redelivered), with Delivery still 1 (no failure is
+// known); a message posted after the takeover is not labelled.
+func TestRedelivered(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{})
+	send(t, ctx, w, "x", "a", "b")
+	l, err := w.Ownership.Claim(ctx, "x", "n1", 200*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, l.PriorUntil.IsZero())
+	// n1 hands out a and stops there, as if it died: nothing committed.
+	var first recorder
+	dctx, die := context.WithCancel(ctx)
+	_, err = d.DrainLease(dctx, l, func(hctx context.Context, m drain.Message) error {
+		_ = first.handle(hctx, m)
+		die()
+		return dctx.Err()
+	})
+	require.Error(t, err)
+	require.Len(t, first.msgs, 1, "n1 had a when its lease lapsed")
+	require.False(t, first.msgs[0].Redelivered)
+	testutil.WaitFor(t, 5*time.Second, "n1's lease lapses", func() bool {
+		st, err := w.Ownership.Owner(ctx, "x")
+		return err == nil && !st.Held
+	})
+	l2, err := w.Ownership.Claim(ctx, "x", "n2", time.Minute)
+	require.NoError(t, err)
+	require.False(t, l2.PriorUntil.IsZero())
+	testutil.WaitFor(t, 10*time.Second, "past the bound of n1's messages", func() bool { return time.Now().After(l2.PriorUntil) })
+	send(t, ctx, w, "x", "c")
+	var rec recorder
+	_, err = d.DrainLease(ctx, l2, rec.handle)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b", "c"}, rec.bodies())
+	for _, m := range rec.msgs {
+		require.Equal(t, 1, m.Delivery, "%s: no failed delivery is known", m.Body)
+		require.Equal(t, string(m.Body) != "c", m.Redelivered, "%s: maybe seen by n1 = stored before n2's takeover", m.Body)
+	}
+}

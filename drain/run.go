@@ -463,6 +463,7 @@ func (r *run) message(m *jetstream.RawStreamMsg, delivery int) Message {
 		ID: r.a.id, Seq: m.Sequence, From: r.sender(m),
 		Body: m.Data, Headers: queue.UserHeaders(m.Header), Posted: m.Time,
 		Delivery: delivery, Fence: r.a.fence,
+		Redelivered: !r.a.priorUntil.IsZero() && !m.Time.After(r.a.priorUntil),
 	}
 }
 

@@ -14,6 +14,14 @@ type Lease struct {
 	fencing.Fence
 	Expires time.Time     // expiry on the record (the writer's wall clock)
 	TTL     time.Duration // the term asked for
+	// PriorUntil is set when the claim or seize took the id from a holder
+	// (its lease lapsed, or it was seized from): that holder may have
+	// handed out, and not committed, messages stored up to this instant
+	// (the claim's send time plus the skew bound, to compare with a
+	// message's stream timestamp). Zero when the id was free (never held,
+	// or released: a release commits first). Deliveries use it to say a
+	// message may have been seen before (drain.Message.Redelivered).
+	PriorUntil time.Time
 
 	validUntil time.Time   // local, with a monotonic reading
 	rec        wire.Record // the record as written (for the keeper)

@@ -128,15 +128,19 @@ type recordFor func(epoch uint64, now time.Time) (*wire.Record, error)
 // claim is the rule of every claim: a free id (never owned, released or
 // lapsed) gets rec's record at the next epoch; a live one is *HeldError.
 func (s *Store) claim(ctx context.Context, id string, rec recordFor) (view, time.Time, error) {
-	return s.run(ctx, "claim", id, cachedOrAbsent, false, func(v view, now time.Time) (*wire.Record, error) {
+	var over view
+	nv, start, err := s.run(ctx, "claim", id, cachedOrAbsent, false, func(v view, now time.Time) (*wire.Record, error) {
 		if v.live(now) {
 			return nil, &HeldError{ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Expires: v.expires()}
 		}
 		if err := v.exhausted(fmt.Sprintf("%q", id)); err != nil {
 			return nil, err
 		}
+		over = v
 		return rec(v.nextEpoch(), now)
 	})
+	nv.tookOver = err == nil && over.present() && over.rec.State == wire.StateHeld
+	return nv, start, err
 }
 
 // seize is the rule of every seize: with force, the force key first
@@ -149,7 +153,7 @@ func (s *Store) seize(ctx context.Context, id, node string, ttl time.Duration, f
 			return view{}, time.Time{}, err
 		}
 	}
-	return s.run(ctx, "seize", id, freshRead, true, func(v view, now time.Time) (*wire.Record, error) {
+	nv, start, err := s.run(ctx, "seize", id, freshRead, true, func(v view, now time.Time) (*wire.Record, error) {
 		if !v.present() || v.rec.State == wire.StateFree {
 			return nil, &FreeError{ID: id, LastEpoch: v.lastEpoch()}
 		}
@@ -161,6 +165,8 @@ func (s *Store) seize(ctx context.Context, id, node string, ttl time.Duration, f
 		}
 		return rec(v.rec.Epoch+1, now)
 	})
+	nv.tookOver = err == nil // a seize always writes over a holder
+	return nv, start, err
 }
 
 // Owner is the routing probe: the live holder of id, or Held=false with the

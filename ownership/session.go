@@ -170,13 +170,14 @@ func (ss *Session) backedRecord(epoch uint64, now time.Time) (*wire.Record, erro
 	}, nil
 }
 
-func (ss *Session) lease(id string, v view) *Lease {
+func (ss *Session) lease(id string, v view, start time.Time) *Lease {
 	return &Lease{
-		Fence:   fencing.Fence{World: ss.k.s.world, ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Revision: v.rev},
-		Expires: v.rec.Expires,
-		TTL:     ss.k.ttl,
-		rec:     v.rec,
-		backing: ss.k,
+		Fence:      fencing.Fence{World: ss.k.s.world, ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Revision: v.rev},
+		Expires:    v.rec.Expires,
+		TTL:        ss.k.ttl,
+		PriorUntil: ss.k.s.priorUntil(v, start),
+		rec:        v.rec,
+		backing:    ss.k,
 	}
 }
 
@@ -190,11 +191,11 @@ func (ss *Session) Claim(ctx context.Context, id string) (*Lease, error) {
 	if err := ss.usable(); err != nil {
 		return nil, err
 	}
-	v, _, err := ss.k.s.claim(ctx, id, ss.backedRecord)
+	v, start, err := ss.k.s.claim(ctx, id, ss.backedRecord)
 	if err != nil {
 		return nil, err
 	}
-	return ss.lease(id, v), nil
+	return ss.lease(id, v, start), nil
 }
 
 // Seize takes over an owned id (lapsed, or live with force) for the
@@ -207,11 +208,11 @@ func (ss *Session) Seize(ctx context.Context, id string, force bool) (*Lease, er
 	if err := ss.usable(); err != nil {
 		return nil, err
 	}
-	v, _, err := ss.k.s.seize(ctx, id, ss.k.node, ss.k.ttl, force, ss.backedRecord)
+	v, start, err := ss.k.s.seize(ctx, id, ss.k.node, ss.k.ttl, force, ss.backedRecord)
 	if err != nil {
 		return nil, err
 	}
-	return ss.lease(id, v), nil
+	return ss.lease(id, v, start), nil
 }
 
 // Release frees one id the session's node holds (Store.Release).

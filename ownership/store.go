@@ -77,6 +77,11 @@ type view struct {
 	// its revision. Backed views are never cached (see backing.go).
 	nl    *wire.Record
 	nlRev uint64
+
+	// tookOver, on the view a claim or seize wrote: the record it wrote
+	// over named a holder (lapsed, or seized from), who may have handed
+	// out messages the cursor does not cover (Lease.PriorUntil).
+	tookOver bool
 }
 
 func (v view) present() bool { return v.rev > 0 && !v.tombstone }
@@ -227,9 +232,21 @@ func (s *Store) lease(id string, v view, start time.Time, ttl time.Duration) *Le
 		Fence:      fencing.Fence{World: s.world, ID: id, Node: v.rec.Node, Epoch: v.rec.Epoch, Revision: v.rev},
 		Expires:    v.rec.Expires,
 		TTL:        ttl,
+		PriorUntil: s.priorUntil(v, start),
 		validUntil: s.authority(v.rec.Expires, start),
 		rec:        v.rec,
 	}
+}
+
+// priorUntil is Lease.PriorUntil of a lease won with v, the write having
+// been sent at start: the earlier holder stopped handing out messages
+// before the record let anyone take the id over, so what it had was
+// stored before start, by the stream's clock within the skew bound.
+func (s *Store) priorUntil(v view, start time.Time) time.Time {
+	if !v.tookOver {
+		return time.Time{}
+	}
+	return start.Add(s.skew)
 }
 
 // authority is the local instant until which the writer of a record with

@@ -154,6 +154,7 @@ func execHandler(cmd, node string, grace time.Duration, stdout io.Writer) drain.
 			"FENCEPOST_SEQ="+strconv.FormatUint(m.Seq, 10),
 			"FENCEPOST_NODE="+node,
 			"FENCEPOST_DELIVERY="+strconv.Itoa(m.Delivery),
+			"FENCEPOST_REDELIVERED="+redelivered(m),
 		)
 		if err := c.Run(); err != nil {
 			return &execError{cmd: cmd, id: m.ID, seq: m.Seq, err: err}
@@ -208,4 +209,15 @@ func serveMetrics(addr string) (*http.Server, error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	return srv, nil
+}
+
+// redelivered is FENCEPOST_REDELIVERED: 1 when the message may have been
+// handed to a handler before (drain.Message.Redelivered: a worker that
+// held the id died or paused with it), else 0. FENCEPOST_DELIVERY counts
+// failed deliveries only.
+func redelivered(m drain.Message) string {
+	if m.Redelivered {
+		return "1"
+	}
+	return "0"
 }
