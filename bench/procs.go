@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/internal/tailbuf"
 	"github.com/fencepost/fencepost/ownership"
 )
 
@@ -72,7 +73,7 @@ type proc struct {
 	once    sync.Once
 	planned atomic.Bool // a fault or the shutdown ends it
 	fenced  atomic.Value
-	stderr  *tail
+	stderr  *tailbuf.Buffer
 	exit    error
 }
 
@@ -143,7 +144,7 @@ func (ps *procSet) spawn(ctx context.Context) (*proc, error) {
 	}
 	cmd := exec.Command(ps.cfg.OwnerExe)
 	cmd.Env = append(os.Environ(), OwnerEnv+"="+string(b))
-	p := &proc{node: node, cmd: cmd, ready: make(chan struct{}), done: make(chan struct{}), stderr: &tail{max: 16 << 10}}
+	p := &proc{node: node, cmd: cmd, ready: make(chan struct{}), done: make(chan struct{}), stderr: &tailbuf.Buffer{Max: 16 << 10}}
 	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -488,27 +489,4 @@ func quantile(v []float64, q float64) float64 {
 	i := int(q*float64(len(s))+0.999999) - 1
 	i = min(max(i, 0), len(s)-1)
 	return round(s[i], 1)
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }

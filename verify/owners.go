@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencepost/fencepost/internal/tailbuf"
 	"github.com/fencepost/fencepost/testkit/history"
 )
 
@@ -42,7 +43,7 @@ type ownerProc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	exited chan struct{}
-	stderr *tail
+	stderr *tailbuf.Buffer
 }
 
 func startOwners(cfg Config, spec ownerSpec, rec *history.Recorder, reported *commitLog) *owners {
@@ -91,7 +92,7 @@ func (o *owners) start(slot int, node string) (*ownerProc, error) {
 		return nil, err
 	}
 	cmd := o.cfg.OwnerCommand()
-	p := &ownerProc{node: node, cmd: cmd, exited: make(chan struct{}), stderr: &tail{max: 4 << 10}}
+	p := &ownerProc{node: node, cmd: cmd, exited: make(chan struct{}), stderr: &tailbuf.Buffer{Max: 4 << 10}}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -230,27 +231,4 @@ func (o *owners) lastStderr() string {
 		return ""
 	}
 	return o.last.stderr.String()
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }
