@@ -9,21 +9,29 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// sweepInterval is how often fencepostd looks for unroutable messages.
+// sweepInterval is how often fencepostd looks for new worlds to follow
+// for unroutable messages.
 const sweepInterval = 10 * time.Second
 
 // sweepLoop gives every unroutable message of every world a fate
-// (drain.SweepUnroutable): a message a producer stored on a mailbox
+// (drain.FollowUnroutable): a message a producer stored on a mailbox
 // subject that no id encodes to is moved, with the reason, to the world's
-// unroutable dead letters, logged at WARN and counted in the metrics. The
-// first sweep runs at once, then one every sweepInterval.
+// unroutable dead letters, logged at WARN and counted in the metrics. Each
+// world has one follower, which reads the headers of every message posted
+// (from the stream's first message on, at each start); the worlds are
+// listed every sweepInterval, and a follower that stopped (its world
+// removed, an error) is started again at the next listing.
 func (d *Daemon) sweepLoop(ctx context.Context) error {
 	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
+	running := map[string]chan struct{}{} // world -> closed when its follower ends
 	for {
-		d.sweep(ctx)
+		d.follow(ctx, running)
 		select {
 		case <-ctx.Done():
+			for _, done := range running {
+				<-done
+			}
 			return nil
 		case <-t.C:
 		}
@@ -40,16 +48,28 @@ func (d *Daemon) drainer(w *world.World) (*drain.Drainer, error) {
 	return drain.New(w, own, drain.WithLogger(d.log), drain.WithMetrics(d.metrics))
 }
 
-func (d *Daemon) sweep(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 5*sweepInterval)
+// follow starts a follower of unroutable messages for every world that has
+// none running.
+func (d *Daemon) follow(ctx context.Context, running map[string]chan struct{}) {
+	for name, done := range running {
+		select {
+		case <-done:
+			delete(running, name)
+		default:
+		}
+	}
+	lctx, cancel := context.WithTimeout(ctx, sweepInterval)
 	defer cancel()
-	names, err := world.List(ctx, d.js)
+	names, err := world.List(lctx, d.js)
 	if err != nil {
 		d.log.Debug("sweep: list worlds", "err", err)
 		return
 	}
 	for _, name := range names {
-		w, err := world.Open(ctx, d.js, name)
+		if _, ok := running[name]; ok {
+			continue
+		}
+		w, err := world.Open(lctx, d.js, name)
 		if err != nil {
 			continue
 		}
@@ -57,8 +77,13 @@ func (d *Daemon) sweep(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if _, err := dr.SweepUnroutable(ctx); err != nil && ctx.Err() == nil {
-			d.log.Warn("sweep of unroutable messages failed; retrying later", "world", name, "err", err)
-		}
+		done := make(chan struct{})
+		running[name] = done
+		go func() {
+			defer close(done)
+			if err := dr.FollowUnroutable(ctx); err != nil && ctx.Err() == nil {
+				d.log.Warn("following a world for unroutable messages stopped; starting again later", "world", name, "err", err)
+			}
+		}()
 	}
 }

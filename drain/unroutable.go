@@ -76,24 +76,101 @@ func (d *Drainer) moveUnroutable(ctx context.Context, subj string, n uint64, why
 			if m.Subject != subj {
 				continue // another subject matched by a wildcard token
 			}
-			meta := nats.Header{}
-			meta.Set(HeaderDeadSubject, clip(subj))
-			meta.Set(HeaderDeadError, "unroutable: "+reason)
-			if err := d.storeDead(ctx, wire.UnroutableSubject(d.world), m, meta); err != nil {
+			if err := d.moveAside(ctx, m, reason); err != nil {
 				return moved, err
 			}
-			if err := d.w.Mailbox.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-				return moved, fmt.Errorf("moved message %d aside but could not remove it: %w", m.Sequence, err)
-			}
 			moved++
-			d.log.Warn("drain: unroutable message moved to the world's dead letters",
-				"world", d.world, "subject", subj, "seq", m.Sequence, "reason", reason)
 		}
 		if len(b.msgs) == 0 || b.pending == 0 {
 			break
 		}
 	}
 	return moved, nil
+}
+
+// moveAside moves one unroutable message m to the world's unroutable dead
+// letters (written at most once, then removed from the mailbox stream).
+func (d *Drainer) moveAside(ctx context.Context, m *jetstream.RawStreamMsg, reason string) error {
+	meta := nats.Header{}
+	meta.Set(HeaderDeadSubject, clip(m.Subject))
+	meta.Set(HeaderDeadError, "unroutable: "+reason)
+	if err := d.storeDead(ctx, wire.UnroutableSubject(d.world), m, meta); err != nil {
+		return err
+	}
+	if err := d.w.Mailbox.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("moved message %d aside but could not remove it: %w", m.Sequence, err)
+	}
+	d.log.Warn("drain: unroutable message moved to the world's dead letters",
+		"world", d.world, "subject", m.Subject, "seq", m.Sequence, "reason", reason)
+	return nil
+}
+
+// FollowUnroutable gives every unroutable message a fate as it is stored,
+// as SweepUnroutable does, until ctx ends: it reads the world's mailbox
+// stream from its first message on with one ordered consumer of headers
+// only, and moves each message whose subject encodes no id. It costs a
+// header read per message posted, where a sweep costs a listing of every
+// mailbox subject each time it runs (fencepostd swept every world every
+// 10 s: with 200,000 ids with mail, a 200,000-entry listing, the memory
+// fencepostd held after a restart; the scale issue). A message it cannot
+// move is logged and left; the next start of the follower tries again.
+func (d *Drainer) FollowUnroutable(ctx context.Context) error {
+	cons, err := d.w.Mailbox.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{wire.MailboxFilter(d.world)},
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return fmt.Errorf("drain: follow the mailboxes of %q: %w", d.world, err)
+	}
+	type bad struct {
+		seq    uint64
+		reason string
+	}
+	found := make(chan bad, 1024)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		tok, _ := wire.MailboxToken(d.world, m.Subject())
+		_, why := wire.DecodeID(tok)
+		if why == nil {
+			return
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return
+		}
+		select {
+		case found <- bad{meta.Sequence.Stream, clip(why.Error())}:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("drain: follow the mailboxes of %q: %w", d.world, err)
+	}
+	defer cc.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-cc.Closed():
+			return fmt.Errorf("drain: following the mailboxes of %q stopped", d.world)
+		case b := <-found:
+			m, err := d.w.Mailbox.GetMsg(ctx, b.seq)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue // moved or removed already
+			}
+			if err == nil {
+				err = d.moveAside(ctx, m, b.reason)
+			}
+			if err == nil {
+				d.metrics.UnroutableMoved(d.world, 1)
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			d.log.Warn("drain: cannot move an unroutable message aside; it stays where it is",
+				"world", d.world, "seq", b.seq, "error", err)
+		}
+	}
 }
 
 // isUnroutableSubject says whether subj is a mailbox subject of the world

@@ -31,6 +31,7 @@ var wireCases = []mailboxCase{
 	{"MsgIDScopePerMailbox", testMsgIDScope},
 	{"NonCanonicalTokens_Surfaced_ThenMoved", testUnroutable},
 	{"UnroutableStoreFull_StaysCounted", testUnroutableFull},
+	{"Unroutable_MovedAsPosted", testFollowUnroutable},
 	{"TooBigToDeadLetter_DeadLetteredInTwoParts", testTooBigDeadLetter},
 	{"DeadLetterFails_HandlerNotCalledAgain", testDeadLetterFails},
 	{"HeaderCase_SenderRule", testHeaderCaseAndSender},
@@ -194,6 +195,49 @@ func testUnroutable(t *testing.T, env *testutil.Env) {
 	require.Equal(t, uint64(len(bad)), info.Unroutable)
 	require.Equal(t, uint64(1), info.Depth)
 	require.Equal(t, uint64(1), info.Mailboxes)
+}
+
+// What fencepostd runs instead of sweeping: one follower per world moves
+// each unroutable message aside as it is stored (one posted before it
+// started too), leaves routable mail alone, and a follower started again
+// over the same stream stores nothing twice.
+func testFollowUnroutable(t *testing.T, env *testutil.Env) {
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{})
+	send(t, ctx, w, "order.42", "routable")
+	raw(t, ctx, w, "fp."+w.Name+".mb.__8", "before", "Fencepost-From", "js")
+	follow := func() (stop func()) {
+		fctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- d.FollowUnroutable(fctx) }()
+		return func() { cancel(); require.NoError(t, <-done) }
+	}
+	stop := follow()
+	bad := []string{"__8", "b3JkZXIuNDK", "*", strings.Repeat("eHh4", 90)}
+	for _, tok := range bad[1:] {
+		raw(t, ctx, w, "fp."+w.Name+".mb."+tok, "after", "Fencepost-From", "js")
+	}
+	testutil.WaitFor(t, 30*time.Second, "every unroutable message moved", func() bool {
+		for _, tok := range bad {
+			if stored(t, w, "fp."+w.Name+".mb."+tok) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	stop()
+	require.Equal(t, uint64(1), stored(t, w, wire.MailboxSubject(w.Name, "order.42")), "the follower touched a routable mailbox")
+	stop = follow()
+	raw(t, ctx, w, "fp."+w.Name+".mb.w7w+Pw", "later", "Fencepost-From", "js")
+	testutil.WaitFor(t, 30*time.Second, "the next one moved", func() bool { return stored(t, w, "fp."+w.Name+".mb.w7w+Pw") == 0 })
+	stop()
+	un, err := d.Unroutable(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, un, len(bad)+1, "each moved once")
+	for _, dl := range un {
+		require.True(t, strings.HasPrefix(dl.Error, "unroutable: "), dl.Error)
+		require.Equal(t, "js", dl.From)
+	}
 }
 
 // The unroutable store is one subject with the mailbox limit: what does
