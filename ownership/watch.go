@@ -3,6 +3,7 @@ package ownership
 import (
 	"container/heap"
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,7 +67,7 @@ type Event struct {
 // bound. A record that has already lapsed when the watch starts is not
 // reported.
 func (s *Store) Watch(ctx context.Context, id string) (<-chan Event, error) {
-	keys := []string{wire.RecordPrefix + "*", wire.NodePrefix + "*"}
+	keys := []string{wire.RecordPrefix + "*", wire.NodePrefix + "*", wire.ResetKey}
 	if id != "" {
 		if err := wire.ValidateID(id); err != nil {
 			return nil, err
@@ -183,6 +184,9 @@ func (w *watcher) send(ctx context.Context, ev Event) bool {
 func (w *watcher) entry(ctx context.Context, e jetstream.KeyValueEntry) bool {
 	w.quiet = e.Revision() <= w.start
 	defer func() { w.quiet = false }()
+	if e.Key() == wire.ResetKey {
+		return w.reset(ctx, e)
+	}
 	var rec *wire.Record
 	if e.Operation() == jetstream.KeyValuePut {
 		r, err := wire.DecodeRecord(e.Value())
@@ -205,6 +209,29 @@ func (w *watcher) entry(ctx context.Context, e jetstream.KeyValueEntry) bool {
 		return true
 	}
 	return w.idEntry(ctx, id, e, rec)
+}
+
+// reset handles a world reset (world.Reset): the purge removed every
+// record and node lease without a marker per key, so each id known is
+// reported deleted, in id order, and forgotten.
+func (w *watcher) reset(ctx context.Context, e jetstream.KeyValueEntry) bool {
+	if e.Operation() != jetstream.KeyValuePut {
+		return true
+	}
+	ids := make([]string, 0, len(w.ids))
+	for id := range w.ids {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	prev := w.ids
+	w.ids, w.nodes = map[string]*watchedID{}, map[string]*watchedNode{}
+	for _, id := range ids {
+		st := prev[id]
+		if !w.send(ctx, Event{Kind: EventDeleted, ID: id, Node: st.rec.Node, Epoch: st.rec.Epoch, Revision: e.Revision(), At: e.Created()}) {
+			return false
+		}
+	}
+	return true
 }
 
 func (w *watcher) node(node string) *watchedNode {

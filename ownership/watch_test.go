@@ -139,3 +139,28 @@ func TestWatch_World_NodeLease(t *testing.T) {
 	}
 	require.Equal(t, map[string]ownership.EventKind{"a": ownership.EventReleased, "b": ownership.EventReleased}, got)
 }
+
+// TestWatch_Reset: a world reset purges the bucket, which leaves no marker
+// per key; watchers of the world and of one id still see each record go
+// (deleted), and what is claimed after the reset as new.
+func TestWatch_Reset(t *testing.T) {
+	suite(t, func(t *testing.T, _ *testutil.Env, w *client.World) {
+		ctx := testutil.Ctx(t, time.Minute)
+		s := w.Ownership
+		_, err := s.Claim(ctx, "a", "n1", time.Minute)
+		require.NoError(t, err)
+		_, err = s.Claim(ctx, "b", "n2", time.Minute)
+		require.NoError(t, err)
+		all := watch(t, ctx, w, "")
+		one := watch(t, ctx, w, "b")
+		require.NoError(t, world.Reset(ctx, w.JS, w.Name))
+		expect(t, all, ownership.EventDeleted, "a", "n1")
+		expect(t, all, ownership.EventDeleted, "b", "n2")
+		expect(t, one, ownership.EventDeleted, "b", "n2")
+		_, err = s.Claim(ctx, "b", "n3", time.Minute)
+		require.NoError(t, err)
+		ev := expect(t, all, ownership.EventClaimed, "b", "n3")
+		require.Equal(t, uint64(1), ev.Epoch, "epochs start again after a reset")
+		expect(t, one, ownership.EventClaimed, "b", "n3")
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -240,6 +241,10 @@ func Reset(ctx context.Context, js jetstream.JetStream, name string) error {
 	// read the streams open the world from it (OpenToPost).
 	if err := PublishSettings(ctx, w); err != nil {
 		return err
+	}
+	// Watchers see no purge: tell them (ownership.Watch).
+	if _, err := w.KV.Put(ctx, wire.ResetKey, []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
+		return fmt.Errorf("world %q: note the reset for watchers: %w", name, err)
 	}
 	info, err := w.Mailbox.Info(ctx)
 	if err != nil {

@@ -141,6 +141,12 @@ const (
 // matches it.
 const WorldKey = "world"
 
+// ResetKey is the bucket key a reset writes after it purged the bucket
+// (the time, RFC 3339): a purge leaves no marker per key, so watchers learn
+// from it that every record is gone (ownership.Watch reports each as
+// deleted). No '.' in it either.
+const ResetKey = "reset"
+
 // RecordKey is the bucket key of id's ownership record.
 func RecordKey(id string) string { return RecordPrefix + EncodeID(id) }
 
