@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -77,6 +78,7 @@ func (d *Daemon) forgeries() *prometheus.CounterVec {
 type auditor struct {
 	d      *Daemon
 	kv     jetstream.KeyValue
+	own    *ownership.Store // its record writes
 	maxTTL time.Duration
 	epochs map[string]uint64 // record key -> the highest epoch seen
 	count  *prometheus.CounterVec
@@ -110,7 +112,11 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 	if err != nil {
 		return err
 	}
-	a := &auditor{d: d, kv: w.KV, maxTTL: w.Config.MaxTTL, epochs: map[string]uint64{}, count: count}
+	own, err := ownership.New(w, ownership.WithLogger(d.log))
+	if err != nil {
+		return err
+	}
+	a := &auditor{d: d, kv: w.KV, own: own, maxTTL: w.Config.MaxTTL, epochs: map[string]uint64{}, count: count}
 	watch, err := w.KV.WatchFiltered(ctx, []string{wire.RecordPrefix + "*", wire.LockPrefix + "*", wire.WorldKey})
 	if err != nil {
 		return err
@@ -171,13 +177,12 @@ func (a *auditor) record(ctx context.Context, e jetstream.KeyValueEntry) {
 	if kind == "" {
 		return
 	}
-	free := rec
-	free.State, free.Epoch, free.NodeLease, free.Expires = wire.StateFree, max(high, rec.Epoch), 0, e.Created()
-	data, err := wire.EncodeRecord(free)
+	epoch := max(high, rec.Epoch)
+	id, err := wire.DecodeID(strings.TrimPrefix(e.Key(), wire.RecordPrefix))
 	if err == nil {
-		_, err = a.kv.Update(ctx, e.Key(), data, e.Revision())
+		err = a.own.FreeForged(ctx, id, e.Revision(), rec, epoch, e.Created())
 	}
-	a.report(kind, e, err, "node", rec.Node, "epoch", rec.Epoch, "highest_epoch", high, "expires", rec.Expires, "freed_at_epoch", free.Epoch)
+	a.report(kind, e, err, "node", rec.Node, "epoch", rec.Epoch, "highest_epoch", high, "expires", rec.Expires, "freed_at_epoch", epoch)
 }
 
 func (a *auditor) lock(ctx context.Context, e jetstream.KeyValueEntry) {
@@ -196,7 +201,7 @@ func (a *auditor) report(kind string, e jetstream.KeyValueEntry, undo error, arg
 	switch {
 	case undo == nil:
 		a.d.log.Warn("forgery detected in the bucket: undone", args...)
-	case errors.Is(undo, jetstream.ErrKeyRevisionMismatch):
+	case errors.Is(undo, jetstream.ErrKeyRevisionMismatch), errors.Is(undo, ownership.ErrContended):
 		a.d.log.Warn("forgery detected in the bucket: written over meanwhile", args...)
 	default:
 		a.d.log.Warn("forgery detected in the bucket: could not undo it", append(args, "err", undo)...)

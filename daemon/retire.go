@@ -3,11 +3,14 @@ package daemon
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/world"
 )
 
 // Under --auth an owner bound to a node may write only its own node lease
@@ -61,11 +64,15 @@ func (d *Daemon) retireLoop(ctx context.Context) error {
 // retireNodes watches the node leases of the world and retires each one
 // that lapses.
 func (d *Daemon) retireNodes(ctx context.Context) error {
-	kv, err := d.js.KeyValue(ctx, wire.Bucket(d.cfg.World))
+	wd, err := world.Open(ctx, d.js, d.cfg.World)
 	if err != nil {
 		return err
 	}
-	w, err := kv.Watch(ctx, wire.NodePrefix+"*")
+	own, err := ownership.New(wd, ownership.WithLogger(d.log))
+	if err != nil {
+		return err
+	}
+	w, err := wd.KV.Watch(ctx, wire.NodePrefix+"*")
 	if err != nil {
 		return err
 	}
@@ -86,7 +93,7 @@ func (d *Daemon) retireNodes(ctx context.Context) error {
 			}
 		case <-timer.C:
 		}
-		next := d.retireLapsed(ctx, kv, leases, time.Now())
+		next := d.retireLapsed(ctx, own, leases, time.Now())
 		timer.Reset(time.Until(next))
 	}
 }
@@ -107,7 +114,7 @@ func follow(leases map[string]nodeLease, e jetstream.KeyValueEntry) {
 
 // retireLapsed retires every lease lapsed at now and returns when the
 // next one lapses.
-func (d *Daemon) retireLapsed(ctx context.Context, kv jetstream.KeyValue, leases map[string]nodeLease, now time.Time) time.Time {
+func (d *Daemon) retireLapsed(ctx context.Context, own *ownership.Store, leases map[string]nodeLease, now time.Time) time.Time {
 	next := now.Add(time.Hour)
 	for key, l := range leases {
 		if due := l.rec.Expires.Add(retireLate); now.Before(due) {
@@ -116,17 +123,17 @@ func (d *Daemon) retireLapsed(ctx context.Context, kv jetstream.KeyValue, leases
 			}
 			continue
 		}
-		free := l.rec
-		free.State, free.Expires = wire.StateFree, now
-		data, err := wire.EncodeRecord(free)
-		if err == nil {
-			_, err = kv.Update(ctx, key, data, l.rev)
+		node, err := wire.DecodeID(strings.TrimPrefix(key, wire.NodePrefix))
+		if err != nil {
+			delete(leases, key) // names no node: no taker's retire would write it either
+			continue
 		}
+		err = own.RetireNode(ctx, node, l.rev, l.rec, now)
 		switch {
 		case err == nil:
 			d.log.Info("node lease lapsed: retired", "world", d.cfg.World, "node", l.rec.Node, "epoch", l.rec.Epoch, "expired", l.rec.Expires)
 			delete(leases, key)
-		case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		case errors.Is(err, ownership.ErrContended):
 			delete(leases, key) // renewed or retired meanwhile: the watch brings the new one
 		default:
 			if ctx.Err() == nil {
