@@ -107,7 +107,8 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 // none is claimed when mail comes (its post is a candidate), not before:
 // after a node dies its idle ids cost nothing, and a scan that finds
 // committed messages not swept yet claims nothing. Without a sweep (a
-// worker of a list of ids, a replicated world) every candidate may have.
+// worker of a list of ids, a world its server purges) every candidate may
+// have.
 func (wk *Worker) unread(id string) bool { return wk.sweep == nil || wk.sweep.Unread(id) }
 
 // claim takes id through the session and starts serving it; it says

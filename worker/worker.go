@@ -228,8 +228,8 @@ func (wk *Worker) Run(ctx context.Context) error {
 	// The worker's requests are bounded one by one (the client's timeout
 	// applies to a context without a deadline), not by a deadline of ctx,
 	// which may be hours away: a request whose answer was lost (a cluster
-	// member stopped under it) held its id, and every id waiting behind
-	// it, that long. The end of ctx still stops everything.
+	// member stopped under it) held its id that long. The end of ctx still
+	// stops everything.
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
 	stopOnEnd := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
