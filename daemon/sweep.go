@@ -24,18 +24,24 @@ const sweepInterval = 10 * time.Second
 func (d *Daemon) sweepLoop(ctx context.Context) error {
 	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
-	running := map[string]chan struct{}{} // world -> closed when its follower ends
+	running := map[string]follower{}
 	for {
 		d.follow(ctx, running)
 		select {
 		case <-ctx.Done():
-			for _, done := range running {
-				<-done
+			for _, f := range running {
+				<-f.done
 			}
 			return nil
 		case <-t.C:
 		}
 	}
+}
+
+// follower is a world's follower of unroutable messages.
+type follower struct {
+	stop context.CancelFunc
+	done chan struct{} // closed when it ended
 }
 
 // drainer is fencepostd's drainer of world w (for its purger and sweep):
@@ -49,11 +55,12 @@ func (d *Daemon) drainer(w *world.World) (*drain.Drainer, error) {
 }
 
 // follow starts a follower of unroutable messages for every world that has
-// none running.
-func (d *Daemon) follow(ctx context.Context, running map[string]chan struct{}) {
-	for name, done := range running {
+// none running, and stops the follower of a world no longer listed (a
+// world removed and added again is followed from its first message).
+func (d *Daemon) follow(ctx context.Context, running map[string]follower) {
+	for name, f := range running {
 		select {
-		case <-done:
+		case <-f.done:
 			delete(running, name)
 		default:
 		}
@@ -64,6 +71,17 @@ func (d *Daemon) follow(ctx context.Context, running map[string]chan struct{}) {
 	if err != nil {
 		d.log.Debug("sweep: list worlds", "err", err)
 		return
+	}
+	listed := map[string]bool{}
+	for _, name := range names {
+		listed[name] = true
+	}
+	for name, f := range running {
+		if !listed[name] {
+			f.stop()
+			<-f.done
+			delete(running, name)
+		}
 	}
 	for _, name := range names {
 		if _, ok := running[name]; ok {
@@ -77,11 +95,13 @@ func (d *Daemon) follow(ctx context.Context, running map[string]chan struct{}) {
 		if err != nil {
 			continue
 		}
-		done := make(chan struct{})
-		running[name] = done
+		fctx, stop := context.WithCancel(ctx)
+		f := follower{stop: stop, done: make(chan struct{})}
+		running[name] = f
 		go func() {
-			defer close(done)
-			if err := dr.FollowUnroutable(ctx); err != nil && ctx.Err() == nil {
+			defer close(f.done)
+			defer stop()
+			if err := dr.FollowUnroutable(fctx); err != nil && fctx.Err() == nil {
 				d.log.Warn("following a world for unroutable messages stopped; starting again later", "world", name, "err", err)
 			}
 		}()
