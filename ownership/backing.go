@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,15 +33,67 @@ import (
 // its other ids find it free and write only the id record.
 
 // readBacking completes the view of a backed record with its node lease.
+// The record of a session known dead before the record was written needs
+// no read (deadSessions): it is not backed (nl stays nil), as a read would
+// show.
 func (s *Store) readBacking(ctx context.Context, v view) (view, error) {
+	if s.dead.before(v.rec.Node, v.rec.NodeLease, v.rev) {
+		return v, nil
+	}
 	nv, err := s.readNode(ctx, "read", v.rec.Node)
 	if err != nil {
 		return view{}, err
 	}
 	if nv.present() {
 		v.nl, v.nlRev = &nv.rec, nv.rev
+		if !v.rec.BackedBy(v.nl) {
+			s.dead.add(v.rec.Node, v.rec.NodeLease, nv.rev)
+		}
 	}
 	return v, nil
+}
+
+// deadSessions remembers node lease sessions (node, epoch) seen ended, and
+// the node lease revision that showed it (present, and free or at another
+// epoch). A record backed by such a session and written before that
+// revision is not live, now or later: the record still exists, so the
+// bucket was not purged (a reset) since it was written, nor since the
+// later revision; without a reset, node lease epochs never go back or
+// repeat, so the lease is never again held at that epoch. So its takeover
+// needs no read of the node lease and no retire. After a node dies, the
+// takeovers of its ids after the first skip a leader read each (the zipf
+// scenario: one per id of the victim with mail). A record written after
+// that revision (after a reset, the epoch may be a new session's) is read
+// as before. Bounded: it forgets everything at deadSessionsMax entries.
+type deadSessions struct {
+	mu sync.Mutex
+	m  map[deadSession]uint64 // -> the node lease revision that showed it
+}
+
+type deadSession struct {
+	node  string
+	epoch uint64
+}
+
+const deadSessionsMax = 10_000
+
+// before says whether session (node, epoch) was seen dead at a node lease
+// revision after rev.
+func (d *deadSessions) before(node string, epoch, rev uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	seen, ok := d.m[deadSession{node, epoch}]
+	return ok && rev < seen
+}
+
+func (d *deadSessions) add(node string, epoch, rev uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil || len(d.m) >= deadSessionsMax {
+		d.m = map[deadSession]uint64{}
+	}
+	k := deadSession{node, epoch}
+	d.m[k] = max(d.m[k], rev)
 }
 
 // expires is when the lease on v lapses: the record's own expiry, or for a
@@ -67,15 +120,18 @@ func (s *Store) retireThenWrite(ctx context.Context, op, id string, v view, now 
 		}
 		r := *v.nl
 		r.State, r.Expires = wire.StateFree, now
-		if _, err := s.writeNode(ctx, "retire", r.Node, view{rev: v.nlRev, rec: *v.nl}, r); err != nil {
+		nv, err := s.writeNode(ctx, "retire", r.Node, view{rev: v.nlRev, rec: *v.nl}, r)
+		if err != nil {
 			return view{}, err
 		}
+		s.dead.add(v.rec.Node, v.rec.NodeLease, nv.rev)
 	}
 	return s.write(ctx, op, id, v, rec)
 }
 
 // readNode fetches node's lease record.
 func (s *Store) readNode(ctx context.Context, op, node string) (view, error) {
+	s.nodeReads.Add(1)
 	key := wire.NodeKey(node)
 	m, err := jsapi.LeaderGet(ctx, s.js.Conn(), wire.BucketStream(s.world), jsapi.GetRequest{LastFor: wire.KeySubject(s.world, key)})
 	if errors.Is(err, jsapi.ErrNotFound) {

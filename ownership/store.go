@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,6 +38,9 @@ type Store struct {
 
 	cache viewCache
 	reads recordReads // Unchanged, batched
+	dead  deadSessions
+	// nodeReads counts node lease reads (tests: NodeReads).
+	nodeReads atomic.Int64
 }
 
 // New returns the ownership store of an open world.
