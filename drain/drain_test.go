@@ -385,8 +385,11 @@ func testStaleHolder(t *testing.T, env *testutil.Env) {
 func testContended(t *testing.T, env *testutil.Env) {
 	ctx := testutil.Ctx(t, time.Minute)
 	// A short term with a clock bound that leaves its renewals room on a
-	// loaded machine: the lock's Term self-fences at term - skew.
-	w, d := newWorld(t, env, world.Config{}, drain.WithLockTTL(300*time.Millisecond), drain.WithClockSkew(10*time.Millisecond))
+	// loaded machine: the lock's Term self-fences at term - skew. (With a
+	// 300 ms term the first drain's own lock self-fenced once in CI under
+	// -race: a renewal not confirmed within 290 ms.)
+	const term = time.Second
+	w, d := newWorld(t, env, world.Config{}, drain.WithLockTTL(term), drain.WithClockSkew(10*time.Millisecond))
 	send(t, ctx, w, "a", "m1", "m2")
 	lease, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
 	require.NoError(t, err)
@@ -402,9 +405,9 @@ func testContended(t *testing.T, env *testutil.Env) {
 		done <- err
 	}()
 	<-entered
-	// While the first drain runs (its lock renewed well past its 300ms
-	// term), every second drain is refused.
-	deadline := time.Now().Add(600 * time.Millisecond)
+	// While the first drain runs (its lock renewed well past its term),
+	// every second drain is refused.
+	deadline := time.Now().Add(term + term/2)
 	for time.Now().Before(deadline) {
 		_, err := d.DrainLease(ctx, lease, func(context.Context, drain.Message) error {
 			t.Error("second drain delivered")
