@@ -138,7 +138,7 @@ func (d *Drainer) FollowUnroutable(ctx context.Context) error {
 			return
 		}
 		select {
-		case found <- bad{meta.Sequence.Stream, clip(why.Error())}:
+		case found <- bad{meta.Sequence.Stream, why.Error()}:
 		case <-ctx.Done():
 		}
 	})

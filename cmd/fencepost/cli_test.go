@@ -41,8 +41,18 @@ type result struct {
 
 func cli(t *testing.T, url, w string, args ...string) result {
 	t.Helper()
+	return cliStdin(t, url, w, nil, args...)
+}
+
+// cliStdin runs the client with stdin (nil: none) and returns its output
+// and exit code.
+func cliStdin(t *testing.T, url, w string, stdin []byte, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "NATS_URL="+url, "FENCEPOST_WORLD="+w)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	err := cmd.Run()

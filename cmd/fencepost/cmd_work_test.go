@@ -56,6 +56,14 @@ func startWork(t *testing.T, url, w, node, out string, extra ...string) *workPro
 	p := &workProc{cmd: exec.Command(bin, args...), stderr: newSyncBuffer(), done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "NATS_URL="+url, "FENCEPOST_WORLD="+w)
 	p.cmd.Stderr = p.stderr
+	p.start(t)
+	return p
+}
+
+// start starts the process, notes its exit code when it exits, and kills
+// it at the end of the test.
+func (p *workProc) start(t *testing.T) {
+	t.Helper()
 	require.NoError(t, p.cmd.Start())
 	go func() {
 		err := p.cmd.Wait()
@@ -69,7 +77,6 @@ func startWork(t *testing.T, url, w, node, out string, extra ...string) *workPro
 		p.cmd.Process.Kill()
 		<-p.done
 	})
-	return p
 }
 
 func (p *workProc) wait(t *testing.T, d time.Duration) int {

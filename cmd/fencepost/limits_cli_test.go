@@ -3,9 +3,6 @@ package main_test
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,25 +12,6 @@ import (
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
-
-// cliStdin runs the binary with stdin.
-func cliStdin(t *testing.T, url, w string, stdin []byte, args ...string) result {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "NATS_URL="+url, "FENCEPOST_WORLD="+w)
-	cmd.Stdin = bytes.NewReader(stdin)
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return result{so.String(), se.String(), code}
-}
 
 // TestCLI_Limits: each limit `world add` shows is what a post meets
 // (issue 19 item 9): a body of exactly max_body is posted and one byte

@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,19 +30,7 @@ func startWorkArgs(t *testing.T, url, w string, args ...string) *eventProc {
 	}
 	p.cmd.Env = append(os.Environ(), "NATS_URL="+url, "FENCEPOST_WORLD="+w, "FENCEPOST_LOG=")
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	require.NoError(t, p.cmd.Start())
-	go func() {
-		err := p.cmd.Wait()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			p.code = ee.ExitCode()
-		}
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-	})
+	p.start(t)
 	return p
 }
 
