@@ -32,11 +32,11 @@ func TestRun_OwnersFail_RemovesWorld(t *testing.T) {
 		Progress:     func(format string, args ...any) { progress = append(progress, fmt.Sprintf(format, args...)) },
 		Conn:         verify.Conn{URL: env.URL},
 		Duration:     verify.MinDuration,
-		Start:        2 * time.Second,
+		Start:        5 * time.Second, // 2 s was too short for the shells to start and exit under -race in CI
 		OwnerCommand: func() *exec.Cmd { return exec.Command("sh", "-c", "read spec; echo owner cannot start >&2; exit 1") },
 	}
 	res, err := verify.Run(context.Background(), cfg)
-	require.ErrorContains(t, err, "no owner delivered a message within 2s")
+	require.ErrorContains(t, err, "no owner delivered a message within 5s")
 	require.ErrorContains(t, err, "owner cannot start")
 	require.NotNil(t, res)
 	require.Contains(t, progress, "world "+res.Meta.World+" created (replicas 1)")

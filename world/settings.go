@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,6 +48,12 @@ func PublishSettings(ctx context.Context, w *World) error {
 		return err
 	}
 	e, err := w.KV.Get(ctx, wire.WorldKey)
+	for wait := 10 * time.Millisecond; errors.Is(err, nats.ErrNoResponders) && ctx.Err() == nil && wait < 2*time.Second; wait *= 2 {
+		// A bucket just created on a cluster: its replicas may not answer
+		// direct gets yet (seen in CI as "no responders").
+		time.Sleep(wait)
+		e, err = w.KV.Get(ctx, wire.WorldKey)
+	}
 	switch {
 	case err == nil && string(e.Value()) == string(want):
 		return nil
