@@ -40,6 +40,9 @@ type Config struct {
 
 	Log   bool // log the server's own lines to stderr
 	Debug bool
+	// Logger, when set, receives the server's own lines instead of stderr
+	// (tests keep them to print when a test fails).
+	Logger natsserver.Logger
 	// Opts, when set, replaces everything above: full control for callers
 	// that build nats-server options themselves.
 	Opts *natsserver.Options
@@ -175,7 +178,10 @@ func Start(c Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	if c.Log || c.Debug {
+	switch {
+	case c.Logger != nil:
+		ns.SetLogger(c.Logger, c.Debug, false)
+	case c.Log || c.Debug:
 		ns.ConfigureLogger()
 	}
 	go ns.Start()

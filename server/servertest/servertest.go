@@ -25,7 +25,9 @@ type Node struct {
 // t.TempDir().
 func New(t testing.TB) *Node {
 	t.Helper()
-	return start(t, server.Config{StoreDir: t.TempDir(), Port: -1})
+	cfg := server.Config{StoreDir: t.TempDir(), Port: -1}
+	cfg.Logger = keepServerLog(t, "single")
+	return start(t, cfg)
 }
 
 func start(t testing.TB, cfg server.Config) *Node {
@@ -146,6 +148,7 @@ func startCluster(t testing.TB, n int) ([]*Node, error) {
 			ClusterPort: ports[i],
 			Routes:      routes,
 		}
+		cfg.Logger = keepServerLog(t, cfg.Name)
 		s, err := server.Start(cfg)
 		if err != nil {
 			for _, node := range nodes {
