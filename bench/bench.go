@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/daemon"
 	"github.com/fencepost/fencepost/server"
 )
 
@@ -54,6 +55,19 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	c := cfg.Client
 	url := cfg.URL
 	meter := &costMeter{}
+	tag := fmt.Sprintf("bench-%d", time.Now().UnixNano())
+	if cfg.Auth {
+		a, err := startAuth(tag, cfg.Log)
+		if err != nil {
+			return Report{}, err
+		}
+		defer a.close()
+		cfg.auth, url, meter.inMsgs = a, a.url(), a.inMsgs
+		if c, err = a.connect(a.roleCreds(daemon.RoleOperator), cfg.Log); err != nil {
+			return Report{}, fmt.Errorf("bench: connect as the operator: %w", err)
+		}
+		defer c.Close()
+	}
 	if c == nil {
 		if url == "" {
 			dir, err := os.MkdirTemp("", "fencepost-bench-")
@@ -83,11 +97,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	} else if url == "" {
 		url = c.Conn().ConnectedUrl()
 	}
-	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, TTLms: cfg.TTL.Milliseconds()}
+	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, TTLms: cfg.TTL.Milliseconds(), Auth: cfg.Auth}
 	if cfg.withOwners() {
 		rep.Owners = cfg.Owners
 	}
-	tag := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 	ids := make([]string, cfg.IDs)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("id-%d", i)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -74,6 +75,16 @@ type Config struct {
 	// without credentials.
 	Client *client.Client
 	URL    string
+	// Auth runs the embedded server as fencepostd --auth does (in this
+	// process, with its retirer of lapsed node leases and its auditor on
+	// the run's world; not with Client or URL; the scenarios with owner
+	// processes only: takeover, handoff, zipf): the producers post with
+	// the producer role's credentials, each owner process connects with
+	// credentials of its own bound to its node, and the parent (world,
+	// raw baseline, ledger, forced seizes, final drain) is the operator.
+	Auth bool
+
+	auth *authServer // the server of an Auth run, set by Run
 }
 
 // Progress is the state of a running side.
@@ -170,6 +181,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Scenario == ScenarioZipf && len(c.Faults) == 0 {
 		c.Faults = []string{FaultKill}
+	}
+	switch {
+	case c.Auth && (c.Client != nil || c.URL != ""):
+		return c, errors.New("bench: auth runs a fencepostd --auth of its own: give no client or URL")
+	case c.Auth && !c.withOwners():
+		return c, fmt.Errorf("bench: auth gives owner processes credentials of their own: scenario %s has none (use takeover, handoff or zipf)", c.Scenario)
 	}
 	if c.withOwners() {
 		for _, k := range c.Faults {

@@ -30,11 +30,28 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 			r.close()
 		}
 	}()
-	w, err := c.CreateWorld(ctx, tag, world.Config{MaxMsgSize: 4096, MinTTL: min(cfg.TTL, time.Second)})
+	wcfg := world.Config{MaxMsgSize: 4096, MinTTL: min(cfg.TTL, time.Second)}
+	if cfg.auth != nil {
+		wcfg.Purge = world.PurgeByServer // as fencepostd --auth creates its world: owners may not purge
+	}
+	w, err := c.CreateWorld(ctx, tag, wcfg)
 	if err != nil {
 		return nil, fmt.Errorf("bench: create world: %w", err)
 	}
-	r.clean = append(r.clean, removeWith(func(ctx context.Context) error { return c.RemoveWorld(ctx, tag) }))
+	// post is the world as the producers open it.
+	post := w
+	if cfg.auth != nil {
+		// fencepostd's world: it goes with fencepostd's directory.
+		cfg.auth.run()
+		pc, pw, err := cfg.auth.producer(ctx, cfg.Log)
+		if err != nil {
+			return nil, err
+		}
+		r.clean = append(r.clean, pc.Close)
+		post = pw
+	} else {
+		r.clean = append(r.clean, removeWith(func(ctx context.Context) error { return c.RemoveWorld(ctx, tag) }))
+	}
 	led := newLedger(tag)
 	lctx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
 	r.clean = append(r.clean, stopLedger)
@@ -64,7 +81,7 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 		if cfg.Scenario == ScenarioZipf {
 			break
 		}
-		if err := warmUp(ctx, w, ids, func() bool {
+		if err := warmUp(ctx, post, ids, func() bool {
 			recs := led.holders()
 			for _, id := range ids {
 				if !recs[id].held {
@@ -81,7 +98,7 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 		}
 	}
 	r.send = func(id string, body []byte) (func() error, error) {
-		p, err := w.Queue.SendAsync(id, body)
+		p, err := post.Queue.SendAsync(id, body)
 		if err != nil {
 			return nil, err
 		}

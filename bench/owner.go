@@ -33,6 +33,7 @@ type ownerSpec struct {
 	World string `json:"world"`
 	Node  string `json:"node"`
 	TTLms int64  `json:"ttl_ms"`
+	Creds string `json:"creds,omitempty"` // the node's credentials file (Config.Auth)
 }
 
 // IsOwnerProcess says whether this process was started as a bench owner.
@@ -63,7 +64,11 @@ func OwnerMain() int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		stop()
 	}()
-	c, err := client.Connect(spec.URL, client.WithTimeout(30*time.Second), client.WithLogger(log))
+	opts := []client.Option{client.WithTimeout(30 * time.Second), client.WithLogger(log)}
+	if spec.Creds != "" {
+		opts = append(opts, client.WithCreds(spec.Creds))
+	}
+	c, err := client.Connect(spec.URL, opts...)
 	if err != nil {
 		log.Error("connect", "error", err)
 		return exitOwnerError

@@ -138,6 +138,13 @@ func (ps *procSet) spawn(ctx context.Context) (*proc, error) {
 	ps.mu.Unlock()
 	spec := ps.spec
 	spec.Node = node
+	if ps.cfg.auth != nil {
+		creds, err := ps.cfg.auth.nodeCreds(node)
+		if err != nil {
+			return nil, err
+		}
+		spec.Creds = creds
+	}
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err

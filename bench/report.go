@@ -10,6 +10,9 @@ type Report struct {
 	Rounds   int     `json:"rounds"`     // alternations of the two sides
 	Owners   int     `json:"owners,omitempty"`
 	TTLms    int64   `json:"ttl_ms"`
+	// Auth: the run was on a fencepostd --auth, producers and each owner
+	// process with credentials of their own (Config.Auth).
+	Auth bool `json:"auth,omitempty"`
 
 	Sent           int64   `json:"sent"`            // posts acknowledged by the stream
 	Delivered      int64   `json:"delivered"`       // handler calls that returned nil

@@ -132,3 +132,39 @@ func TestZipfTiny(t *testing.T) {
 		t.Errorf("no kill: %+v", rep.Faults)
 	}
 }
+
+// TestTakeoverTinyAuth: the takeover scenario on a fencepostd --auth, the
+// producers with the producer role's credentials and each owner process
+// (replacements included) with credentials of its own, bound to its node:
+// a node owner may not retire the lapsed node lease of the owner it takes
+// over from (fencepostd does), and still everything is delivered, nothing
+// lost, no stale commit (runTiny's checks), and the killed owner's ids are
+// taken over.
+func TestTakeoverTinyAuth(t *testing.T) {
+	rep := runTiny(t, bench.Config{
+		Scenario: bench.ScenarioTakeover, Size: bench.SizeSmoke, Auth: true,
+		IDs: 4, Producers: 1, Duration: 6 * time.Second, Rounds: 1, Window: 32, MaxBacklog: 500, Settle: 15 * time.Second,
+		Owners: 2, FaultEvery: 2 * time.Second,
+	})
+	if !rep.Auth {
+		t.Error("the report does not say auth")
+	}
+	if rep.Takeovers < 2 || rep.TakeoverGaps[bench.FaultKill].Faults != 1 {
+		t.Errorf("%d takeovers, want kill, stop and seize: %+v", rep.Takeovers, rep.Faults)
+	}
+	if g := rep.TakeoverGaps[bench.FaultKill]; g.Samples == 0 || g.Unmeasured == g.Samples {
+		t.Errorf("the killed owner's ids were not taken over: %+v", g)
+	}
+}
+
+// TestAuthNeedsOwnerProcesses: Auth is for the scenarios with owner
+// processes, on a server of its own.
+func TestAuthNeedsOwnerProcesses(t *testing.T) {
+	ctx := context.Background()
+	if _, err := bench.Run(ctx, bench.Config{Scenario: bench.ScenarioSteady, Auth: true}); err == nil {
+		t.Error("steady with auth: no error")
+	}
+	if _, err := bench.Run(ctx, bench.Config{Scenario: bench.ScenarioTakeover, Auth: true, URL: "nats://127.0.0.1:1"}); err == nil {
+		t.Error("auth with a URL: no error")
+	}
+}

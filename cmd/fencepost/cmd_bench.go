@@ -42,6 +42,7 @@ var benchFlags struct {
 	IDs      int           `name:"ids" placeholder:"N" help:"mailboxes (default: the size's)"`
 	Duration time.Duration `name:"duration" placeholder:"D" help:"posting time of each side (default: the size's; not fan-in)"`
 	Rounds   int           `name:"rounds" placeholder:"N" help:"alternations of the two sides (default: the size's; fan-in: messages per id)"`
+	Auth     bool          `name:"auth" help:"takeover, handoff, zipf: run the embedded server as fencepostd --auth does, the producers with the producer role's credentials and each owner process with credentials of its own, bound to its node (not with --server)"`
 	Quiet    bool          `name:"quiet" help:"no progress on stderr"`
 	Chart    string        `name:"chart" placeholder:"FILE" help:"write an SVG chart of throughput and latency p99 per second, takeovers marked, to this file"`
 }
@@ -50,7 +51,7 @@ func init() {
 	cliVars["bench_scenario"] = bench.ScenarioSteady
 	cliVars["bench_size"] = bench.SizeSmoke
 	register("bench", &command{
-		usage: "bench [--scenario steady|takeover|handoff|fan-in|zipf] [--size smoke|full] [--chart FILE]",
+		usage: "bench [--scenario steady|takeover|handoff|fan-in|zipf] [--size smoke|full] [--auth] [--chart FILE]",
 		short: "benchmark delivery beside raw JetStream on the same server; exit 1 if a message was lost or committed under a stale epoch",
 		examples: []string{
 			"fencepost bench --scenario takeover --size smoke   # a table: fencepost beside raw JetStream, lost and stale-epoch commits (both must be 0)",
@@ -80,11 +81,20 @@ func runBench(e *env, args []string) int {
 	if serverGiven && embeddedGiven && embedded {
 		return e.usageErr("bench", "give --server or --embedded, not both")
 	}
+	if benchFlags.Auth && !embedded {
+		return e.usageErr("bench", "--auth runs a fencepostd --auth of its own: not with --server")
+	}
+	if benchFlags.Auth && benchFlags.Scenario != bench.ScenarioTakeover && benchFlags.Scenario != bench.ScenarioHandoff && benchFlags.Scenario != bench.ScenarioZipf {
+		return e.usageErr("bench", "--auth gives owner processes credentials of their own: use takeover, handoff or zipf")
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := bench.Config{Scenario: benchFlags.Scenario, Size: benchFlags.Size, IDs: benchFlags.IDs, Duration: benchFlags.Duration, Rounds: benchFlags.Rounds, Log: e.log}
+	cfg := bench.Config{Scenario: benchFlags.Scenario, Size: benchFlags.Size, IDs: benchFlags.IDs, Duration: benchFlags.Duration, Rounds: benchFlags.Rounds, Log: e.log, Auth: benchFlags.Auth}
 	where := "an embedded server"
+	if cfg.Auth {
+		where = "an embedded fencepostd --auth (per-node owner credentials)"
+	}
 	if !embedded {
 		// The user's server, with the connection flags (creds, TLS) of every
 		// command, and a longer JetStream timeout than a single operation's.
@@ -215,6 +225,9 @@ func printBenchTable(e *env, r bench.Report) {
 	fmt.Fprintf(e.out, "scenario %s, size %s: %d ids, %s in %d alternating rounds", r.Scenario, r.Size, r.IDs, what, r.Rounds)
 	if r.Owners > 0 {
 		fmt.Fprintf(e.out, ", %d owner processes, ttl %d ms", r.Owners, r.TTLms)
+	}
+	if r.Auth {
+		fmt.Fprint(e.out, ", fencepostd --auth (each owner process its own node credentials)")
 	}
 	fmt.Fprint(e.out, "\n\n")
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', tabwriter.AlignRight)
