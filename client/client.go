@@ -170,7 +170,7 @@ func (c *Client) CreateWorld(ctx context.Context, name string, cfg world.Config)
 }
 
 func (c *Client) bind(w *world.World) (*World, error) {
-	own, err := ownership.New(w, append([]ownership.Option{ownership.WithLogger(c.opts.log), ownership.WithMetrics(c.opts.metrics)}, c.opts.ownership...)...)
+	own, err := ownership.New(w, append([]ownership.Option{ownership.WithLogger(c.opts.log), ownership.WithMetrics(c.opts.metrics), ownership.WithRefusals(c.expectRefusal)}, c.opts.ownership...)...)
 	if err != nil {
 		return nil, err
 	}

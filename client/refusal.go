@@ -156,3 +156,17 @@ func (r *refusals) expect(ctx context.Context, subject string) (context.Context,
 		return got
 	}
 }
+
+// expectRefusal is refusals.expect for package ownership
+// (ownership.WithRefusals): a refused retire of another node's lease is
+// known at once, and not reported to the watchers or the connection's
+// error handler, because the operation reads again and goes on.
+func (c *Client) expectRefusal(ctx context.Context, subject string) (context.Context, func() error) {
+	ctx, done := c.refusals.expect(ctx, subject)
+	return ctx, func() error {
+		if np := done(); np != nil {
+			return np
+		}
+		return nil
+	}
+}

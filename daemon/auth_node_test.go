@@ -3,6 +3,8 @@ package daemon_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,13 +39,19 @@ func (a *authed) node(t *testing.T, node string) daemon.Issued {
 // (client.WithCreds: the file is read again at every reconnection).
 func (a *authed) asFile(t *testing.T, path string, opts ...nats.Option) *roleConn {
 	t.Helper()
+	return a.asFileWith(t, path, []client.Option{client.WithTimeout(500 * time.Millisecond)}, opts...)
+}
+
+// asFileWith is asFile with client options (they replace its timeout).
+func (a *authed) asFileWith(t *testing.T, path string, copts []client.Option, opts ...nats.Option) *roleConn {
+	t.Helper()
 	r := &roleConn{}
-	c, err := client.Connect(a.d.ClientURL(), client.WithTimeout(500*time.Millisecond), client.WithCreds(path), client.WithNATSOptions(append([]nats.Option{
+	c, err := client.Connect(a.d.ClientURL(), append([]client.Option{client.WithTimeout(500 * time.Millisecond), client.WithCreds(path), client.WithNATSOptions(append([]nats.Option{
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			r.mu.Lock()
 			r.vs = append(r.vs, err.Error())
 			r.mu.Unlock()
-		})}, opts...)...))
+		})}, opts...)...)}, copts...)...)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	r.c = c
@@ -272,26 +280,40 @@ func TestAttack_RevokedNodeIsClosed(t *testing.T) {
 // next, although it may not write the dead node's lease (fencepostd
 // retires it).
 func TestAuth_NodeWorkersTakeOver(t *testing.T) {
-	workersTakeOver(t)
+	workersTakeOver(t, 500*time.Millisecond, nil)
 }
 
 // TestAuth_NodeWorkersTakeOver_BeforeTheRetire: the same, with
 // fencepostd's retire held back 300 ms past the lapse, so that the
 // survivor meets the dead node's lapsed lease first and retires it itself:
-// the server refuses that write, the claim fails when its request times
-// out, and the worker claims again and takes over.
+// the server refuses that write, the survivor learns it at once (the
+// refusal is tracked: ownership.WithRefusals), reads again until
+// fencepostd retired the lease, and takes over. The workers' requests
+// time out after 10 s: a claim that waited for its refused retire's
+// answer (as before) took over 10 s after the kill; now it is the ttl
+// and the retire's delay, well under 5 s.
 func TestAuth_NodeWorkersTakeOver_BeforeTheRetire(t *testing.T) {
 	daemon.SetRetireLate(t, 300*time.Millisecond)
-	survivor, holder := workersTakeOver(t)
-	retire := fmt.Sprintf("Permissions Violation for Publish to %q", wire.KeySubject("default", wire.NodeKey(holder)))
-	require.Contains(t, survivor.violations(0), retire, "the survivor met the lapsed lease before fencepostd retired it")
+	log := &syncBuffer{}
+	_, holder, took := workersTakeOver(t, 10*time.Second, slog.New(slog.NewJSONHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	require.Less(t, took, 5*time.Second, "the takeover waited for the refused retire's timeout")
+	refused := false
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, `"msg":"lease retire"`) && strings.Contains(line, `"outcome":"refused"`) && strings.Contains(line, fmt.Sprintf(`"node_lease":%q`, holder)) {
+			refused = true
+		}
+	}
+	require.True(t, refused, "the survivor met the lapsed lease of %s before fencepostd retired it (a refused retire)", holder)
 }
 
-// workersTakeOver runs the takeover of TestAuth_NodeWorkersTakeOver and
-// returns the survivor's connection and the dead node's name. The workers
-// run under a context without deadline, as `fencepost work` does: a
-// request then ends at the client's timeout.
-func workersTakeOver(t *testing.T) (*roleConn, string) {
+// workersTakeOver runs the takeover of TestAuth_NodeWorkersTakeOver, the
+// workers' clients with request timeout timeout and logger log (nil: the
+// default), and returns the survivor's connection, the dead node's name
+// and how long the takeover took: from the dead worker's stop to the
+// delivery of the message posted after it. The workers run under a
+// context without deadline, as `fencepost work` does: a request then ends
+// at the client's timeout.
+func workersTakeOver(t *testing.T, timeout time.Duration, log *slog.Logger) (*roleConn, string, time.Duration) {
 	a := startAuthed(t)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -300,7 +322,11 @@ func workersTakeOver(t *testing.T) (*roleConn, string) {
 	handled := map[string]string{} // body -> node
 	conns, done := map[string]*roleConn{}, map[string]chan error{}
 	for _, n := range []string{"node-a", "node-b"} {
-		conns[n] = a.asFile(t, a.node(t, n).File)
+		copts := []client.Option{client.WithTimeout(timeout)}
+		if log != nil {
+			copts = append(copts, client.WithLogger(log.With("client", n)))
+		}
+		conns[n] = a.asFileWith(t, a.node(t, n).File, copts)
 		wk, err := conns[n].w.NewWorker(worker.Config{Node: n, TTL: time.Second, Scan: 200 * time.Millisecond}, func(_ context.Context, m drain.Message) error {
 			mu.Lock()
 			handled[string(m.Body)] = n
@@ -335,11 +361,13 @@ func workersTakeOver(t *testing.T) (*roleConn, string) {
 	case <-pctx.Done():
 		t.Fatal("the dead worker did not stop")
 	}
+	killed := time.Now()
 	_, err = p.w.Queue.Send(pctx, "job", []byte("second"))
 	require.NoError(t, err)
 	require.Equal(t, survivor, deliveredBy("second"), "taken over by the other node")
-	t.Logf("%s's refusals: %q", survivor, conns[survivor].violations(0))
+	took := time.Since(killed)
+	t.Logf("taken over %v after the kill; %s's refusals: %q", took, survivor, conns[survivor].violations(0))
 	stop()
 	require.NoError(t, <-done[survivor])
-	return conns[survivor], holder
+	return conns[survivor], holder, took
 }

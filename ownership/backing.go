@@ -120,7 +120,17 @@ func (s *Store) retireThenWrite(ctx context.Context, op, id string, v view, now 
 		}
 		r := *v.nl
 		r.State, r.Expires = wire.StateFree, now
-		nv, err := s.writeNode(ctx, "retire", r.Node, view{rev: v.nlRev, rec: *v.nl}, r)
+		rctx, refused := ctx, func() error { return nil }
+		if s.expectRefusal != nil {
+			rctx, refused = s.expectRefusal(ctx, wire.KeySubject(s.world, wire.NodeKey(r.Node)))
+		}
+		nv, err := s.writeNode(rctx, "retire", r.Node, view{rev: v.nlRev, rec: *v.nl}, r)
+		if why := refused(); err != nil && why != nil {
+			if s.debugOn(ctx) {
+				s.debugNode(ctx, "retire", r.Node, "outcome", "refused", "error", why)
+			}
+			return view{}, &retireRefusedError{node: r.Node, err: why}
+		}
 		if err != nil {
 			return view{}, err
 		}
@@ -128,6 +138,29 @@ func (s *Store) retireThenWrite(ctx context.Context, op, id string, v view, now 
 	}
 	return s.write(ctx, op, id, v, rec)
 }
+
+// retireRefusedError: the server refused this user the retire of node's
+// lapsed lease (WithRefusals). Nothing was written; run reads again.
+type retireRefusedError struct {
+	node string
+	err  error // the refusal
+}
+
+func (e *retireRefusedError) Error() string {
+	return fmt.Sprintf("ownership: the retire of the lapsed node lease of %q was refused (only fencepostd may retire another node's lease under --auth): %v", e.node, e.err)
+}
+
+func (e *retireRefusedError) Unwrap() error { return e.err }
+
+// Refused retires are tried again, each after a fresh read, after pauses
+// from retireFirstPause doubling up to retireMaxPause, retireTries times
+// in all (about 3 s): fencepostd retires a lapsed lease as soon as it
+// lapsed by its clock, so the first read again usually finds it free.
+const (
+	retireTries      = 40
+	retireFirstPause = 2 * time.Millisecond
+	retireMaxPause   = 100 * time.Millisecond
+)
 
 // readNode fetches node's lease record.
 func (s *Store) readNode(ctx context.Context, op, node string) (view, error) {

@@ -43,6 +43,7 @@ func (s *Store) run(ctx context.Context, op, id string, first firstView, single 
 		v, _ = s.cache.get(id)
 		cached = true // a miss leaves v as the zero view: never written
 	}
+	refusedRetires, wait := 0, retireFirstPause
 	for attempt := 1; ; attempt++ {
 		if !cached {
 			var err error
@@ -63,6 +64,21 @@ func (s *Store) run(ctx context.Context, op, id string, first firstView, single 
 			return view{}, start, refusal
 		}
 		nv, err := s.retireThenWrite(ctx, op, id, v, start.Round(0), *next)
+		var rr *retireRefusedError
+		if errors.As(err, &rr) && refusedRetires < retireTries {
+			// Not this user's to retire: whoever may (fencepostd) does it
+			// as the lease lapses. Read again, not counted as contention.
+			refusedRetires++
+			if refusedRetires > 1 {
+				if err := pause(ctx, wait); err != nil {
+					return view{}, start, err
+				}
+				wait = min(2*wait, retireMaxPause)
+			}
+			attempt--
+			cached = false
+			continue
+		}
 		if !errors.Is(err, errConflict) {
 			return nv, start, err
 		}

@@ -1,6 +1,7 @@
 package ownership
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -74,6 +75,27 @@ func WithLogger(l *slog.Logger) Option {
 			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 		}
 		s.log = l
+		return nil
+	}
+}
+
+// ExpectRefusal returns a context that the server's refusal of a publish
+// to subject ends at once, and done, which ends the expectation and
+// returns that refusal (nil: there was none). NATS reports a refused
+// publish asynchronously and the refused request gets no answer, so
+// without it a refused write ends at its request timeout. Package client
+// passes its connection's (the refusals it tracks, client.NotPermittedError).
+type ExpectRefusal func(ctx context.Context, subject string) (context.Context, func() error)
+
+// WithRefusals lets the store learn at once that the server refused it
+// the retire of another node's lapsed node lease (a node owner under
+// fencepostd --auth may write only its own, and fencepostd retires the
+// others' as they lapse): the operation reads again at once, and again
+// after short pauses, until the lease was retired, instead of waiting for
+// the request's timeout.
+func WithRefusals(f ExpectRefusal) Option {
+	return func(s *Store) error {
+		s.expectRefusal = f
 		return nil
 	}
 }

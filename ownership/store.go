@@ -31,6 +31,9 @@ type Store struct {
 	log   *slog.Logger
 
 	metrics Observer
+	// expectRefusal, if set, tells of the server's refusal of a retire at
+	// once (WithRefusals).
+	expectRefusal ExpectRefusal
 
 	// beforeWrite, when set (tests only), runs between the read a decision
 	// is made on and the conditional write that carries it out.
