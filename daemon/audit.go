@@ -46,6 +46,7 @@ const (
 	ForgedRecordTerm = "record_term" // held record with a term above max_ttl
 	ForgedEpochBack  = "epoch_back"  // record whose epoch went back
 	ForgedLockTerm   = "lock_term"   // drain lock with a term above max_ttl
+	ForgedNodeTerm   = "node_term"   // node lease with a term above max_ttl (retired by the retirer)
 )
 
 // auditMargin is what the auditor allows above max_ttl for the clock
@@ -58,7 +59,7 @@ const auditMargin = 5 * time.Second
 func (d *Daemon) forgeries() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencepost_forgeries_total",
-		Help: "Writes of the bucket no honest owner makes (kind: record_term, epoch_back, lock_term), detected and undone by fencepostd --auth; a WARN names each key (docs/security.md).",
+		Help: "Writes of the bucket no honest owner makes (kind: record_term, epoch_back, lock_term, node_term, consumer_at_rest), detected and undone by fencepostd --auth; a WARN names each key (docs/security.md).",
 	}, []string{"world", "kind"})
 	reg, ok := d.gather.(prometheus.Registerer)
 	if !ok {

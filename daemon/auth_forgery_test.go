@@ -324,3 +324,35 @@ func TestAttack_ForgedCursorsPurgeNothing(t *testing.T) {
 	require.Equal(t, 1, res.Acked)
 	require.Equal(t, []string{"mail of victim"}, got, "the holder drains its mail")
 }
+
+// TestAttack_OverlongNodeLeaseRetired: an owner bound to node-a may write
+// its own node lease as it likes, so it can give it an expiry in 2027,
+// and with it every id it holds. Readers take a term above the world's
+// max_ttl for lapsed (ownership's overlong), and fencepostd's retirer
+// retires such a lease at once, counts it and logs it: node-a's id is
+// claimable by node-b at once, not in 2027.
+func TestAttack_OverlongNodeLeaseRetired(t *testing.T) {
+	th := setupTheft(t)
+	ctx := th.ctx
+	ss, err := th.mallory.w.Ownership.OpenSession(ctx, "node-a", time.Minute)
+	require.NoError(t, err)
+	defer ss.Close()
+	_, err = ss.Claim(ctx, "mine")
+	require.NoError(t, err)
+	rec, rev := nodeLease(t, th.opKV, "node-a")
+	rec.Expires = in2027
+	b, err := wire.EncodeRecord(rec)
+	require.NoError(t, err)
+	_, err = th.malKV.Update(ctx, wire.NodeKey("node-a"), b, rev)
+	require.NoError(t, err, "its own lease: admitted by the server")
+	th.a.waitMetric(t, forgeries(daemon.ForgedNodeTerm), 1)
+	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if rec, _ := nodeLease(t, th.opKV, "node-a"); rec.State != wire.StateFree {
+			return fmt.Errorf("node-a's lease is %s until %v", rec.State, rec.Expires)
+		}
+		return nil
+	})
+	l, err := th.holder.w.Ownership.Claim(ctx, "mine", "node-b", time.Minute)
+	require.NoError(t, err, "claimable at once, not in 2027")
+	require.Equal(t, "node-b", l.Node)
+}

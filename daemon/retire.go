@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
@@ -80,6 +81,7 @@ func (d *Daemon) retireNodes(ctx context.Context) error {
 	leases := map[string]nodeLease{}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	r := retirer{d: d, own: own, maxTerm: wd.Config.MaxTTL + auditMargin, count: d.forgeries()}
 	for {
 		select {
 		case <-ctx.Done():
@@ -93,7 +95,7 @@ func (d *Daemon) retireNodes(ctx context.Context) error {
 			}
 		case <-timer.C:
 		}
-		next := d.retireLapsed(ctx, own, leases, time.Now())
+		next := r.retireLapsed(ctx, leases, time.Now())
 		timer.Reset(time.Until(next))
 	}
 }
@@ -112,12 +114,25 @@ func follow(leases map[string]nodeLease, e jetstream.KeyValueEntry) {
 	leases[e.Key()] = nodeLease{rev: e.Revision(), rec: rec}
 }
 
-// retireLapsed retires every lease lapsed at now and returns when the
-// next one lapses.
-func (d *Daemon) retireLapsed(ctx context.Context, own *ownership.Store, leases map[string]nodeLease, now time.Time) time.Time {
+// retirer retires the node leases of one world.
+type retirer struct {
+	d       *Daemon
+	own     *ownership.Store
+	maxTerm time.Duration // the world's max ttl plus auditMargin
+	count   *prometheus.CounterVec
+}
+
+// retireLapsed retires every lease lapsed at now, and every lease whose
+// expiry lies further than the world's max ttl (plus auditMargin) from
+// now, which no honest renewal writes and readers take for lapsed
+// (ownership's overlong: a node owner may write its own lease as it
+// likes), and returns when the next one lapses.
+func (r *retirer) retireLapsed(ctx context.Context, leases map[string]nodeLease, now time.Time) time.Time {
+	d, own := r.d, r.own
 	next := now.Add(time.Hour)
 	for key, l := range leases {
-		if due := l.rec.Expires.Add(retireLate); now.Before(due) {
+		overlong := r.maxTerm > auditMargin && l.rec.Expires.After(now.Add(r.maxTerm))
+		if due := l.rec.Expires.Add(retireLate); now.Before(due) && !overlong {
 			if due.Before(next) {
 				next = due
 			}
@@ -130,6 +145,10 @@ func (d *Daemon) retireLapsed(ctx context.Context, own *ownership.Store, leases 
 		}
 		err = own.RetireNode(ctx, node, l.rev, l.rec, now)
 		switch {
+		case err == nil && overlong:
+			d.log.Warn("forgery: node lease with a term above max_ttl: retired", "world", d.cfg.World, "node", l.rec.Node, "epoch", l.rec.Epoch, "expires", l.rec.Expires, "key", key)
+			r.count.WithLabelValues(d.cfg.World, ForgedNodeTerm).Inc()
+			delete(leases, key)
 		case err == nil:
 			d.log.Info("node lease lapsed: retired", "world", d.cfg.World, "node", l.rec.Node, "epoch", l.rec.Epoch, "expired", l.rec.Expires)
 			delete(leases, key)

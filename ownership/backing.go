@@ -108,7 +108,7 @@ func (v view) expires() time.Time {
 // staleSession reports whether v is backed by a node lease that has lapsed
 // at now while its record still says held: a takeover retires it first.
 func (v view) staleSession(now time.Time) bool {
-	return v.present() && v.rec.BackedBy(v.nl) && !v.nl.Live(now)
+	return v.present() && v.rec.BackedBy(v.nl) && (!v.nl.Live(now) || v.overlong(now))
 }
 
 // retireThenWrite writes rec over v, first retiring v's lapsed node lease

@@ -89,11 +89,53 @@ type view struct {
 	// over named a holder (lapsed, or seized from), who may have handed
 	// out messages the cursor does not cover (Lease.PriorUntil).
 	tookOver bool
+
+	// maxTerm, on a view read from the bucket, is the longest term an
+	// honest write gives a lease: the world's max ttl plus MaxTermSlack
+	// (0: not bounded, a view of this store's own write). See overlong.
+	maxTerm time.Duration
 }
+
+// MaxTermSlack is what a lease's expiry may lie beyond the world's max
+// ttl from a reader's clock before the reader takes the lease for
+// lapsed: the clock skew an honest writer may have, with room to spare
+// (fencepostd's auditor allows the same).
+const MaxTermSlack = 5 * time.Second
 
 func (v view) present() bool { return v.rev > 0 && !v.tombstone }
 
-func (v view) live(now time.Time) bool { return v.present() && v.rec.LiveBacked(v.nl, now) }
+// live says whether v's lease is live at now. A lease whose term is
+// above the world's bound is not (overlong).
+func (v view) live(now time.Time) bool {
+	return v.present() && v.rec.LiveBacked(v.nl, now) && !v.overlong(now)
+}
+
+// overlong says whether v's lease, held, expires further from now than
+// any honest write puts it (the world's max ttl plus MaxTermSlack): its
+// own expiry, or for a backed record its node lease's. No claim, renew or
+// seize writes such a term (the world refuses ttls above max_ttl); a
+// writer who bypasses them (a compromised owner writing the bucket
+// directly) does, and so bought the id until its expiry. Readers take it
+// for lapsed: it is taken over like any lapsed lease, and its holder's
+// fence no longer answers owner (docs/security.md, trust model).
+func (v view) overlong(now time.Time) bool {
+	if v.maxTerm <= 0 || !v.present() || v.rec.State != wire.StateHeld {
+		return false
+	}
+	limit := now.Add(v.maxTerm)
+	if v.rec.Backed() {
+		return v.rec.BackedBy(v.nl) && v.nl.Expires.After(limit)
+	}
+	return v.rec.Expires.After(limit)
+}
+
+// maxTerm is the longest term the store takes for honest (overlong).
+func (s *Store) maxTerm() time.Duration {
+	if s.cfg.MaxTTL <= 0 {
+		return 0 // no bound known
+	}
+	return s.cfg.MaxTTL + MaxTermSlack
+}
 
 func (v view) lastEpoch() uint64 {
 	if v.present() {
@@ -145,7 +187,7 @@ func (s *Store) read(ctx context.Context, id string) (view, error) {
 		}
 		return view{}, fmt.Errorf("ownership: read record of %q: %w", id, err)
 	}
-	v := view{rev: m.Sequence}
+	v := view{rev: m.Sequence, maxTerm: s.maxTerm()}
 	if jsapi.IsMarker(m.Header) {
 		v.tombstone = true
 		if s.debugOn(ctx) {
