@@ -27,3 +27,6 @@ func FenceRevision(h *Holding) uint64 {
 	defer h.mu.Unlock()
 	return h.fence.Revision
 }
+
+// LeaveToSweeps is leaveToSweeps.
+var LeaveToSweeps = leaveToSweeps

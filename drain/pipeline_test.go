@@ -510,3 +510,22 @@ func TestRedelivered(t *testing.T) {
 		require.Equal(t, string(m.Body) != "c", m.Redelivered, "%s: maybe seen by n1 = stored before n2's takeover", m.Body)
 	}
 }
+
+// TestLeaveToSweeps: a holding leaves its purge to the sweeps while their
+// mark moves, and purges its id alone once the mark stopped short of what
+// it committed (or never moved) for a whole grace.
+func TestLeaveToSweeps(t *testing.T) {
+	for _, c := range []struct {
+		name                  string
+		sweptAt, swept, below uint64
+		leave                 bool
+	}{
+		{"the mark moved, not past the commit yet", 10, 20, 50, true},
+		{"the mark stopped short", 20, 20, 50, false},
+		{"the mark never moved (no sweep ran)", 0, 0, 50, false},
+		{"the sweeps removed it", 10, 50, 50, false},
+		{"the sweeps removed more", 10, 80, 50, false},
+	} {
+		require.Equal(t, c.leave, drain.LeaveToSweeps(c.sweptAt, c.swept, c.below), c.name)
+	}
+}
