@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"hash/fnv"
@@ -27,7 +28,14 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 	// others: ids another worker was seen holding, not tried again until
 	// the watch reports them free (or, as a backstop, until the time set).
 	others := map[string]time.Time{}
-	retry := make(chan string, 1<<14)
+	// later: the claims scheduled (claimWait), earliest first, and one
+	// timer for the earliest. Every id scheduled comes back: a bounded
+	// channel fed by a timer per id dropped some when 100,000 ids came at
+	// once, and such an id stayed pending here for good.
+	var later laterClaims
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
 	type claimed struct {
 		id   string
 		held bool // another worker holds it
@@ -73,9 +81,15 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 				continue
 			}
 			pending[id] = true
-			time.AfterFunc(wk.claimWait(id, c.why == fromFree), func() { offer(retry, id) })
+			if later.add(id, time.Now().Add(wk.claimWait(id, c.why == fromFree))) {
+				timer.Reset(time.Until(later.next()))
+			}
 			continue
-		case id = <-retry:
+		case <-timer.C:
+			id = later.take()
+			if later.Len() > 0 {
+				timer.Reset(time.Until(later.next()))
+			}
 		}
 		if until, ok := others[id]; ok && time.Now().Before(until) || wk.holding(id) != nil || !wk.unread(id) {
 			delete(pending, id)
@@ -110,6 +124,39 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 // worker of a list of ids, a world its server purges) every candidate may
 // have.
 func (wk *Worker) unread(id string) bool { return wk.sweep == nil || wk.sweep.Unread(id) }
+
+// laterClaims is a min-heap of claims by due time.
+type laterClaims []laterClaim
+
+type laterClaim struct {
+	at time.Time
+	id string
+}
+
+func (l laterClaims) Len() int           { return len(l) }
+func (l laterClaims) Less(i, j int) bool { return l[i].at.Before(l[j].at) }
+func (l laterClaims) Swap(i, j int)      { l[i], l[j] = l[j], l[i] }
+func (l *laterClaims) Push(x any)        { *l = append(*l, x.(laterClaim)) }
+func (l *laterClaims) Pop() any {
+	old := *l
+	c := old[len(old)-1]
+	*l = old[:len(old)-1]
+	return c
+}
+
+// add schedules id's claim at `at`; it says whether that is now the
+// earliest (the timer is to be set again).
+func (l *laterClaims) add(id string, at time.Time) bool {
+	heap.Push(l, laterClaim{at, id})
+	return (*l)[0].id == id && (*l)[0].at.Equal(at)
+}
+
+// next is when the earliest claim is due (the heap is not empty).
+func (l laterClaims) next() time.Time { return l[0].at }
+
+// take removes the earliest claim and returns its id (the heap is not
+// empty).
+func (l *laterClaims) take() string { return heap.Pop(l).(laterClaim).id }
 
 // claim takes id through the session and starts serving it; it says
 // whether another worker holds id.
