@@ -12,15 +12,6 @@ import (
 	"github.com/fencepost/fencepost/ownership"
 )
 
-// offer queues a candidate id, dropping it when the queue is full (the
-// periodic scan finds it again).
-func offer[T any](cand chan<- T, c T) {
-	select {
-	case cand <- c:
-	default:
-	}
-}
-
 // inboxSize is how many messages a held id's inbox holds (see holding).
 const inboxSize = 256
 
@@ -81,12 +72,13 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 			h.post(sm)
 			return
 		}
-		offer(cand, candidate{id, fromPost})
+		wk.propose(cand, candidate{id, fromPost})
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		// The consumer may have missed messages while it failed: every
 		// held id drains from its cursor before it takes its inbox again.
 		wk.log.Debug("follow posts", "error", err)
 		wk.gapAll()
+		wk.missed.Store(true) // and posts of ids not held here
 	}))
 	if err != nil {
 		return fmt.Errorf("worker: follow posts: %w", err)
@@ -119,7 +111,7 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 					wk.dropPeer(ev.Node) // its node lease lapsed: it is gone
 				}
 				if wk.wants(ev.ID) {
-					offer(cand, candidate{ev.ID, fromFree})
+					wk.propose(cand, candidate{ev.ID, fromFree})
 				}
 			case ownership.EventClaimed, ownership.EventSeized:
 				if ev.Node != wk.cfg.Node && wk.wants(ev.ID) {
@@ -128,7 +120,7 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 					wk.mu.Lock()
 					wk.kept.drop(ev.ID)
 					wk.mu.Unlock()
-					offer(cand, candidate{ev.ID, fromTaken})
+					wk.propose(cand, candidate{ev.ID, fromTaken})
 				}
 			}
 		}
@@ -151,8 +143,14 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 		defer wg.Done()
 		t := time.NewTicker(wk.cfg.Scan)
 		defer t.Stop()
-		for {
-			wk.scan(ctx, cand)
+		for n := 0; ; n++ {
+			switch {
+			case wk.missed.Swap(false):
+				wk.scansAfterMiss.Add(1)
+				wk.scan(ctx, cand)
+			case n%scanBackstop == 0:
+				wk.scan(ctx, cand)
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -163,10 +161,28 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 	return nil
 }
 
+// propose offers a candidate. One the channel has no room for is noted,
+// and the next scan finds it again.
+func (wk *Worker) propose(cand chan<- candidate, c candidate) {
+	select {
+	case cand <- c:
+	default:
+		wk.missed.Store(true)
+	}
+}
+
+// scanBackstop: the scan (a listing of every mailbox subject, a cost that
+// grows with the ids) runs at the start, after a candidate was dropped or
+// the posts' consumer failed, and every scanBackstop periods in any case.
+// Every period, it listed 100,000 subjects per worker every ttl while the
+// worker drained them.
+const scanBackstop = 6
+
 func (wk *Worker) wants(id string) bool { return wk.ids == nil || wk.ids[id] }
 
 // scan offers every id whose mailbox holds messages.
 func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
+	wk.scans.Add(1)
 	info, err := wk.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(wk.w.Name)))
 	if err != nil {
 		if ctx.Err() == nil {
@@ -179,7 +195,7 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 			continue
 		}
 		if id, err := wire.MailboxID(wk.w.Name, subj); err == nil && wk.wants(id) {
-			offer(cand, candidate{id, fromScan})
+			wk.propose(cand, candidate{id, fromScan})
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
 	"github.com/fencepost/fencepost/world"
@@ -59,4 +60,31 @@ func TestFeed_ResetBeforeFirstMessage(t *testing.T) {
 	_, err = w.Queue.Send(ctx, "x", []byte("after"))
 	require.NoError(t, err)
 	testutil.WaitFor(t, time.Minute, "every message delivered", func() bool { return lg.delivered() == 3 })
+}
+
+// TestScan_OnlyAtStartOnMissAndAsBackstop: the full scan of the mailboxes
+// (a listing of every mailbox subject) runs at the start, in the period
+// after a candidate was missed, and every 6 periods as a backstop; not
+// every period (with 100,000 ids it listed them all per worker every ttl).
+func TestScan_OnlyAtStartOnMissAndAsBackstop(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{})
+	ctx := testutil.Ctx(t, time.Minute)
+	const period = 100 * time.Millisecond
+	wk, err := w.NewWorker(worker.Config{Node: "n1", TTL: 2 * time.Second, Scan: period}, func(context.Context, drain.Message) error { return nil })
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	defer func() { stop(); <-done }()
+
+	testutil.WaitFor(t, 30*time.Second, "the scan at the start", func() bool { all, _ := worker.Scans(wk); return all >= 1 })
+	first := time.Now()
+	testutil.WaitFor(t, 30*time.Second, "the backstop scan", func() bool { all, _ := worker.Scans(wk); return all >= 2 })
+	require.GreaterOrEqual(t, time.Since(first), 4*period, "a scan ran before the backstop was due, with nothing missed")
+	_, afterMiss := worker.Scans(wk)
+	require.Zero(t, afterMiss, "a scan for a miss, with nothing missed")
+
+	worker.MarkMissed(wk)
+	testutil.WaitFor(t, 30*time.Second, "the scan after a miss", func() bool { _, afterMiss := worker.Scans(wk); return afterMiss == 1 })
 }

@@ -41,79 +41,87 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 		held bool // another worker holds it
 	}
 	done := make(chan claimed, 256)
+	// ready: claims due, waiting for one of the claim slots (running).
+	// Claims run beside each other, at most wk.claimSlots at once: one at
+	// a time, a worker facing thousands of new ids took a round trip per
+	// id before it served any of them. The loop never waits for a slot,
+	// so that candidates keep flowing: a loop blocked on one let the
+	// candidate channel fill, and what it dropped waited for the next scan.
+	var ready []string
+	running := 0
 	for {
-		var id string
 		select {
 		case <-ctx.Done():
 			return
 		case r := <-done:
+			running--
 			delete(pending, r.id)
 			if r.held {
 				others[r.id] = time.Now().Add(10 * wk.cfg.Scan)
 			}
-			continue
 		case c := <-cand:
-			id = c.id
-			if c.why == fromTaken {
-				// Another worker won it: a claim scheduled here would only
-				// read the record to be told so.
-				others[id] = time.Now().Add(10 * wk.cfg.Scan)
-				continue
-			}
-			if h := wk.holding(id); h != nil {
-				// A scan only nudges a held id that has not been drained
-				// for a while: posts nudge it at once.
-				if c.why != fromScan || time.Since(time.Unix(0, h.lastDone.Load())) >= wk.cfg.Scan {
-					nudge(h)
+			if wk.candidate(c, pending, others) {
+				pending[c.id] = true
+				if later.add(c.id, time.Now().Add(wk.claimWait(c.id, c.why == fromFree))) {
+					timer.Reset(time.Until(later.next()))
 				}
-				continue
 			}
-			if c.why == fromFree {
-				delete(others, id)
-			}
-			if !wk.unread(id) {
-				continue
-			}
-			if until, ok := others[id]; ok && c.why != fromFree && time.Now().Before(until) {
-				continue
-			}
-			if pending[id] {
-				continue
-			}
-			pending[id] = true
-			if later.add(id, time.Now().Add(wk.claimWait(id, c.why == fromFree))) {
-				timer.Reset(time.Until(later.next()))
-			}
-			continue
 		case <-timer.C:
-			id = later.take()
+			ready = append(ready, later.take())
 			if later.Len() > 0 {
 				timer.Reset(time.Until(later.next()))
 			}
 		}
-		if until, ok := others[id]; ok && time.Now().Before(until) || wk.holding(id) != nil || !wk.unread(id) {
-			delete(pending, id)
-			continue
-		}
-		// Claims run beside each other, at most cfg.Parallel at once: one
-		// at a time, a worker facing thousands of new ids took a round
-		// trip per id before it served any of them.
-		select {
-		case wk.claims <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			held := wk.claim(ctx, wg, ss, id)
-			<-wk.claims
-			select {
-			case done <- claimed{id, held}:
-			case <-ctx.Done():
+		for len(ready) > 0 && running < wk.claimSlots {
+			id := ready[0]
+			ready = ready[1:]
+			if until, ok := others[id]; ok && time.Now().Before(until) || wk.holding(id) != nil || !wk.unread(id) {
+				delete(pending, id)
+				continue
 			}
-		}()
+			running++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				held := wk.claim(ctx, wg, ss, id)
+				select {
+				case done <- claimed{id, held}:
+				case <-ctx.Done():
+				}
+			}()
+		}
 	}
+}
+
+// candidate handles a candidate id: it says whether a claim of it is to
+// be scheduled. A held id gets a nudge instead; an id another worker won,
+// or was seen holding, is left to it.
+func (wk *Worker) candidate(c candidate, pending map[string]bool, others map[string]time.Time) bool {
+	id := c.id
+	if c.why == fromTaken {
+		// Another worker won it: a claim scheduled here would only read
+		// the record to be told so.
+		others[id] = time.Now().Add(10 * wk.cfg.Scan)
+		return false
+	}
+	if h := wk.holding(id); h != nil {
+		// A scan only nudges a held id that has not been drained for a
+		// while: posts nudge it at once.
+		if c.why != fromScan || time.Since(time.Unix(0, h.lastDone.Load())) >= wk.cfg.Scan {
+			nudge(h)
+		}
+		return false
+	}
+	if c.why == fromFree {
+		delete(others, id)
+	}
+	if !wk.unread(id) {
+		return false
+	}
+	if until, ok := others[id]; ok && c.why != fromFree && time.Now().Before(until) {
+		return false
+	}
+	return !pending[id]
 }
 
 // unread says whether id may have mail waiting: with a sweep, whether a

@@ -35,8 +35,10 @@ type Config struct {
 	TTL  time.Duration // node lease ttl; 0: the world's default
 	// IDs restricts the worker to these ids; empty: every id of the world.
 	IDs []string
-	// Scan is the period of a full scan for ids with mail, a backstop for
-	// missed notifications. Default: the ttl.
+	// Scan is the period of the backstop for missed notifications: a full
+	// scan for ids with mail, made at the start, in the period after a
+	// candidate was dropped or the posts' consumer failed, and every 6
+	// periods in any case. Default: the ttl.
 	Scan time.Duration
 	// Idle releases an id whose mailbox stayed empty this long, so that
 	// load can move. Default: 30 s.
@@ -76,14 +78,19 @@ type Worker struct {
 	// worker reads only some ids (cfg.IDs) or the server purges.
 	sweep *drain.Sweeper
 
-	slots  chan struct{} // one per running drain (cfg.Parallel)
-	claims chan struct{} // one per running claim (cfg.Parallel)
+	slots      chan struct{} // one per running drain (cfg.Parallel)
+	claimSlots int           // claims run at once (cfg.Parallel, at most maxClaims)
 
 	// kept: the messages of ids nobody holds here (kept.go); guarded by mu.
 	kept *kept
 	// peers: the world's live nodes as last listed (sorted), for the
 	// order in which workers try a new id (claimWait); nil until listed.
 	peers atomic.Pointer[[]string]
+	// missed: a candidate was dropped (or the posts' consumer failed)
+	// since the last scan; the next period scans (feed.go).
+	missed atomic.Bool
+	// scans, scansAfterMiss: scans made, and those a miss asked for.
+	scans, scansAfterMiss atomic.Int64
 
 	mu      sync.Mutex
 	held    map[string]*holding
@@ -170,7 +177,7 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	if err != nil {
 		return nil, err
 	}
-	wk := &Worker{w: w, own: own, cfg: cfg, slots: make(chan struct{}, cfg.Parallel), claims: make(chan struct{}, min(cfg.Parallel, maxClaims)), h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}}
+	wk := &Worker{w: w, own: own, cfg: cfg, slots: make(chan struct{}, cfg.Parallel), claimSlots: min(cfg.Parallel, maxClaims), h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}}
 	if len(cfg.IDs) == 0 && w.Config.Purge != world.PurgeByServer {
 		wk.sweep = dr.NewSweeper()
 	}
