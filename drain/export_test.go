@@ -30,3 +30,6 @@ func FenceRevision(h *Holding) uint64 {
 
 // LeaveToSweeps is leaveToSweeps.
 var LeaveToSweeps = leaveToSweeps
+
+// RestAfter is restAfter.
+var RestAfter = restAfter

@@ -529,3 +529,13 @@ func TestLeaveToSweeps(t *testing.T) {
 		require.Equal(t, c.leave, drain.LeaveToSweeps(c.sweptAt, c.swept, c.below), c.name)
 	}
 }
+
+// TestRestAfter: a sweeper's next purge waits sweepRest times the length
+// of its last one, so that its purges take at most a fifth of its time
+// however long each takes (seconds at a million ids with mail).
+func TestRestAfter(t *testing.T) {
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	require.Equal(t, start.Add(10*time.Millisecond), drain.RestAfter(start, start.Add(2*time.Millisecond)))
+	require.Equal(t, start.Add(15*time.Second), drain.RestAfter(start, start.Add(3*time.Second)))
+	require.Equal(t, start, drain.RestAfter(start, start), "a purge that took no time: no rest")
+}

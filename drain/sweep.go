@@ -40,6 +40,7 @@ type Sweeper struct {
 	last map[string]uint64
 
 	swept atomic.Uint64 // every mailbox message below this was purged
+	rest  time.Time     // no purge before this (sweepRest); Run's goroutine only
 }
 
 type sweepMsg struct {
@@ -189,13 +190,15 @@ func (s *Sweeper) sweep(ctx context.Context) {
 			s.mu.Unlock()
 		}
 	}
-	if mark <= s.swept.Load() {
+	if mark <= s.swept.Load() || time.Now().Before(s.rest) {
 		return
 	}
 	s.stuck = 0
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	start := time.Now()
 	err := s.d.w.Mailbox.Purge(pctx, jetstream.WithPurgeSubject(wire.MailboxFilter(s.d.world)), jetstream.WithPurgeSequence(mark))
+	s.rest = restAfter(start, time.Now())
 	if err != nil {
 		if ctx.Err() == nil {
 			s.d.log.Warn("drain: sweep of committed messages failed; the next one retries", "world", s.d.world, "below", mark, "error", err)
@@ -203,6 +206,20 @@ func (s *Sweeper) sweep(ctx context.Context) {
 		return
 	}
 	s.swept.Store(mark)
+}
+
+// sweepRest is how many times the length of its last purge a sweeper
+// waits before the next: a purge of the mailbox filter walks every
+// mailbox subject in the server (its per-subject index, under the
+// stream's lock), so at a million ids with mail one took seconds, and a
+// sweep every second by each worker kept the server busy with them and
+// timed out. Paced, a sweeper's purges take at most a fifth of its time.
+const sweepRest = 4
+
+// restAfter says when the sweep after a purge that ran from start to end
+// may purge again.
+func restAfter(start, end time.Time) time.Time {
+	return end.Add(sweepRest * end.Sub(start))
 }
 
 // mark drops the covered messages at the front of those seen and returns
