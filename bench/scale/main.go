@@ -60,8 +60,9 @@ func main() {
 	settle := flag.Duration("settle", 10*time.Second, "wait after posting and after a restart before RSS is read")
 	asJSON := flag.Bool("json", false, "print the figures as one JSON object")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the workers) during fencepost's drain to FILE")
+	daemonFlags := flag.String("fencepostd-flags", "", "more flags for fencepostd, space-separated (e.g. --scrape-records=false)")
 	flag.Parse()
-	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile}
+	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, daemonFlags: strings.Fields(*daemonFlags)}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := run(ctx, cfg)
@@ -80,6 +81,7 @@ type config struct {
 	ids, body, workers int
 	settle             time.Duration
 	cpuProfile         string
+	daemonFlags        []string
 }
 
 // side is one server's figures.
@@ -149,7 +151,8 @@ func run(ctx context.Context, cfg config) (report, error) {
 	}
 	ours := &proc{name: "fencepostd", dir: filepath.Join(tmp, "ours")}
 	ours.start = func(port int) *exec.Cmd {
-		return exec.Command(filepath.Join(bin, "fencepostd"), "--data-dir", ours.dir, "--port", strconv.Itoa(port), "--http", "off", "--log-level", "warn")
+		args := []string{"--data-dir", ours.dir, "--port", strconv.Itoa(port), "--http", "off", "--log-level", "warn"}
+		return exec.Command(filepath.Join(bin, "fencepostd"), append(args, cfg.daemonFlags...)...)
 	}
 	raw := &proc{name: "raw", dir: filepath.Join(tmp, "raw")}
 	raw.start = func(port int) *exec.Cmd {
