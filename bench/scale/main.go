@@ -18,6 +18,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -40,6 +41,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/server"
+	"github.com/fencepost/fencepost/world"
 )
 
 // rawServeArg makes this program a plain JetStream server (the raw side):
@@ -61,8 +63,9 @@ func main() {
 	asJSON := flag.Bool("json", false, "print the figures as one JSON object")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the workers) during fencepost's drain to FILE")
 	daemonFlags := flag.String("fencepostd-flags", "", "more flags for fencepostd, space-separated (e.g. --scrape-records=false)")
+	bare := flag.Bool("bare", false, "run fencepost's side on a plain server too (no fencepostd: the world made by the client), to profile the server (FP_SCALE_SERVER_PROFILE=FILE)")
 	flag.Parse()
-	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, daemonFlags: strings.Fields(*daemonFlags)}
+	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, daemonFlags: strings.Fields(*daemonFlags), bare: *bare}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := run(ctx, cfg)
@@ -82,6 +85,7 @@ type config struct {
 	settle             time.Duration
 	cpuProfile         string
 	daemonFlags        []string
+	bare               bool
 }
 
 // side is one server's figures.
@@ -157,6 +161,17 @@ func run(ctx context.Context, cfg config) (report, error) {
 	raw := &proc{name: "raw", dir: filepath.Join(tmp, "raw")}
 	raw.start = func(port int) *exec.Cmd {
 		return exec.Command(self, rawServeArg, raw.dir, strconv.Itoa(port))
+	}
+	if cfg.bare {
+		ours.start = func(port int) *exec.Cmd {
+			return exec.Command(self, rawServeArg, ours.dir, strconv.Itoa(port))
+		}
+		raw.start = func(port int) *exec.Cmd {
+			// Only fencepost's side is profiled.
+			c := exec.Command(self, rawServeArg, raw.dir, strconv.Itoa(port))
+			c.Env = append(os.Environ(), "FP_SCALE_SERVER_PROFILE=")
+			return c
+		}
 	}
 	cli := func(args ...string) *exec.Cmd {
 		return exec.Command(filepath.Join(bin, "fencepost"), append([]string{"--server", ours.url(), "--timeout", "5m"}, args...)...)
@@ -350,6 +365,10 @@ func (oursSide) ready(ctx context.Context, url string) error {
 	}
 	defer c.Close()
 	_, err = c.World(ctx, "default")
+	if errors.Is(err, world.ErrUnknownWorld) {
+		// A plain server (--bare): the world fencepostd would make.
+		_, err = c.CreateWorld(ctx, "default", world.Config{})
+	}
 	return err
 }
 
@@ -579,6 +598,18 @@ func rawServe(dir, port string) error {
 	p, err := strconv.Atoi(port)
 	if err != nil {
 		return err
+	}
+	if file := os.Getenv("FP_SCALE_SERVER_PROFILE"); file != "" {
+		// One profile per start: the last start's (the restart) wins.
+		f, err := os.Create(file)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	s, err := server.Start(server.Config{StoreDir: dir, Port: p, SyncInterval: time.Second})
 	if err != nil {
