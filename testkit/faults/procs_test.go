@@ -37,6 +37,8 @@ func TestMain(m *testing.M) {
 		os.Exit(ownerMain())
 	case "server":
 		os.Exit(serverMain())
+	case "clockprobe":
+		os.Exit(clockProbeMain())
 	}
 	testutil.VerifyNoLeaks(m)
 }
@@ -63,6 +65,14 @@ func natsOpts() client.Option {
 // on after a commit), and a line "F <cause>" when the worker stops. It exits
 // 3 after a self-fence, as `fencepost work` does.
 func ownerMain() int {
+	if spec := os.Getenv("FP_CLOCK"); spec != "" {
+		cs, err := parseClockSpec(spec)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		installClock(cs) // before anything reads the time
+	}
 	url, worldName, node := os.Getenv("FP_URL"), os.Getenv("FP_WORLD"), os.Getenv("FP_NODE")
 	ttl, _ := time.ParseDuration(os.Getenv("FP_TTL"))
 	ids := strings.Split(os.Getenv("FP_IDS"), ",")
@@ -97,7 +107,7 @@ func ownerMain() int {
 	}
 	work, _ := time.ParseDuration(os.Getenv("FP_WORK"))
 	h := func(_ context.Context, m drain.Message) error {
-		at := time.Now()
+		at := realNow() // the true time: the checker compares it across processes
 		write(fmt.Sprintf("D\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", m.ID, m.Seq, m.Fence.Node, m.Fence.Epoch, m.Fence.Revision, at.UnixNano(), m.Body))
 		if work > 0 {
 			time.Sleep(work) // the handler's work
@@ -105,7 +115,7 @@ func ownerMain() int {
 		return nil
 	}
 	obs := drain.WithCommitObserver(func(cm drain.Commit) {
-		write(fmt.Sprintf("C\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", cm.ID, cm.Node, cm.Epoch, cm.Revision, cm.Cursor, cm.StreamSeq, time.Now().UnixNano()))
+		write(fmt.Sprintf("C\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", cm.ID, cm.Node, cm.Epoch, cm.Revision, cm.Cursor, cm.StreamSeq, realNow().UnixNano()))
 	})
 	wk, err := cw.NewWorker(worker.Config{Node: node, TTL: ttl, IDs: ids, Log: quiet.With("node", node), DrainOptions: []drain.Option{obs}}, h)
 	if err != nil {
@@ -231,6 +241,7 @@ type owners struct {
 	t        testing.TB
 	rec      *history.Recorder
 	env      []string
+	slotEnv  func(slot int) []string // a slot's own environment (URL, clock)
 	ttl      time.Duration
 	stopping atomic.Bool
 	stopCh   chan struct{}
@@ -238,6 +249,7 @@ type owners struct {
 
 	mu      sync.Mutex
 	running map[int]*ownerProc
+	all     []*ownerProc
 
 	Starts, Fences, BadLines atomic.Int64
 	fenceCauses              sync.Map // cause -> *atomic.Int64
@@ -250,10 +262,12 @@ type ownerProc struct {
 	exited chan struct{}
 	fence  atomic.Value // string: the F line's cause
 	active atomic.Int64 // deliveries reported
+	born   time.Time
+	died   atomic.Int64 // unix nanos of its exit
 }
 
-func startOwners(t testing.TB, rec *history.Recorder, n int, ttl time.Duration, env ...string) *owners {
-	o := &owners{t: t, rec: rec, env: env, ttl: ttl, stopCh: make(chan struct{}), running: map[int]*ownerProc{}}
+func startOwners(t testing.TB, rec *history.Recorder, n int, ttl time.Duration, slotEnv func(int) []string, env ...string) *owners {
+	o := &owners{t: t, rec: rec, env: env, slotEnv: slotEnv, ttl: ttl, stopCh: make(chan struct{}), running: map[int]*ownerProc{}}
 	for slot := 0; slot < n; slot++ {
 		o.wg.Add(1)
 		go o.supervise(slot)
@@ -287,7 +301,11 @@ func (o *owners) start(slot int, node string) (*ownerProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd, err := selfCmd(append([]string{envRole + "=owner", "FP_NODE=" + node, fmt.Sprintf("FP_TTL=%v", o.ttl)}, o.env...)...)
+	env := append([]string{envRole + "=owner", "FP_NODE=" + node, fmt.Sprintf("FP_TTL=%v", o.ttl)}, o.env...)
+	if o.slotEnv != nil {
+		env = append(env, o.slotEnv(slot)...)
+	}
+	cmd, err := selfCmd(env...)
 	if err != nil {
 		return nil, err
 	}
@@ -299,9 +317,10 @@ func (o *owners) start(slot int, node string) (*ownerProc, error) {
 	}
 	w.Close()
 	o.Starts.Add(1)
-	p := &ownerProc{slot: slot, node: node, cmd: cmd, exited: make(chan struct{})}
+	p := &ownerProc{slot: slot, node: node, cmd: cmd, exited: make(chan struct{}), born: time.Now()}
 	o.mu.Lock()
 	o.running[slot] = p
+	o.all = append(o.all, p)
 	if o.stopping.Load() {
 		cmd.Process.Signal(syscall.SIGKILL)
 	}
@@ -329,6 +348,7 @@ func (o *owners) start(slot int, node string) (*ownerProc, error) {
 		}
 		r.Close()
 		cmd.Wait()
+		p.died.Store(time.Now().UnixNano())
 		close(p.exited)
 	}()
 	return p, nil
@@ -369,6 +389,31 @@ func (o *owners) stop() {
 	}
 	o.mu.Unlock()
 	o.wg.Wait()
+}
+
+// lives is the longest life of an owner process per slot (to the end of
+// the run for one still running).
+func (o *owners) lives() map[int]time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[int]time.Duration{}
+	for _, p := range o.all {
+		end := time.Now()
+		if d := p.died.Load(); d != 0 {
+			end = time.Unix(0, d)
+		}
+		if l := end.Sub(p.born); l > out[p.slot] {
+			out[p.slot] = l
+		}
+	}
+	return out
+}
+
+// slot returns the running owner process of slot, or nil.
+func (o *owners) slot(slot int) *ownerProc {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.running[slot]
 }
 
 func (o *owners) causes() string {

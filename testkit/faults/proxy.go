@@ -20,13 +20,14 @@ import (
 // Proxy forwards TCP connections from a local listener to a target
 // address. Faults: CutAll closes every open connection (both sides see a
 // reset or EOF), SetLatency delays every chunk of data in both directions
-// (order kept), Refuse closes new connections as soon as they are accepted
-// for a while.
+// (order kept), Hold forwards nothing for a while (connections stay open),
+// Refuse closes new connections as soon as they are accepted for a while.
 type Proxy struct {
 	ln      net.Listener
 	target  string
 	latency atomic.Int64 // nanoseconds
 	refuse  atomic.Int64 // unix nanos until which new connections are refused
+	hold    atomic.Int64 // unix nanos until which no data is forwarded
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -57,6 +58,11 @@ func (p *Proxy) URL() string { return "nats://" + p.Addr() }
 // SetLatency delays data in both directions by d from now on (0: none).
 func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
 
+// Hold forwards nothing, in either direction, for d: the connections stay
+// open and what is sent meanwhile waits (as on a network that drops
+// packets for a while and TCP resends them), then it all flows in order.
+func (p *Proxy) Hold(d time.Duration) { p.hold.Store(time.Now().Add(d).UnixNano()) }
+
 // Refuse closes every new connection for d.
 func (p *Proxy) Refuse(d time.Duration) { p.refuse.Store(time.Now().Add(d).UnixNano()) }
 
@@ -74,11 +80,19 @@ func (p *Proxy) CutAll() int {
 	return n / 2
 }
 
+// open is the number of connections the proxy forwards now.
+func (p *Proxy) open() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns) / 2
+}
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	p.hold.Store(0) // a held chunk would keep its pipe, and Close, waiting
 	p.ln.Close()
 	p.CutAll()
 	p.wg.Wait()
@@ -159,6 +173,9 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		for c := range ch {
 			if d := time.Until(c.due); d > 0 {
 				time.Sleep(d)
+			}
+			for until := p.hold.Load(); time.Now().UnixNano() < until; until = p.hold.Load() {
+				time.Sleep(min(time.Duration(until-time.Now().UnixNano()), 5*time.Millisecond))
 			}
 			if _, err := dst.Write(c.data); err != nil {
 				dst.Close()

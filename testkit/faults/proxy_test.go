@@ -159,3 +159,28 @@ func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
 }
+
+// TestProxy_Hold: while held, nothing arrives and the connection stays
+// open; afterwards what was sent arrives, in order.
+func TestProxy_Hold(t *testing.T) {
+	p := echoProxy(t)
+	c, r := dialVia(t, p)
+	_, err := roundTrip(t, c, r, "before")
+	require.NoError(t, err)
+	p.Hold(time.Hour)
+	_, err = c.Write([]byte("a\nb\n"))
+	require.NoError(t, err)
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, err = r.ReadString('\n')
+	var ne net.Error
+	require.ErrorAs(t, err, &ne, "nothing passes while held")
+	require.True(t, ne.Timeout())
+	p.Hold(0)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for _, want := range []string{"a\n", "b\n"} {
+		line, err := r.ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, want, line)
+	}
+	require.Zero(t, p.Cut.Load())
+}

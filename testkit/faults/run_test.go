@@ -37,6 +37,16 @@ const (
 	ProxyRefuse  = "proxy-refuse"  // new client connections refused
 	ServerCrash  = "server-crash"  // SIGKILL of the server process, restart on its store
 	NodeKill     = "node-kill"     // a cluster member stopped and restarted (stream leaders first)
+
+	// Partitions between cluster members (ClusterRoutes), partition_test.go.
+	PartMinority = "partition-minority-leader" // a stream's leader cut off from both other members, then healed
+	PartIsolate  = "partition-isolated-member" // a member that leads no stream cut off from the others; its clients stay
+	PartFlap     = "partition-flap"            // the route between two members cut and healed every few hundred ms
+
+	// Owners with faulted clocks (clock_test.go).
+	OwnerIsolate  = "owner-isolate"      // one owner's connections held (nothing passes) past its ttl; it runs on meanwhile
+	ClockJumpFwd  = "clock-jump-forward" // an owner's wall clock jumps forward
+	ClockJumpBack = "clock-jump-back"    // an owner's wall clock jumps back
 )
 
 // Deployments.
@@ -45,6 +55,7 @@ const (
 	ServerAlways   = "server-always"   // a server process, fsync on every write
 	ServerInterval = "server-interval" // a server process, fsync every second (fencepostd's default)
 	Cluster        = "cluster"         // three in-process servers, R3 world
+	ClusterRoutes  = "cluster-routes"  // three in-process servers routed through proxies (partitions), R3 world
 )
 
 type scenario struct {
@@ -64,6 +75,29 @@ type scenario struct {
 	Work    time.Duration // an owner's handler takes this long per message
 	// For, when set, cycles through Faults until this long has passed.
 	For time.Duration
+	// Cut is how long a PartIsolate or PartFlap lasts (ClusterRoutes).
+	Cut time.Duration
+	// HealAtElection heals a PartMinority as soon as the majority has
+	// elected a new leader, while the old one may still call itself
+	// leader (docs/reliability.md section 6: out of CI, it fails).
+	HealAtElection bool
+	// MinorityOf picks whose leader a PartMinority cuts off: "mailbox"
+	// (the bucket stream's leadership is moved off that member first),
+	// "bucket", or "" for mailbox and bucket in turn.
+	MinorityOf string
+	// FlapLeader flaps every route of the bucket stream's leader instead
+	// of one route (PartFlap; section 6 too: out of CI).
+	FlapLeader bool
+	// OwnerProxies gives each owner process a proxy of its own, so that
+	// one owner can be cut off (OwnerIsolate) while it keeps running.
+	OwnerProxies bool
+	// Clocks are the faulted clocks of owner slots (fakeclock_test.go);
+	// the other slots read the true clock.
+	Clocks map[int]clockSpec
+	// BeyondBounds: the clocks break the documented bounds (rho, delta),
+	// so a stale holder may deliver (counted, not failed); every other
+	// check holds as always.
+	BeyondBounds bool
 }
 
 // outcome is what one run measured.
@@ -80,6 +114,10 @@ type outcome struct {
 	OwnerStarts     int64
 	Duration        time.Duration
 	ServerRestarted int
+	Notes           []string // figures of a scenario's own, for the log
+	Partition       partitionFigures
+	isolations      []isolation
+	ownerLives      map[int]time.Duration // longest life of an owner process, by slot
 }
 
 type deployment struct {
@@ -88,7 +126,9 @@ type deployment struct {
 	node    *servertest.Node
 	proc    *serverProc
 	cluster *servertest.Cluster
+	routes  *routeNet // ClusterRoutes: the members' routes through proxies
 	proxy   *Proxy
+	owners  []*Proxy // OwnerProxies: one per owner slot
 	world   string
 	admin   *client.Client // direct, for setup, leader lookups and the final drain
 }
@@ -138,6 +178,9 @@ func deploy(t testing.TB, sc scenario) *deployment {
 		t.Cleanup(d.proc.crash)
 	case Cluster:
 		d.cluster = servertest.NewCluster(t, 3)
+	case ClusterRoutes:
+		d.routes = newRouteNet(t)
+		d.cluster = d.routes.Cluster()
 	}
 	if sc.Proxy {
 		target := strings.TrimPrefix(d.direct(), "nats://")
@@ -147,6 +190,14 @@ func deploy(t testing.TB, sc scenario) *deployment {
 		}
 		t.Cleanup(p.Close)
 		d.proxy = p
+	}
+	for i := 0; sc.OwnerProxies && i < sc.Owners; i++ {
+		p, err := NewProxy(strings.TrimPrefix(d.direct(), "nats://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		d.owners = append(d.owners, p)
 	}
 	c, err := dial(d.direct(), 10*time.Second)
 	if err != nil {
@@ -273,7 +324,17 @@ func run(t testing.TB, sc scenario) outcome {
 	res := outcome{Faults: map[string]int{}, Takeovers: map[string]int{}}
 
 	// Owner processes.
-	own := startOwners(t, rec, sc.Owners, sc.TTL, "FP_URL="+d.url(), "FP_WORLD="+d.world, "FP_IDS="+strings.Join(mbIDs, ","), fmt.Sprintf("FP_WORK=%v", sc.Work))
+	slotEnv := func(slot int) []string {
+		env := []string{"FP_URL=" + d.url()}
+		if d.owners != nil {
+			env[0] = "FP_URL=" + d.owners[slot].URL()
+		}
+		if c, ok := sc.Clocks[slot]; ok {
+			env = append(env, "FP_CLOCK="+c.String())
+		}
+		return env
+	}
+	own := startOwners(t, rec, sc.Owners, sc.TTL, slotEnv, "FP_WORLD="+d.world, "FP_IDS="+strings.Join(mbIDs, ","), fmt.Sprintf("FP_WORK=%v", sc.Work))
 	ownersStopped := false
 	defer func() {
 		if !ownersStopped {
@@ -447,6 +508,13 @@ func run(t testing.TB, sc scenario) outcome {
 				t.Fatalf("world after a node restart: %v", err)
 			}
 			faultLap("world answers after the restart")
+		case PartMinority, PartIsolate, PartFlap:
+			note(kind)
+			partition(t, d, sc, kind, &res, faultLap)
+		case OwnerIsolate, ClockJumpFwd, ClockJumpBack:
+			if clockFault(t, d, own, sc, kind, &res) {
+				note(kind)
+			}
 		}
 		faultLap(kind)
 	}
@@ -457,6 +525,12 @@ func run(t testing.TB, sc scenario) outcome {
 	if d.proxy != nil {
 		d.proxy.SetLatency(0)
 		d.proxy.Refuse(0)
+	}
+	for _, p := range d.owners {
+		p.Hold(0)
+	}
+	if d.routes != nil {
+		d.routes.HealAll()
 	}
 	stopProducers()
 	stopLin()
@@ -479,6 +553,9 @@ func run(t testing.TB, sc scenario) outcome {
 
 	h := rec.History()
 	res.Report = history.Check(h)
+	if len(res.isolations) > 0 {
+		res.Notes = append(res.Notes, takeoverNote(h, res.isolations))
+	}
 	if !res.Report.OK() {
 		res.hist = &h
 	}
@@ -492,6 +569,7 @@ func run(t testing.TB, sc scenario) outcome {
 	res.UnknownSends = unknownSends.Load()
 	res.OwnerStarts = own.Starts.Load()
 	res.Duration = time.Since(start)
+	res.ownerLives = own.lives()
 
 	// Takeovers by the fault in force when the new epoch first acted.
 	firstAct := map[[2]any]time.Time{}
@@ -698,7 +776,22 @@ func verify(t testing.TB, sc scenario, res outcome) {
 	t.Helper()
 	rep := res.Report
 	t.Logf("%s: %s", sc.Name, summary(res))
-	if rep.Lost+rep.Unexpected+rep.StaleCommits+rep.StaleDeliveries+rep.Order+rep.CursorBack != 0 {
+	if pf := res.Partition; pf.Minority+pf.Isolated+pf.Flaps > 0 {
+		t.Logf("%s: partitions: %d minority leaders (%d replaced in the majority, %d with two leaders at once), %d isolated members, %d flaps; longest wait from a heal to a whole cluster %v",
+			sc.Name, pf.Minority, pf.Elected, pf.Dual, pf.Isolated, pf.Flaps, pf.HealWait.Round(time.Millisecond))
+	}
+	for _, n := range res.Notes {
+		t.Logf("%s: %s", sc.Name, n)
+	}
+	stale := rep.StaleDeliveries
+	if sc.BeyondBounds {
+		// What breaks beyond the clock bounds, shown and counted; the
+		// fenced commit (stale commits) and everything else must hold.
+		t.Logf("%s: beyond the clock bounds: %d stale deliveries of %d (not a failure here)", sc.Name, stale, rep.Deliveries)
+		stale = 0
+	}
+	checkClockBounds(t, sc, res)
+	if rep.Lost+rep.Unexpected+rep.StaleCommits+stale+rep.Order+rep.CursorBack != 0 {
 		where := ""
 		if res.hist != nil {
 			if f, err := os.CreateTemp("", "fp-violation-*.txt"); err == nil {
