@@ -70,7 +70,16 @@ type WorldStat struct {
 	// mailbox subject whose token is no id's (until fencepostd's sweep
 	// moves them) and those moved to the world's unroutable dead letters.
 	Unroutable uint64
+	// Unlisted: the world has more than 100,000 subjects, so they were
+	// not listed one by one (seconds and hundreds of MB in the server at a
+	// million): IDs and Depth come from the stream's counts, and
+	// Unroutable counts only the messages moved to the unroutable dead
+	// letters (those still waiting are counted in IDs and Depth).
+	Unlisted bool
 }
+
+// statListMax is the most subjects a world's WorldStat lists one by one.
+var statListMax = 100_000
 
 // WorldStat reads the world's totals. Depth counts the messages stored
 // in mailboxes, which can include committed messages whose purge has not
@@ -78,6 +87,14 @@ type WorldStat struct {
 // costs one read per id ever owned.
 func (d *Drainer) WorldStat(ctx context.Context) (WorldStat, error) {
 	var ws WorldStat
+	// The dead-letter subjects (few, usually) are listed in any case.
+	dl, err := d.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.DeadLetterFilter(d.world)))
+	if err != nil {
+		return ws, err
+	}
+	if dl.State.NumSubjects > uint64(statListMax) {
+		return d.countedWorldStat(ctx, dl.State)
+	}
 	info, err := d.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.WorldFilter(d.world)))
 	if err != nil {
 		return ws, err
@@ -95,6 +112,31 @@ func (d *Drainer) WorldStat(ctx context.Context) (WorldStat, error) {
 			ws.DeadLetters += n
 		}
 	}
+	ws.Owned, err = d.own.CountHeld(ctx)
+	return ws, err
+}
+
+// countedWorldStat is WorldStat from the stream's counts, without a
+// listing of every subject: st is the mailbox stream's state with the
+// dead-letter subjects listed.
+func (d *Drainer) countedWorldStat(ctx context.Context, st jetstream.StreamState) (WorldStat, error) {
+	ws := WorldStat{Unlisted: true}
+	var dlSubjects uint64
+	for subj, n := range st.Subjects {
+		dlSubjects++
+		if subj == wire.UnroutableSubject(d.world) {
+			ws.Unroutable += n
+			continue
+		}
+		ws.DeadLetters += n
+	}
+	if dead := ws.DeadLetters + ws.Unroutable; st.Msgs > dead {
+		ws.Depth = st.Msgs - dead
+	}
+	if n := uint64(st.NumSubjects); n > dlSubjects {
+		ws.IDs = int(n - dlSubjects)
+	}
+	var err error
 	ws.Owned, err = d.own.CountHeld(ctx)
 	return ws, err
 }

@@ -194,7 +194,12 @@ func runStat(e *env, args []string) int {
 			if err != nil {
 				return e.fail(err)
 			}
-			e.emit("stat", f("world", w.Name), f("ids", ws.IDs), f("depth", ws.Depth), f("owned", ws.Owned), f("dead", ws.DeadLetters), f("unroutable", ws.Unroutable))
+			fields := []field{f("world", w.Name), f("ids", ws.IDs), f("depth", ws.Depth), f("owned", ws.Owned), f("dead", ws.DeadLetters), f("unroutable", ws.Unroutable)}
+			if ws.Unlisted {
+				// Past 100,000 subjects: counted, not listed (drain.WorldStat).
+				fields = append(fields, f("unlisted", true))
+			}
+			e.emit("stat", fields...)
 			return exitOK
 		}
 		st, err := w.Drainer.Stat(ctx, args[0])
