@@ -63,21 +63,23 @@ func main() {
 	asJSON := flag.Bool("json", false, "print the figures as one JSON object")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the workers) during fencepost's drain to FILE")
 	daemonFlags := flag.String("fencepostd-flags", "", "more flags for fencepostd, space-separated (e.g. --scrape-records=false)")
+	noDrain := flag.Bool("no-drain", false, "skip the drains")
 	bare := flag.Bool("bare", false, "run fencepost's side on a plain server too (no fencepostd: the world made by the client), to profile the server (FP_SCALE_SERVER_PROFILE=FILE)")
 	flag.Parse()
-	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, daemonFlags: strings.Fields(*daemonFlags), bare: *bare}
+	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, daemonFlags: strings.Fields(*daemonFlags), bare: *bare, noDrain: *noDrain}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := run(ctx, cfg)
+	// What was measured is printed also when a step failed.
+	if *asJSON {
+		_ = json.NewEncoder(os.Stdout).Encode(rep)
+	} else {
+		rep.print()
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
-	if *asJSON {
-		_ = json.NewEncoder(os.Stdout).Encode(rep)
-		return
-	}
-	rep.print()
 }
 
 type config struct {
@@ -86,6 +88,7 @@ type config struct {
 	cpuProfile         string
 	daemonFlags        []string
 	bare               bool
+	noDrain            bool
 }
 
 // side is one server's figures.
@@ -176,10 +179,10 @@ func run(ctx context.Context, cfg config) (report, error) {
 	cli := func(args ...string) *exec.Cmd {
 		return exec.Command(filepath.Join(bin, "fencepost"), append([]string{"--server", ours.url(), "--timeout", "5m"}, args...)...)
 	}
-	if rep.EmptyMB[0], err = measureSide(ctx, cfg, ours, &rep.Ours, oursSide{cli}); err != nil {
+	if err := measureSide(ctx, cfg, ours, &rep.Ours, &rep.EmptyMB[0], oursSide{cli}); err != nil {
 		return rep, fmt.Errorf("fencepostd: %w", err)
 	}
-	if rep.EmptyMB[1], err = measureSide(ctx, cfg, raw, &rep.Raw, rawSide{}); err != nil {
+	if err := measureSide(ctx, cfg, raw, &rep.Raw, &rep.EmptyMB[1], rawSide{}); err != nil {
 		return rep, fmt.Errorf("raw: %w", err)
 	}
 	return rep, nil
@@ -193,50 +196,53 @@ type sideOps interface {
 	drain(ctx context.Context, url string, cfg config) error
 }
 
-// measureSide runs one side: start, post, restart, drain. It returns the
-// empty server's RSS.
-func measureSide(ctx context.Context, cfg config, p *proc, s *side, ops sideOps) (float64, error) {
+// measureSide runs one side: start, post, restart, drain, filling in s
+// and the empty server's RSS as it goes.
+func measureSide(ctx context.Context, cfg config, p *proc, s *side, empty *float64, ops sideOps) error {
 	if _, err := p.run(ctx, ops); err != nil {
-		return 0, err
+		return err
 	}
 	defer p.stop()
-	empty := p.rssMB()
+	*empty = p.rssMB()
 	t0 := time.Now()
 	if err := ops.post(ctx, p.url(), cfg); err != nil {
-		return 0, fmt.Errorf("post: %w", err)
+		return fmt.Errorf("post: %w", err)
 	}
 	s.PostSeconds = time.Since(t0).Seconds()
 	if err := sleep(ctx, cfg.settle); err != nil {
-		return 0, err
+		return err
 	}
 	s.RSSAfterPostMB = p.rssMB()
 	p.stop()
 	s.DiskMB = diskMB(p.dir)
 	took, err := p.run(ctx, ops)
 	if err != nil {
-		return 0, fmt.Errorf("restart: %w", err)
+		return fmt.Errorf("restart: %w", err)
 	}
 	s.RestartSeconds = took.Seconds()
 	if err := sleep(ctx, cfg.settle); err != nil {
-		return 0, err
+		return err
 	}
 	s.RSSRestartMB = p.rssMB()
 	stat, err := ops.stat(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("stat after restart: %w", err)
+		return fmt.Errorf("stat after restart: %w", err)
 	}
 	if stat > 0 {
 		s.StatSeconds = stat.Seconds()
 		s.RSSStatMB = p.rssMB()
 	}
+	if cfg.noDrain {
+		return nil
+	}
 	t0, cpu0 := time.Now(), p.cpuSeconds()
 	if err := ops.drain(ctx, p.url(), cfg); err != nil {
-		return 0, fmt.Errorf("drain: %w", err)
+		return fmt.Errorf("drain: %w", err)
 	}
 	s.DrainSeconds = time.Since(t0).Seconds()
 	s.DrainCPU = p.cpuSeconds() - cpu0
 	s.RSSDrainMB = p.rssMB()
-	return empty, nil
+	return nil
 }
 
 // proc is a server process of one side.
