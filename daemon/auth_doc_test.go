@@ -31,7 +31,7 @@ func TestAuth_SecurityDocMirrorsThePermissions(t *testing.T) {
 }
 
 // TestAuth_TrustModelNamesItsTests: every test docs/security.md's trust
-// model names exists (in daemon or cmd/fencepostd), and every attack test
+// model names exists (in daemon, cmd/fencepostd, drain or ownership), and every attack test
 // (TestAttack_*) is named there: the table and the attack suite match.
 func TestAuth_TrustModelNamesItsTests(t *testing.T) {
 	b, err := os.ReadFile("../docs/security.md")
@@ -45,7 +45,7 @@ func TestAuth_TrustModelNamesItsTests(t *testing.T) {
 		named[m[1]] = true
 	}
 	defined := map[string]bool{}
-	for _, glob := range []string{"*_test.go", "../cmd/fencepostd/*_test.go"} {
+	for _, glob := range []string{"*_test.go", "../cmd/fencepostd/*_test.go", "../drain/*_test.go", "../ownership/*_test.go"} {
 		files, err := filepath.Glob(glob)
 		require.NoError(t, err)
 		for _, f := range files {

@@ -98,7 +98,24 @@ func New(w *world.World, own *ownership.Store, opts ...Option) (*Drainer, error)
 			return nil, err
 		}
 	}
+	if m := w.Config.MaxTTL; m > 0 && d.lockTTL > m {
+		// A drain lock's term is at most the world's max ttl, as a lease's
+		// is: readers take a longer one for a forgery (maxLockTerm).
+		d.lockTTL = m
+	}
 	return d, nil
+}
+
+// maxLockTerm is how far beyond a reader's clock an honest drain lock may
+// expire: the world's max ttl (the longest term a drainer gives its lock)
+// plus ownership.MaxTermSlack. A lock beyond it was written by no drain
+// (an owner writing the bucket directly, docs/security.md): it is taken
+// over like a lapsed one. 0: not bounded.
+func (d *Drainer) maxLockTerm() time.Duration {
+	if d.cfg.MaxTTL <= 0 {
+		return 0
+	}
+	return d.cfg.MaxTTL + ownership.MaxTermSlack
 }
 
 // Drain delivers id's mailbox to h as node at epoch and returns done(count)

@@ -72,7 +72,12 @@ func (d *Drainer) acquire(ctx context.Context, a *authority) (l *heldLock, takeo
 		// caller's epoch was stored by a write of the record after that
 		// drain read it, so the fence refuses every commit it sends. Waiting
 		// for its term would only add it to every crash takeover's gap.
-		if cur.Epoch >= a.epoch && time.Now().Before(cur.Expires.Add(d.skew)) {
+		now := time.Now()
+		overlong := d.maxLockTerm() > 0 && cur.Expires.After(now.Add(d.maxLockTerm()))
+		if overlong {
+			d.log.Warn("drain: a drain lock with a term above the world's max ttl, which no drain writes, taken over", "world", d.world, "id", a.id, "node", cur.Node, "epoch", cur.Epoch, "expires", cur.Expires)
+		}
+		if cur.Epoch >= a.epoch && now.Before(cur.Expires.Add(d.skew)) && !overlong {
 			return nil, false, &ContendedError{ID: a.id, Node: cur.Node, Epoch: cur.Epoch, Expires: cur.Expires}
 		}
 		l.rev, err = d.w.KV.Update(ctx, l.key, data, e.Revision())

@@ -133,3 +133,40 @@ func TestDrain_LockKeptByTerm(t *testing.T) {
 		require.Zero(t, st.Cursor, "committed on a fence read after the lock changed hands")
 	})
 }
+
+// TestDrain_OverlongLockTakenOver: a drain lock whose term lies beyond the
+// world's max ttl (plus ownership.MaxTermSlack) was written by no drain
+// (an owner writing the bucket directly planted it with the holder's own
+// epoch, to make every drain of the id answer contended until 2027): the
+// holder's drain takes it over as a lapsed one. A lock within the bound
+// still makes a second drain contended.
+func TestDrain_OverlongLockTakenOver(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w := env.World(t, world.Config{MaxTTL: time.Minute})
+	d, err := drain.New(w.World, w.Ownership)
+	require.NoError(t, err)
+	l, err := w.Ownership.Claim(ctx, "x", "n1", 30*time.Second)
+	require.NoError(t, err)
+	_, err = w.Queue.Send(ctx, "x", []byte("m"))
+	require.NoError(t, err)
+	plant := func(expires time.Time) {
+		lock, err := wire.EncodeLock(wire.Lock{Token: "planted", Node: "n1", Epoch: l.Epoch, Expires: expires})
+		require.NoError(t, err)
+		_, err = w.KV.Put(ctx, wire.LockKey("x"), lock)
+		require.NoError(t, err)
+	}
+
+	// Within the bound: contended, nothing delivered.
+	plant(time.Now().Add(time.Minute))
+	_, err = d.DrainLease(ctx, l, func(context.Context, drain.Message) error { return nil })
+	require.ErrorIs(t, err, drain.ErrContended)
+
+	// Beyond it: taken over, the message delivered.
+	plant(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
+	var got int
+	res, err := d.DrainLease(ctx, l, func(context.Context, drain.Message) error { got++; return nil })
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Count)
+	require.Equal(t, 1, got)
+}
