@@ -195,7 +195,14 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 			continue
 		}
 		if id, err := wire.MailboxID(wk.w.Name, subj); err == nil && wk.wants(id) {
-			wk.propose(cand, candidate{id, fromScan})
+			// The scan waits for room (the dispatcher never blocks): a
+			// scan that dropped candidates would ask for another, and at
+			// 200,000 ids with mail each scan asked for the next.
+			select {
+			case cand <- candidate{id, fromScan}:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}
 }
