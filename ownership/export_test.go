@@ -7,3 +7,8 @@ func SetBeforeWrite(s *Store, fn func(op, id string)) { s.beforeWrite = fn }
 
 // NodeReads is how many node lease records s read.
 func NodeReads(s *Store) int64 { return s.nodeReads.Load() }
+
+// WriteTwice makes s send each record write once more before the real one,
+// as a client that resent a publish whose first answer it lost: the first
+// is stored, the real one refused (a fault the real server cannot time).
+func WriteTwice(s *Store) { s.writeTwice = true }

@@ -486,3 +486,41 @@ func TestUnknownOutcome(t *testing.T) {
 		require.Zero(t, st.Epoch)
 	}
 }
+
+// TestWrite_StoredThoughRefused: a write that was stored though its answer
+// was a refusal (the client sent the publish again after the first answer
+// was lost: the first copy stored, the second refused as a conflict; the
+// partition scenarios of the fault suite saw a claim answer held-by naming
+// its own caller) is reported as written, once the record read back is the
+// one this call wrote. WriteTwice injects the resend; the real server does
+// not lose an answer on demand.
+func TestWrite_StoredThoughRefused(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{})
+	ctx := testutil.Ctx(t, time.Minute)
+	ownership.WriteTwice(w.Ownership)
+
+	l, err := w.Ownership.Claim(ctx, "x", "a", time.Minute)
+	require.NoError(t, err, "the claim was stored")
+	require.Equal(t, uint64(1), l.Epoch)
+	st, err := w.Ownership.Owner(ctx, "x")
+	require.NoError(t, err)
+	require.True(t, st.Held)
+	require.Equal(t, "a", st.Node)
+	require.Equal(t, l.Epoch, st.Epoch)
+
+	r, err := w.Ownership.Renew(ctx, "x", "a", 2*time.Minute)
+	require.NoError(t, err, "the renewal was stored")
+	require.Equal(t, l.Epoch, r.Epoch)
+
+	require.NoError(t, w.Ownership.Release(ctx, "x", "a"), "the release was stored")
+	st, err = w.Ownership.Owner(ctx, "x")
+	require.NoError(t, err)
+	require.False(t, st.Held)
+
+	// A real conflict is still one: another node's claim stored first.
+	_, err = w.Ownership.Claim(ctx, "y", "b", time.Minute)
+	require.NoError(t, err)
+	_, err = w.Ownership.Claim(ctx, "y", "a", time.Minute)
+	require.ErrorIs(t, err, ownership.ErrHeld)
+}

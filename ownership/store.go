@@ -38,6 +38,10 @@ type Store struct {
 	// beforeWrite, when set (tests only), runs between the read a decision
 	// is made on and the conditional write that carries it out.
 	beforeWrite func(op, id string)
+	// writeTwice, when set (tests only), sends each record write once
+	// more before the real one, as a client that resent a publish whose
+	// first answer it lost: the first is stored, the real one refused.
+	writeTwice bool
 
 	cache viewCache
 	reads recordReads // Unchanged, batched
@@ -227,6 +231,9 @@ func (s *Store) write(ctx context.Context, op, id string, over view, rec wire.Re
 	}
 	if s.beforeWrite != nil {
 		s.beforeWrite(op, id)
+	}
+	if s.writeTwice {
+		_, _ = s.kv.Update(ctx, wire.RecordKey(id), data, over.rev)
 	}
 	rev, err := s.kv.Update(ctx, wire.RecordKey(id), data, over.rev)
 	if err == nil {
