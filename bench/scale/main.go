@@ -501,7 +501,7 @@ func (r rawSide) ready(ctx context.Context, url string) error {
 		return err
 	}
 	defer nc.Close()
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: rawStream, Subjects: []string{"raw.mb.*"}, Storage: jetstream.FileStorage})
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: rawStream, Subjects: []string{"raw.box.*"}, Storage: jetstream.FileStorage})
 	return err
 }
 
@@ -513,7 +513,7 @@ func (r rawSide) post(ctx context.Context, url string, cfg config) error {
 	defer nc.Close()
 	body := make([]byte, cfg.body)
 	return inFlight(ctx, cfg.ids, func(i int) (func() error, error) {
-		f, err := js.PublishAsync("raw.mb."+idOf(i), body)
+		f, err := js.PublishAsync("raw.box."+idOf(i), body)
 		if err != nil {
 			return nil, err
 		}
