@@ -410,15 +410,11 @@ func (s oursSide) stat(ctx context.Context) (time.Duration, error) {
 
 func (oursSide) drain(ctx context.Context, url string, cfg config) error {
 	if cfg.cpuProfile != "" {
-		f, err := os.Create(cfg.cpuProfile)
+		stop, err := profileCPU(cfg.cpuProfile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	var got atomic.Int64
 	done := make(chan struct{})
@@ -607,15 +603,11 @@ func rawServe(dir, port string) error {
 	}
 	if file := os.Getenv("FP_SCALE_SERVER_PROFILE"); file != "" {
 		// One profile per start: the last start's (the restart) wins.
-		f, err := os.Create(file)
+		stop, err := profileCPU(file)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	s, err := server.Start(server.Config{StoreDir: dir, Port: p, SyncInterval: time.Second})
 	if err != nil {
@@ -626,4 +618,20 @@ func rawServe(dir, port string) error {
 	<-sig
 	s.Stop()
 	return nil
+}
+
+// profileCPU writes a CPU profile of this process to file until stop.
+func profileCPU(file string) (stop func(), err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
