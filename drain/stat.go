@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/world"
 )
 
 // Stat is what one id's mailbox holds.
@@ -120,22 +121,8 @@ func (d *Drainer) WorldStat(ctx context.Context) (WorldStat, error) {
 // listing of every subject: st is the mailbox stream's state with the
 // dead-letter subjects listed.
 func (d *Drainer) countedWorldStat(ctx context.Context, st jetstream.StreamState) (WorldStat, error) {
-	ws := WorldStat{Unlisted: true}
-	var dlSubjects uint64
-	for subj, n := range st.Subjects {
-		dlSubjects++
-		if subj == wire.UnroutableSubject(d.world) {
-			ws.Unroutable += n
-			continue
-		}
-		ws.DeadLetters += n
-	}
-	if dead := ws.DeadLetters + ws.Unroutable; st.Msgs > dead {
-		ws.Depth = st.Msgs - dead
-	}
-	if n := uint64(st.NumSubjects); n > dlSubjects {
-		ws.IDs = int(n - dlSubjects)
-	}
+	c := world.CountMailboxes(d.world, st)
+	ws := WorldStat{IDs: int(c.Mailboxes), Depth: c.Depth, DeadLetters: c.DeadLetters, Unroutable: c.Unroutable, Unlisted: true}
 	var err error
 	ws.Owned, err = d.own.CountHeld(ctx)
 	return ws, err

@@ -82,19 +82,9 @@ func (info *Info) mailboxCounts(ctx context.Context, w *World, now time.Time) er
 		return fmt.Errorf("world %q: mailbox stream info: %w", w.Name, err)
 	}
 	info.Mailbox = mi.State
-	var unroutableSubjects uint64
-	for subj, n := range mi.State.Subjects {
-		if subj == wire.UnroutableSubject(w.Name) {
-			info.Unroutable += n
-			unroutableSubjects++
-			continue
-		}
-		info.DeadLetters += n
-		info.DeadIDs++
-	}
+	c := CountMailboxes(w.Name, mi.State)
+	info.Depth, info.Mailboxes, info.DeadLetters, info.DeadIDs, info.Unroutable = c.Depth, c.Mailboxes, c.DeadLetters, c.DeadIDs, c.Unroutable
 	info.Mailbox.Subjects = nil
-	info.Depth = sub(info.Mailbox.Msgs, info.DeadLetters+info.Unroutable)
-	info.Mailboxes = sub(uint64(info.Mailbox.NumSubjects), info.DeadIDs+unroutableSubjects)
 	if info.Depth == 0 {
 		return nil
 	}
@@ -108,6 +98,37 @@ func (info *Info) mailboxCounts(ctx context.Context, w *World, now time.Time) er
 	info.Oldest = m.Time
 	info.OldestAge = max(now.Sub(m.Time), 0)
 	return nil
+}
+
+// MailboxCounts are a world's mailbox figures, counted without listing
+// every mailbox subject.
+type MailboxCounts struct {
+	Depth       uint64 // messages in mailboxes (dead letters excluded)
+	Mailboxes   uint64 // subjects with messages that are not dead letters
+	DeadLetters uint64 // messages in the ids' dead-letter stores
+	DeadIDs     uint64 // ids with dead letters
+	Unroutable  uint64 // messages moved to the unroutable dead letters
+}
+
+// CountMailboxes counts from the mailbox stream's state read with the
+// dead-letter subjects listed (WithSubjectFilter(wire.DeadLetterFilter)):
+// the stream's message and subject totals, less the dead letters. A message
+// waiting on a subject no id can drain counts as a mailbox's.
+func CountMailboxes(world string, st jetstream.StreamState) MailboxCounts {
+	var c MailboxCounts
+	var unroutableSubjects uint64
+	for subj, n := range st.Subjects {
+		if subj == wire.UnroutableSubject(world) {
+			c.Unroutable += n
+			unroutableSubjects++
+			continue
+		}
+		c.DeadLetters += n
+		c.DeadIDs++
+	}
+	c.Depth = sub(st.Msgs, c.DeadLetters+c.Unroutable)
+	c.Mailboxes = sub(uint64(st.NumSubjects), c.DeadIDs+unroutableSubjects)
+	return c
 }
 
 func sub(a, b uint64) uint64 {
