@@ -67,6 +67,14 @@ func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config
 		if w.Config != cfg {
 			return nil, fmt.Errorf("%w: world %q", ErrWorldExists, name)
 		}
+		if !w.AllowsState() {
+			// A world created before per-id state: creating it again
+			// with its settings lets its bucket take atomic batches.
+			if err := bucketSettings(ctx, js, name); err != nil {
+				return nil, err
+			}
+			return Open(ctx, js, name)
+		}
 		return w, nil
 	} else if !errors.Is(err, ErrUnknownWorld) {
 		return nil, err
@@ -97,7 +105,7 @@ func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config
 	}); err != nil {
 		return nil, fmt.Errorf("world %q: create bucket: %w", name, err)
 	}
-	if err := denyRollups(ctx, js, name); err != nil {
+	if err := bucketSettings(ctx, js, name); err != nil {
 		return nil, err
 	}
 	w, err := Open(ctx, js, name)
@@ -110,26 +118,47 @@ func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config
 	return w, nil
 }
 
-// denyRollups turns off the rollups a KV bucket allows by default: a
-// message with "Nats-Rollup: all" on any key would wipe the whole bucket,
-// every record and epoch with it, and the permission to write one key
-// (an owner's, docs/security.md) would be enough to send one. fencepost
-// never rolls up: it deletes keys with delete markers and resets a world
-// with a stream purge, an operator's API.
-func denyRollups(ctx context.Context, js jetstream.JetStream, name string) error {
+// bucketSettings sets what the bucket stream needs beyond a KV bucket's
+// defaults.
+//
+// Rollups off: a KV bucket allows them by default, and a message with
+// "Nats-Rollup: all" on any key would wipe the whole bucket, every record
+// and epoch with it, and the permission to write one key (an owner's,
+// docs/security.md) would be enough to send one. fencepost never rolls up:
+// it deletes keys with delete markers and resets a world with a stream
+// purge, an operator's API.
+//
+// Atomic batches on: per-id state is committed with the cursor in one
+// atomic batch (docs/design.md 3.12). A world created before it lacks the
+// setting: it opens and works as before, and a state handler on it is
+// refused with ErrNoState until `world add` (Create with the world's
+// settings) is run again, which sets it.
+func bucketSettings(ctx context.Context, js jetstream.JetStream, name string) error {
 	s, err := js.Stream(ctx, wire.BucketStream(name))
 	if err != nil {
 		return fmt.Errorf("world %q: bucket stream: %w", name, err)
 	}
 	cfg := s.CachedInfo().Config
-	if !cfg.AllowRollup {
+	if !cfg.AllowRollup && cfg.AllowAtomicPublish {
 		return nil
 	}
 	cfg.AllowRollup = false
+	cfg.AllowAtomicPublish = true
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("world %q: turn off rollups on the bucket: %w", name, err)
+		return fmt.Errorf("world %q: set the bucket stream's rollups off and atomic batches on: %w", name, err)
 	}
 	return nil
+}
+
+// ErrNoState: the world's bucket does not take atomic batches (a world
+// created before per-id state): run `fencepost world add` with its
+// settings again (Create), which turns them on.
+var ErrNoState = errors.New("world: the bucket does not allow atomic batches (a world created before per-id state); run `fencepost world add` for it again to turn them on")
+
+// AllowsState says whether the world's bucket takes the atomic batches that
+// per-id state is committed with.
+func (w *World) AllowsState() bool {
+	return w.Bucket != nil && w.Bucket.CachedInfo().Config.AllowAtomicPublish
 }
 
 // mailboxConfig is the mailbox stream of a world: one subject per id for
