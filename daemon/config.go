@@ -109,6 +109,13 @@ type Config struct {
 
 	// ShutdownTimeout bounds the clean shutdown (default 30s).
 	ShutdownTimeout Duration `json:"shutdown_timeout,omitempty"`
+
+	// PProf serves Go's profiles (net/http/pprof: heap, goroutine, CPU,
+	// ...) of the fencepostd process, its embedded server included, on
+	// this loopback host:port; empty (the default): not served. It is for
+	// finding what holds memory or CPU; a profile shows subjects and
+	// stack contents, so only a loopback address is accepted.
+	PProf string `json:"pprof,omitempty"`
 }
 
 // Defaults are the values of fencepostd with no flags (SPEC section 6).
@@ -183,7 +190,7 @@ func (c Config) WithDefaults() Config {
 
 // Validate names the first field that is wrong and says why.
 func (c Config) Validate() error {
-	checks := []func() error{c.validateEmbedded, c.validateHTTP, c.validateCluster, c.validateWorld, c.validateLimits, c.validateLogs}
+	checks := []func() error{c.validateEmbedded, c.validateHTTP, c.validatePProf, c.validateCluster, c.validateWorld, c.validateLimits, c.validateLogs}
 	for _, check := range checks {
 		if err := check(); err != nil {
 			return err
@@ -245,6 +252,19 @@ func (c Config) validateHTTP() error {
 	if c.Auth && c.natsMonitoring() && !c.HTTPPublic && !loopback(c.HTTP) {
 		return bad("http", "%s is reachable from other machines, and with auth nats-server's monitoring there (/connz, /subsz, /jsz, ...) would show anyone, without credentials, every connection with its user JWT, every subscription and every stream; "+
 			"listen on 127.0.0.1 (and put an authenticating proxy in front), or give --nats-monitoring=false to serve only /metrics and the health checks there, or --http-public to accept it (docs/security.md)", c.HTTP)
+	}
+	return nil
+}
+
+func (c Config) validatePProf() error {
+	if c.PProf == "" {
+		return nil
+	}
+	if err := checkHostPort(c.PProf); err != nil {
+		return bad("pprof", "%q: %v", c.PProf, err)
+	}
+	if !loopback(c.PProf) {
+		return bad("pprof", "%q is reachable from other machines; Go's profiles show subjects and memory contents: give a loopback address such as 127.0.0.1:6060", c.PProf)
 	}
 	return nil
 }

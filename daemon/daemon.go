@@ -35,6 +35,8 @@ type Daemon struct {
 	js      jetstream.JetStream
 	httpL   net.Listener // nil with http=off
 	http    *http.Server
+	pprofL  net.Listener // nil without --pprof
+	pprof   *http.Server
 
 	worldReady atomic.Bool
 	readyCh    chan struct{}   // closed when the world is ready
@@ -89,6 +91,9 @@ func Start(cfg Config, opts ...Option) (*Daemon, error) {
 		if cfg.Auth && cfg.natsMonitoring() {
 			d.log.Warn(monitoringWarning, "addr", l.Addr().String(), "public", !loopback(cfg.HTTP), "http_public", cfg.HTTPPublic)
 		}
+	}
+	if err := d.listenPProf(); err != nil {
+		return nil, err
 	}
 	ok = true
 	return d, nil
@@ -325,6 +330,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return nil
 		}, func(error) { d.stop() })
 	}
+	if d.pprof != nil {
+		g.Add(d.servePProf, func(error) { d.stop() })
+	}
 	g.Add(func() error { return d.ensureWorld(d.stopCtx) }, func(error) { d.stop() })
 	g.Add(func() error { return d.purgeLoop(d.stopCtx) }, func(error) { d.stop() })
 	g.Add(func() error { return d.sweepLoop(d.stopCtx) }, func(error) { d.stop() })
@@ -357,6 +365,11 @@ func (d *Daemon) stop() {
 			}
 		} else if d.httpL != nil {
 			d.httpL.Close()
+		}
+		if d.pprof != nil {
+			d.pprof.Close()
+		} else if d.pprofL != nil {
+			d.pprofL.Close()
 		}
 		if d.nc != nil {
 			if err := d.nc.FlushWithContext(ctx); err != nil && d.nc.IsConnected() {

@@ -110,6 +110,7 @@ func newFlags(out io.Writer) *flags {
 	str(f, "log-level", func(c *Config) *string { return &c.LogLevel }, "log level: debug, info, warn, error (env FENCEPOST_LOG)")
 	str(f, "log-format", func(c *Config) *string { return &c.LogFormat }, "log format: text or json")
 	f.fs.BoolVar(&f.natsLog, "nats-log", false, "log the embedded server's own lines")
+	str(f, "pprof", func(c *Config) *string { return &c.PProf }, "serve Go's profiles of this process (/debug/pprof/: heap, goroutine, profile, ...) on this loopback host:port (empty: off)")
 	dur(f, "shutdown-timeout", func(c *Config) *Duration { return &c.ShutdownTimeout }, "time limit of a clean shutdown")
 	f.fs.Usage = func() {
 		fmt.Fprintf(out, "usage: fencepostd [--config FILE] [flags]\n\nWith no flags: embedded nats-server with JetStream on 127.0.0.1:4222, store in ./data,\nmonitoring, /metrics and /healthz on 127.0.0.1:8222, world \"default\" ready.\n\nflags:\n")

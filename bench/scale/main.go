@@ -21,9 +21,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
+	httppprof "net/http/pprof"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -65,8 +68,9 @@ func main() {
 	daemonFlags := flag.String("fencepostd-flags", "", "more flags for fencepostd, space-separated (e.g. --scrape-records=false)")
 	noDrain := flag.Bool("no-drain", false, "skip the drains")
 	bare := flag.Bool("bare", false, "run fencepost's side on a plain server too (no fencepostd: the world made by the client), to profile the server (FP_SCALE_SERVER_PROFILE=FILE)")
+	heapProfile := flag.String("heapprofile", "", "write each server's heap profile after posting and after the restart (after the settle) to PREFIX-{post,restart}.pb.gz (fencepostd, through its --pprof) and PREFIX-raw-*.pb.gz, with runtime.MemStats in PREFIX-*.txt")
 	flag.Parse()
-	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, daemonFlags: strings.Fields(*daemonFlags), bare: *bare, noDrain: *noDrain}
+	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, heapProfile: *heapProfile, daemonFlags: strings.Fields(*daemonFlags), bare: *bare, noDrain: *noDrain}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := run(ctx, cfg)
@@ -86,6 +90,7 @@ type config struct {
 	ids, body, workers int
 	settle             time.Duration
 	cpuProfile         string
+	heapProfile        string
 	daemonFlags        []string
 	bare               bool
 	noDrain            bool
@@ -157,22 +162,47 @@ func run(ctx context.Context, cfg config) (report, error) {
 		return rep, err
 	}
 	ours := &proc{name: "fencepostd", dir: filepath.Join(tmp, "ours")}
+	if cfg.heapProfile != "" {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return rep, err
+		}
+		ours.pprof = l.Addr().String()
+		l.Close()
+		ours.heapPrefix = cfg.heapProfile
+	}
 	ours.start = func(port int) *exec.Cmd {
 		args := []string{"--data-dir", ours.dir, "--port", strconv.Itoa(port), "--http", "off", "--log-level", "warn"}
+		if ours.pprof != "" {
+			args = append(args, "--pprof", ours.pprof)
+		}
 		return exec.Command(filepath.Join(bin, "fencepostd"), append(args, cfg.daemonFlags...)...)
 	}
 	raw := &proc{name: "raw", dir: filepath.Join(tmp, "raw")}
+	if cfg.heapProfile != "" {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return rep, err
+		}
+		raw.pprof = l.Addr().String()
+		l.Close()
+		raw.heapPrefix = cfg.heapProfile + "-raw"
+	}
 	raw.start = func(port int) *exec.Cmd {
-		return exec.Command(self, rawServeArg, raw.dir, strconv.Itoa(port))
+		c := exec.Command(self, rawServeArg, raw.dir, strconv.Itoa(port))
+		c.Env = append(os.Environ(), "FP_SCALE_PPROF="+raw.pprof)
+		return c
 	}
 	if cfg.bare {
 		ours.start = func(port int) *exec.Cmd {
-			return exec.Command(self, rawServeArg, ours.dir, strconv.Itoa(port))
+			c := exec.Command(self, rawServeArg, ours.dir, strconv.Itoa(port))
+			c.Env = append(os.Environ(), "FP_SCALE_PPROF="+ours.pprof)
+			return c
 		}
 		raw.start = func(port int) *exec.Cmd {
 			// Only fencepost's side is profiled.
 			c := exec.Command(self, rawServeArg, raw.dir, strconv.Itoa(port))
-			c.Env = append(os.Environ(), "FP_SCALE_SERVER_PROFILE=")
+			c.Env = append(os.Environ(), "FP_SCALE_SERVER_PROFILE=", "FP_SCALE_PPROF="+raw.pprof)
 			return c
 		}
 	}
@@ -213,6 +243,7 @@ func measureSide(ctx context.Context, cfg config, p *proc, s *side, empty *float
 		return err
 	}
 	s.RSSAfterPostMB = p.rssMB()
+	p.heap(ctx, "post")
 	p.stop()
 	s.DiskMB = diskMB(p.dir)
 	took, err := p.run(ctx, ops)
@@ -224,6 +255,7 @@ func measureSide(ctx context.Context, cfg config, p *proc, s *side, empty *float
 		return err
 	}
 	s.RSSRestartMB = p.rssMB()
+	p.heap(ctx, "restart")
 	stat, err := ops.stat(ctx)
 	if err != nil {
 		return fmt.Errorf("stat after restart: %w", err)
@@ -252,6 +284,48 @@ type proc struct {
 	port  int
 	start func(port int) *exec.Cmd
 	cmd   *exec.Cmd
+
+	pprof      string // fencepostd's --pprof address, or ""
+	heapPrefix string
+}
+
+// heap writes the process's heap profile (binary, and as text with
+// runtime.MemStats) to heapPrefix-when.*, when it serves --pprof.
+func (p *proc) heap(ctx context.Context, when string) {
+	if p.pprof == "" {
+		return
+	}
+	// The binary profile first: gc=1 collects, so the MemStats of the
+	// text one right after it show the live heap.
+	for _, f := range [][2]string{{".pb.gz", "gc=1"}, {".txt", "debug=1"}} {
+		if err := fetchTo(ctx, "http://"+p.pprof+"/debug/pprof/heap?"+f[1], p.heapPrefix+"-"+when+f[0]); err != nil {
+			fmt.Fprintf(os.Stderr, "scale: heap profile %s: %v\n", when, err)
+		}
+	}
+}
+
+func fetchTo(ctx context.Context, url, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func (p *proc) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", p.port) }
@@ -612,6 +686,16 @@ func rawServe(dir, port string) error {
 	s, err := server.Start(server.Config{StoreDir: dir, Port: p, SyncInterval: time.Second})
 	if err != nil {
 		return err
+	}
+	if addr := os.Getenv("FP_SCALE_PPROF"); addr != "" {
+		// --heapprofile: the same profiles as fencepostd's --pprof.
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		m := http.NewServeMux()
+		m.HandleFunc("/debug/pprof/", httppprof.Index)
+		go http.Serve(l, m)
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
