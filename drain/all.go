@@ -250,7 +250,7 @@ func (r *run) scanOne(m *jetstream.RawStreamMsg) {
 	case herr == nil:
 		r.scanNext, r.scanAcked = wire.Cursor{Seq: m.Sequence}, r.scanAcked+1
 	case r.ctx.Err() != nil:
-		r.diverted = true
+		r.diverted, r.interrupted = true, true // as handle's
 	case delivery >= r.d.cfg.MaxDeliveries:
 		if err := r.deadLetter(r.ctx, m, delivery, herr.Error()); err != nil {
 			// Keep the count, and go on alone: handle tries the

@@ -24,14 +24,24 @@ type Message struct {
 	Headers  nats.Header // the sender's own headers (no Nats-/Fencepost- ones)
 	Posted   time.Time   // when the stream stored it (the stream leader's clock)
 	Delivery int         // 1 for the first delivery, counted across drains and owners
-	// Redelivered: the message may have been handed to a handler before,
-	// whose result never reached the cursor: it was stored before this
-	// holder took the id from an earlier one whose lease lapsed or was
-	// seized (a crash, a pause: ownership.Lease.PriorUntil). Delivery
-	// counts only deliveries known to have failed, so it can be 1 here.
-	// (A commit of unknown outcome within one holding is not marked.)
+	// Redelivered: the message may have been handed to a handler before.
+	// It errs one way only: true may be a first delivery, false never is
+	// a second one (short of a seized holder's stale delivery after the
+	// seize: docs/reliability.md). True when Delivery > 1; when this
+	// holding handed it out before (a commit of unknown outcome, read
+	// again); when it was stored before this holder took the id from an
+	// earlier one whose lease lapsed or was seized (ownership.Lease.
+	// PriorUntil); when it was stored before this drain took over a drain
+	// lock left behind (a crashed drain, an interrupted handler); and,
+	// for Drain by (node, epoch) at an epoch above 1, when it was stored
+	// before the drain began (how the epoch was won is not known there).
+	// Delivery counts only deliveries known to have failed, so it can be
+	// 1 here.
 	Redelivered bool
 	Fence       fencing.Fence
+	// State is the id's state, for a drain run with state (WithState,
+	// HoldState, worker.Config.State; see State); nil otherwise.
+	State *State
 }
 
 // Handler processes one message. Returning nil acknowledges it; an error
@@ -134,6 +144,11 @@ func (d *Drainer) Drain(ctx context.Context, id, node string, epoch uint64, h Ha
 		return Result{}, err
 	}
 	a := &authority{id: id, node: node, epoch: epoch, ttl: d.cfg.DefaultTTL}
+	if epoch > 1 {
+		// How epoch was won is not known here (DrainLease knows): an
+		// earlier holder may have handed out what was stored before now.
+		a.seenBefore(time.Now().Add(d.skew))
+	}
 	defer d.observe(time.Now(), &res)
 	res, err = d.drain(ctx, a, h, opts)
 	return res, err
@@ -173,6 +188,14 @@ type authority struct {
 	// priorUntil: messages stored until then may have been handed out by
 	// an earlier holder (ownership.Lease.PriorUntil); zero: none.
 	priorUntil time.Time
+}
+
+// seenBefore widens priorUntil to t: messages stored until t may have
+// been handed out before.
+func (a *authority) seenBefore(t time.Time) {
+	if t.After(a.priorUntil) {
+		a.priorUntil = t
+	}
 }
 
 func (a *authority) valid() bool {

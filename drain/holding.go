@@ -58,6 +58,14 @@ type Holding struct {
 	// sent: a commit sent without waiting for its answer; the next one
 	// goes out only after it was settled.
 	sent *sentCommit
+	// book: the id's state, for a holding from HoldState (state.go).
+	book *stateBook
+	// fault (tests only) sends each commit in place of send.
+	fault func(send func() (jetstream.PubAckFuture, error)) (jetstream.PubAckFuture, error)
+	// handed: the last message handed out by the holding. One at or below
+	// it handed out again (after a commit of unknown outcome, say) is
+	// labelled maybe seen (Message.Redelivered).
+	handed uint64
 }
 
 // sentCommit is a commit in flight.
@@ -65,6 +73,8 @@ type sentCommit struct {
 	ack   jetstream.PubAckFuture
 	last  lastCommit
 	fence fencing.Fence
+	// writes: the state writes sent in the same batch (state.go).
+	writes []stateWrite
 	// the answer, once answered took it
 	done bool
 	pa   *jetstream.PubAck
@@ -303,11 +313,18 @@ func (h *Holding) sendOwed(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ack, err := h.d.js.PublishAsync(h.cursorSubj, data, h.fence.Expect())
+	w := h.book.writes()
+	send := func() (jetstream.PubAckFuture, error) { return h.d.publishCommitAsync(h.fence, h.cursorSubj, data, w) }
+	var ack jetstream.PubAckFuture
+	if h.fault != nil {
+		ack, err = h.fault(send)
+	} else {
+		ack, err = send()
+	}
 	if err != nil {
 		return fmt.Errorf("drain: commit of %q not sent (nothing removed): %w", h.lease.ID, err)
 	}
-	h.owed, h.sent = nil, &sentCommit{ack: ack, last: *o, fence: h.fence}
+	h.owed, h.sent = nil, &sentCommit{ack: ack, last: *o, fence: h.fence, writes: w}
 	return nil
 }
 
@@ -348,6 +365,7 @@ func (h *Holding) settle(ctx context.Context) error {
 		if p.last.next.Seq > h.cur.Seq {
 			h.cur = p.last.next
 		}
+		h.book.confirm(p.writes, p.last.next.Seq)
 		h.known = true
 		if !d.serverPurges() {
 			h.purge.request(d, h.subj, p.last.next.Seq+1)
@@ -359,6 +377,7 @@ func (h *Holding) settle(ctx context.Context) error {
 		// Read the cursor again (what it covers is not known), after
 		// fencing out the commit if it is still on its way.
 		h.known, h.owed, h.touch = false, nil, true
+		h.book.forget()
 		return &UnknownError{ID: h.lease.ID, Cursor: p.last.next.Seq, Err: err}
 	}
 	// Refused by the fence: commit again as a drain would, which reads the
@@ -376,6 +395,7 @@ func (h *Holding) settle(ctx context.Context) error {
 		_, err = h.end(ctx, r, nil, false)
 		return err
 	}
+	r.resend = p.writes // with the state this cursor was sent with
 	err = r.commit(r.ctx, p.last.next, 0, 0)
 	_, err = h.end(ctx, r, err, false)
 	return err
@@ -425,10 +445,11 @@ func (h *Holding) begin(ctx context.Context, hd Handler, opts []RunOption) (*run
 	}
 	now := time.Now()
 	r := &run{d: d, a: a, h: hd, o: o, committed: now, started: now,
-		subj: h.subj, cursorSubj: h.cursorSubj, bg: &h.purge,
+		subj: h.subj, cursorSubj: h.cursorSubj, bg: &h.purge, seenTo: h.handed,
 	}
+	r.st = h.book
 	r.ctx, r.stop = context.WithCancelCause(ctx)
-	if h.known {
+	if h.known && (h.book == nil || h.book.known) {
 		r.cur, r.res.Cursor = h.cur, h.cur.Seq
 	} else if err := r.loadCursor(r.ctx); err != nil {
 		r.stop(nil)
@@ -449,6 +470,7 @@ func (h *Holding) end(ctx context.Context, r *run, err error, caughtUp bool) (Re
 	d, l := h.d, h.lease
 	defer d.observe(r.started, &r.res)
 	res, err := r.end(ctx, err)
+	h.handed = max(h.handed, r.handed)
 	// A fence the run refreshed (a refused commit that re-read the record
 	// and found the holding unchanged) carries on to the next one.
 	h.fence = r.a.fence
@@ -457,6 +479,12 @@ func (h *Holding) end(ctx context.Context, r *run, err error, caughtUp bool) (Re
 	}
 	h.known = !r.uncertain
 	h.touch = h.touch || r.uncertain
+	if h.book != nil && (err != nil || r.uncertain) {
+		// The view may hold writes of messages that are to be delivered
+		// again: read the state and the cursor again, and owe nothing.
+		h.book.forget()
+		h.known = false
+	}
 	if h.owed != nil && (!h.known || h.cur.Seq >= h.owed.next.Seq) {
 		h.owed = nil // committed by the run (or unknown: read again)
 	}

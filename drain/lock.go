@@ -193,8 +193,10 @@ func (l *heldLock) close() {
 // release stops renewing and deletes the lock if it is still this drain's
 // (compare-and-swap on the revision). A lock a renewal found changed or
 // gone is left alone; one whose renewals went unanswered (the watchdog)
-// is deleted if it is still at the revision this drain wrote.
-func (l *heldLock) release(ctx context.Context) {
+// is deleted if it is still at the revision this drain wrote. lapsed: the
+// lock is written lapsed instead (expired by more than the skew bound),
+// so that the next drain takes it over at once and knows it does.
+func (l *heldLock) release(ctx context.Context, lapsed bool) {
 	if l == nil {
 		return
 	}
@@ -204,6 +206,16 @@ func (l *heldLock) release(ctx context.Context) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if lapsed {
+		v := l.val
+		v.Expires = time.Now().Add(-2 * l.d.skew)
+		if data, err := wire.EncodeLock(v); err == nil {
+			if _, err := l.d.w.KV.Update(ctx, l.key, data, l.rev); err != nil {
+				l.d.log.Debug("drain lock left lapsed", "world", l.d.world, "id", l.id, "error", err)
+			}
+		}
+		return
+	}
 	if err := l.d.w.KV.Delete(ctx, l.key, jetstream.LastRevision(l.rev)); err != nil {
 		l.d.log.Debug("drain lock release", "world", l.d.world, "id", l.id, "error", err)
 	}

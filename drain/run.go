@@ -44,6 +44,12 @@ type run struct {
 	res         Result
 	uncertain   bool      // a commit's outcome is unknown
 	committed   time.Time // when the last commit was stored (or the run began)
+	// seenTo: messages up to this sequence may have been handed out
+	// before by this holding (Holding.handed); handed: the last one this
+	// run handed out. interrupted: a handler was stopped mid-call, its
+	// message neither acknowledged nor counted as failed.
+	seenTo, handed uint64
+	interrupted    bool
 
 	ctx  context.Context // the drain's: ends when the lock is lost
 	stop context.CancelCauseFunc
@@ -63,6 +69,11 @@ type run struct {
 	// waiting: holding.go).
 	deferLast bool
 	last      *lastCommit
+
+	// st: the id's state, for a run with state (state.go); resend: the
+	// writes of a commit sent again (Holding.settle), instead of st's.
+	st     *stateBook
+	resend []stateWrite
 }
 
 // lastCommit is a commit that handle left to its caller.
@@ -101,6 +112,9 @@ func (d *Drainer) begin(ctx context.Context, a *authority, h Handler, opts []Run
 	if err := d.authorize(ctx, a); err != nil {
 		return nil, err
 	}
+	if o.state && !d.w.AllowsState() {
+		return nil, fmt.Errorf("drain: world %q: %w", d.world, ErrNoState)
+	}
 	if a.backed {
 		// Held through a session: its worker drains it with a Holding,
 		// without a lock; a second drain here would run beside it.
@@ -114,9 +128,16 @@ func (d *Drainer) begin(ctx context.Context, a *authority, h Handler, opts []Run
 		subj:       wire.MailboxSubject(d.world, a.id),
 		cursorSubj: wire.KeySubject(d.world, wire.CursorKey(a.id)),
 	}
+	if o.state {
+		r.st = &stateBook{}
+	}
 	r.ctx, r.stop = context.WithCancelCause(ctx)
 	lk.keep(r.stop)
 	if takeover {
+		// The drain before this one stopped without releasing its lock
+		// (a crash, a commit of unknown outcome, a handler interrupted):
+		// what it read, stored before now, may have been handed out.
+		a.seenBefore(time.Now().Add(d.skew))
 		err = r.fenceTakeover(r.ctx)
 	}
 	if err == nil && cursor {
@@ -136,10 +157,12 @@ func (r *run) end(ctx context.Context, err error) (Result, error) {
 	r.stop(nil)
 	r.lk.close()
 	// After an unknown commit the lock is left to lapse: the next drain
-	// then takes it over, which fences a commit still in flight.
+	// then takes it over, which fences a commit still in flight. After an
+	// interrupted handler it is left lapsed at once: the next drain takes
+	// it over without waiting and labels what it hands out (maybeSeen).
 	if !r.uncertain {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		r.lk.release(cctx)
+		r.lk.release(cctx, r.interrupted)
 		cancel()
 	}
 	if cause := context.Cause(r.ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) && ctx.Err() == nil {
@@ -159,11 +182,19 @@ func (r *run) fenceTakeover(ctx context.Context) error {
 	return r.a.take(r.d.own.Touch(ctx, r.a.id, r.a.node, r.a.epoch))
 }
 
-// loadCursor reads the id's cursor through the bucket stream's leader.
+// loadCursor reads the id's cursor through the bucket stream's leader, and
+// then, for a run with state, the state stored with it.
 func (r *run) loadCursor(ctx context.Context) error {
-	c, err := r.d.readCursor(ctx, r.a.id)
+	c, at, err := r.d.readCursorAt(ctx, r.a.id)
 	if err != nil {
 		return err
+	}
+	if r.st != nil {
+		st, err := r.d.loadState(ctx, r.a.id, at)
+		if err != nil {
+			return err
+		}
+		r.st.set(st, c.Seq)
 	}
 	r.cur, r.res.Cursor = c, c.Seq
 	return nil
@@ -173,6 +204,13 @@ func (r *run) loadCursor(ctx context.Context) error {
 // single replica, the direct get it answers is the same read without the
 // JetStream API queue); an absent (or deleted) cursor is zero.
 func (d *Drainer) readCursor(ctx context.Context, id string) (wire.Cursor, error) {
+	c, _, err := d.readCursorAt(ctx, id)
+	return c, err
+}
+
+// readCursorAt is readCursor, and the stream sequence of the cursor's
+// message (0: none).
+func (d *Drainer) readCursorAt(ctx context.Context, id string) (wire.Cursor, uint64, error) {
 	subj := wire.KeySubject(d.world, wire.CursorKey(id))
 	var m *jetstream.RawStreamMsg
 	var err error
@@ -185,19 +223,19 @@ func (d *Drainer) readCursor(ctx context.Context, id string) (wire.Cursor, error
 		m, err = jsapi.LeaderGet(ctx, d.nc, wire.BucketStream(d.world), jsapi.GetRequest{LastFor: subj})
 	}
 	if errors.Is(err, jsapi.ErrNotFound) {
-		return wire.Cursor{}, nil
+		return wire.Cursor{}, 0, nil
 	}
 	if err != nil {
-		return wire.Cursor{}, err
+		return wire.Cursor{}, 0, err
 	}
 	if jsapi.IsMarker(m.Header) {
-		return wire.Cursor{}, nil
+		return wire.Cursor{}, m.Sequence, nil
 	}
 	c, err := wire.DecodeCursor(m.Data)
 	if err != nil {
-		return wire.Cursor{}, fmt.Errorf("drain: cursor of %q (key %s): %w; it is left as it is", id, wire.CursorKey(id), err)
+		return wire.Cursor{}, 0, fmt.Errorf("drain: cursor of %q (key %s): %w; it is left as it is", id, wire.CursorKey(id), err)
 	}
-	return c, nil
+	return c, m.Sequence, nil
 }
 
 // loop reads and handles batches until the mailbox is empty or the limit
@@ -373,9 +411,16 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 			return false, err
 		}
 		msg.Fence = r.a.fence // a new revision if the check read the record
+		if r.st != nil {
+			msg.State = r.st.message()
+		}
 		r.res.Deliveries++
+		r.handed = max(r.handed, m.Sequence)
 		herr := r.h(ctx, msg)
 		if herr == nil {
+			if msg.State != nil {
+				r.st.ack(msg.State)
+			}
 			next, acked = wire.Cursor{Seq: m.Sequence}, acked+1
 			if r.commitDue(acked + dead) {
 				if err := r.commit(ctx, next, acked, dead); err != nil {
@@ -387,7 +432,9 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 		}
 		if ctx.Err() != nil {
 			// Stopped while the handler ran: not the message's fault. Keep
-			// what was acknowledged, if the holding still allows.
+			// what was acknowledged, if the holding still allows. The
+			// message was handed out: the next drain labels it (end).
+			r.interrupted = true
 			if next.Seq > r.cur.Seq {
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 				defer cancel()
@@ -463,8 +510,19 @@ func (r *run) message(m *jetstream.RawStreamMsg, delivery int) Message {
 		ID: r.a.id, Seq: m.Sequence, From: r.sender(m),
 		Body: m.Data, Headers: queue.UserHeaders(m.Header), Posted: m.Time,
 		Delivery: delivery, Fence: r.a.fence,
-		Redelivered: !r.a.priorUntil.IsZero() && !m.Time.After(r.a.priorUntil),
+		Redelivered: r.maybeSeen(m, delivery),
 	}
+}
+
+// maybeSeen is Message.Redelivered: m may have been handed to a handler
+// before. It errs one way only (design.md 3.6, maybe seen before): a
+// failed delivery is on the cursor, a message at or below seenTo was
+// handed out earlier in this holding (a commit of unknown outcome, read
+// again), and one stored before priorUntil may have been an earlier
+// holder's or an earlier drain's (a takeover).
+func (r *run) maybeSeen(m *jetstream.RawStreamMsg, delivery int) bool {
+	return delivery > 1 || m.Sequence <= r.seenTo ||
+		(!r.a.priorUntil.IsZero() && !m.Time.After(r.a.priorUntil))
 }
 
 // sender is the message's sender, if it keeps the sender rule; one that

@@ -1,0 +1,4 @@
+package drain
+
+// ResumeLockRenewal undoes PauseLockRenewal.
+func ResumeLockRenewal(d *Drainer) { d.noRenew = false }
