@@ -44,9 +44,15 @@ func (r *run) commit(ctx context.Context, next wire.Cursor, acked, dead int) err
 	if err != nil {
 		return err
 	}
+	// A run with state commits its writes in the same batch (state.go).
+	w := r.resend
+	if w == nil {
+		w = r.st.writes()
+	}
 	for attempt := 1; ; attempt++ {
-		ack, err := r.d.js.Publish(ctx, r.cursorSubj, data, r.a.fence.Expect())
+		ack, err := r.d.publishCommit(ctx, r.a.fence, r.cursorSubj, data, w)
 		if err == nil {
+			r.st.confirm(w, next.Seq)
 			if r.d.onCommit != nil {
 				f := r.a.fence
 				r.d.onCommit(Commit{ID: r.a.id, Node: f.Node, Epoch: f.Epoch, Revision: f.Revision, Cursor: next.Seq, StreamSeq: ack.Sequence})

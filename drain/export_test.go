@@ -1,6 +1,11 @@
 package drain
 
-import "github.com/fencepost/fencepost/internal/wire"
+import (
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/wire"
+)
 
 // SetBeforeCommit installs a hook that runs after a batch was handled and
 // before its fenced cursor write: tests land a seize or a renewal exactly
@@ -19,7 +24,31 @@ func ForgetCommitOutcome(h *Holding) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.known, h.owed, h.touch, h.live = false, nil, true, false
+	h.book.forget()
 }
+
+// SetCommitFault makes fn send each of h's commits in place of send.
+func SetCommitFault(h *Holding, fn func(send func() (jetstream.PubAckFuture, error)) (jetstream.PubAckFuture, error)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.fault = fn
+}
+
+// LostAnswer is the future of a commit whose answer never came (err).
+func LostAnswer(m *nats.Msg, err error) jetstream.PubAckFuture {
+	f := &lostAnswer{msg: m, err: make(chan error, 1)}
+	f.err <- err
+	return f
+}
+
+type lostAnswer struct {
+	msg *nats.Msg
+	err chan error
+}
+
+func (f *lostAnswer) Ok() <-chan *jetstream.PubAck { return nil }
+func (f *lostAnswer) Err() <-chan error            { return f.err }
+func (f *lostAnswer) Msg() *nats.Msg               { return f.msg }
 
 // FenceRevision is the record revision h's commits expect now.
 func FenceRevision(h *Holding) uint64 {

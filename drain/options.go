@@ -151,7 +151,8 @@ func WithLogger(l *slog.Logger) Option {
 type RunOption func(*runOptions)
 
 type runOptions struct {
-	max int // messages to take out of the mailbox; 0 = all
+	max   int  // messages to take out of the mailbox; 0 = all
+	state bool // WithState (state.go)
 }
 
 // WithMax stops the drain once n messages left the mailbox (acknowledged or

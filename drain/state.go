@@ -1,0 +1,374 @@
+package drain
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/world"
+)
+
+// ErrInvalidState wraps every refusal of a state key or size (wire's
+// limits: keys of 1..64 bytes of [A-Za-z0-9_-], at most 64 keys and 256
+// KiB per id, 16 KiB a value). A refused write stages nothing.
+var ErrInvalidState = wire.ErrInvalidState
+
+// ErrNoState: the world's bucket does not take atomic batches (a world
+// created before per-id state; `fencepost world add` again turns them on).
+var ErrNoState = world.ErrNoState
+
+// State is an id's state as a handler sees it: every key as of the last
+// message handed out before this one (committed, or acknowledged and on
+// its way to commit with it), and the writes this handler staged. The
+// writes are committed with the message's cursor in one atomic batch that
+// carries the holding's fence: stored together, or not at all (and then
+// the message is delivered again, to whoever holds the id, with the state
+// as it was). So a message's effect on its id's state is applied exactly
+// once (docs/design.md 3.12).
+//
+// A handler that returns an error drops its staged writes. A State is
+// valid only during the handler call it was given to, and is not safe for
+// concurrent use.
+type State struct {
+	b      *stateBook
+	staged map[string][]byte // nil value: deleted
+}
+
+// Get returns the value of key (a copy) and whether it is set.
+func (s *State) Get(key string) ([]byte, bool) {
+	v, ok := s.get(key)
+	if !ok {
+		return nil, false
+	}
+	return bytes.Clone(v), true
+}
+
+func (s *State) get(key string) ([]byte, bool) {
+	if v, ok := s.staged[key]; ok {
+		return v, v != nil
+	}
+	v, ok := s.b.view[key]
+	return v, ok
+}
+
+// Keys returns the keys that are set, sorted.
+func (s *State) Keys() []string {
+	var keys []string
+	for k := range s.b.view {
+		if v, ok := s.staged[k]; !ok || v != nil {
+			keys = append(keys, k)
+		}
+	}
+	for k, v := range s.staged {
+		if _, ok := s.b.view[k]; !ok && v != nil {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Put stages key = value. A key or size over the limits is refused with
+// ErrInvalidState and stages nothing.
+func (s *State) Put(key string, value []byte) error {
+	if err := wire.ValidateStateKey(key); err != nil {
+		return err
+	}
+	if err := wire.ValidateStateValue(key, value); err != nil {
+		return err
+	}
+	old, had := s.get(key)
+	keys, size := s.totals()
+	if !had {
+		keys++
+		size += len(key)
+	}
+	size += len(value) - len(old)
+	if keys > wire.MaxStateKeys {
+		return fmt.Errorf("%w: %q would be key %d of the id's state, the limit is %d", ErrInvalidState, key, keys, wire.MaxStateKeys)
+	}
+	if size > wire.MaxStateBytes {
+		return fmt.Errorf("%w: with %q the id's state would be %d bytes, the limit is %d", ErrInvalidState, key, size, wire.MaxStateBytes)
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	s.staged[key] = bytes.Clone(value)
+	return nil
+}
+
+// Delete stages the removal of key (nothing if it is not set).
+func (s *State) Delete(key string) error {
+	if err := wire.ValidateStateKey(key); err != nil {
+		return err
+	}
+	if _, had := s.get(key); !had {
+		delete(s.staged, key) // a Put of this message undone, if any
+		return nil
+	}
+	s.staged[key] = nil
+	return nil
+}
+
+// totals counts the keys and bytes of the state as this handler sees it.
+func (s *State) totals() (keys, size int) {
+	keys, size = len(s.b.view), s.b.size
+	for k, v := range s.staged {
+		old, had := s.b.view[k]
+		switch {
+		case had && v == nil:
+			keys--
+			size -= wire.StateSize(k, old)
+		case had:
+			size += len(v) - len(old)
+		case v != nil:
+			keys++
+			size += wire.StateSize(k, v)
+		}
+	}
+	return keys, size
+}
+
+// StateHandler processes one message with its id's state: it reads st and
+// stages writes in it, which commit with the message (see State).
+// Returning nil acknowledges the message; an error drops the writes and
+// leaves the message for redelivery, as a Handler's.
+type StateHandler func(ctx context.Context, m Message, st *State) error
+
+// Handler returns the Handler that runs sh with Message.State. The drain,
+// holding or worker that runs it must be given state (WithState, HoldState,
+// worker.Config.State): otherwise every message fails with ErrNoState.
+func (sh StateHandler) Handler() Handler {
+	return func(ctx context.Context, m Message) error {
+		if m.State == nil {
+			return fmt.Errorf("%w: a state handler given to a drain without state (drain.WithState, Drainer.HoldState, worker.Config.State)", ErrNoState)
+		}
+		return sh(ctx, m, m.State)
+	}
+}
+
+// WithState makes a drain (Drain, DrainLease, Holding.Drain of a holding
+// from HoldState) read the id's state and hand it to the handler in
+// Message.State, and commit the staged writes with the cursor.
+func WithState() RunOption { return func(o *runOptions) { o.state = true } }
+
+// HoldState is Hold for a state handler: every run of the holding hands
+// the id's state to the handler (Message.State) and commits its writes
+// with the cursor. The world's bucket must take atomic batches
+// (ErrNoState).
+func (d *Drainer) HoldState(l *ownership.Lease) (*Holding, error) {
+	if !d.w.AllowsState() {
+		return nil, fmt.Errorf("drain: world %q: %w", d.world, ErrNoState)
+	}
+	h, err := d.Hold(l)
+	if err != nil {
+		return nil, err
+	}
+	h.book = &stateBook{}
+	return h, nil
+}
+
+// stateBook is what a holding (or a drain) knows of its id's state.
+type stateBook struct {
+	known bool
+	// stored: the state as stored with the cursor storedAt.
+	stored   map[string][]byte
+	storedAt uint64
+	// view: stored, and every write of a message acknowledged since.
+	view map[string][]byte
+	size int // of view
+	// dirty: keys written since they were last known stored with their
+	// value in view. Every batch carries all of them, so that each batch
+	// brings the stored state from the last confirmed one to its own
+	// cursor, whatever became of the batches before it.
+	dirty map[string]struct{}
+}
+
+// stateWrite is one write of a batch; value nil: delete.
+type stateWrite struct {
+	key   string
+	value []byte
+}
+
+// set starts the book from the stored state, as read with cursor at.
+func (b *stateBook) set(st map[string][]byte, at uint64) {
+	b.known, b.storedAt = true, at
+	b.stored, b.view, b.dirty, b.size = st, make(map[string][]byte, len(st)), map[string]struct{}{}, 0
+	for k, v := range st {
+		b.view[k] = v
+		b.size += wire.StateSize(k, v)
+	}
+}
+
+// forget drops what the book knows: the next run reads the state again.
+func (b *stateBook) forget() {
+	if b != nil {
+		*b = stateBook{}
+	}
+}
+
+// message returns the State a handler gets.
+func (b *stateBook) message() *State { return &State{b: b, staged: map[string][]byte{}} }
+
+// ack takes a handled message's writes into the view.
+func (b *stateBook) ack(s *State) {
+	for k, v := range s.staged {
+		b.setView(k, v)
+		b.dirty[k] = struct{}{}
+	}
+}
+
+// writes is what the next batch carries: every dirty key with its value
+// in the view, sorted.
+func (b *stateBook) writes() []stateWrite {
+	if b == nil || len(b.dirty) == 0 {
+		return nil
+	}
+	w := make([]stateWrite, 0, len(b.dirty))
+	for k := range b.dirty {
+		w = append(w, stateWrite{k, b.view[k]})
+	}
+	slices.SortFunc(w, func(x, y stateWrite) int {
+		if x.key < y.key {
+			return -1
+		}
+		return 1
+	})
+	return w
+}
+
+// stored takes a batch's writes as stored with the cursor at; a batch
+// older than what the book already took is ignored (a later one carried
+// all of its keys).
+func (b *stateBook) confirm(w []stateWrite, at uint64) {
+	if b == nil || !b.known || at <= b.storedAt {
+		return
+	}
+	b.storedAt = at
+	for _, x := range w {
+		if x.value == nil {
+			delete(b.stored, x.key)
+		} else {
+			b.stored[x.key] = x.value
+		}
+		if _, dirty := b.dirty[x.key]; !dirty {
+			// The view of a clean key is the stored value (a batch sent
+			// again after the book was read afresh: Holding.settle).
+			b.setView(x.key, x.value)
+			continue
+		}
+		v, ok := b.view[x.key]
+		if ok == (x.value != nil) && bytes.Equal(v, x.value) {
+			delete(b.dirty, x.key)
+		}
+	}
+}
+
+// setView sets key's value in the view (nil: deleted).
+func (b *stateBook) setView(key string, value []byte) {
+	if old, had := b.view[key]; had {
+		b.size -= wire.StateSize(key, old)
+		delete(b.view, key)
+	}
+	if value != nil {
+		b.view[key] = value
+		b.size += wire.StateSize(key, value)
+	}
+}
+
+// stateMsgs is a state batch: the writes, then the cursor, each with the
+// fence.
+func (d *Drainer) stateMsgs(f fencing.Fence, cursorSubj string, cursor []byte, w []stateWrite) []*nats.Msg {
+	msgs := make([]*nats.Msg, 0, len(w)+1)
+	for _, x := range w {
+		m := nats.NewMsg(wire.KeySubject(d.world, wire.StateKey(f.ID, x.key)))
+		if x.value == nil {
+			m.Header.Set(kvOperation, kvDelete)
+		} else {
+			m.Data = x.value
+		}
+		f.Apply(m)
+		msgs = append(msgs, m)
+	}
+	m := nats.NewMsg(cursorSubj)
+	m.Data = cursor
+	f.Apply(m)
+	return append(msgs, m)
+}
+
+// A KV delete marker's header.
+const (
+	kvOperation = "KV-Operation"
+	kvDelete    = "DEL"
+)
+
+// publishCommit writes the cursor with the fence: alone, or with the
+// state's writes in one atomic batch.
+func (d *Drainer) publishCommit(ctx context.Context, f fencing.Fence, cursorSubj string, cursor []byte, w []stateWrite) (*jetstream.PubAck, error) {
+	if len(w) == 0 {
+		return d.js.Publish(ctx, cursorSubj, cursor, f.Expect())
+	}
+	return jsapi.PublishBatch(ctx, d.js, d.stateMsgs(f, cursorSubj, cursor, w))
+}
+
+// publishCommitAsync is publishCommit without waiting for the answer.
+func (d *Drainer) publishCommitAsync(f fencing.Fence, cursorSubj string, cursor []byte, w []stateWrite) (jetstream.PubAckFuture, error) {
+	if len(w) == 0 {
+		return d.js.PublishAsync(cursorSubj, cursor, f.Expect())
+	}
+	return jsapi.PublishBatchAsync(d.js, d.stateMsgs(f, cursorSubj, cursor, w))
+}
+
+// loadState reads id's state, as stored with its last cursor (whose
+// stream sequence the caller read through the leader: cursorAt, 0 when
+// the id has no cursor). One multi-last direct get of the state keys and
+// the cursor: the server answers it from one view of the stream. On a
+// replicated world a replica may lag: the answer counts only if its
+// cursor is the one the leader has (or later), since every state write
+// is stored with or before a cursor write of the same id.
+func (d *Drainer) loadState(ctx context.Context, id string, cursorAt uint64) (map[string][]byte, error) {
+	stream := wire.BucketStream(d.world)
+	csubj := wire.KeySubject(d.world, wire.CursorKey(id))
+	for attempt := 1; ; attempt++ {
+		b, err := jsapi.DirectGet(ctx, d.nc, stream, jsapi.GetRequest{MultiLast: []string{wire.StateFilter(d.world, id), csubj}, Batch: jsapi.MaxMultiLast})
+		if err != nil {
+			return nil, fmt.Errorf("drain: read the state of %q: %w", id, err)
+		}
+		if b.Pending > 0 {
+			return nil, fmt.Errorf("drain: the state of %q has more than %d keys (deleted ones included): %w", id, jsapi.MaxMultiLast, ErrInvalidState)
+		}
+		st := map[string][]byte{}
+		var at uint64
+		for _, m := range b.Msgs {
+			if m.Subject == csubj {
+				at = m.Sequence
+				continue
+			}
+			key, err := wire.StateKeyOf(d.world, id, m.Subject)
+			if err != nil {
+				return nil, fmt.Errorf("drain: the state of %q holds %s, which no fencepost wrote (it is left as it is): %w", id, m.Subject, err)
+			}
+			if !jsapi.IsMarker(m.Header) {
+				st[key] = m.Data
+			}
+		}
+		if at >= cursorAt {
+			return st, nil
+		}
+		if attempt >= 100 {
+			return nil, fmt.Errorf("drain: the state of %q: the replicas' answers stayed behind the leader's cursor (sequence %d, read %d)", id, cursorAt, at)
+		}
+		if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}

@@ -1,0 +1,392 @@
+package drain_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/testkit/testutil"
+	"github.com/fencepost/fencepost/world"
+)
+
+// counter is a state handler: each message adds one to its id's "count"
+// and appends its body to "seen". It records every call.
+type counter struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *counter) handle(_ context.Context, m drain.Message, st *drain.State) error {
+	c.mu.Lock()
+	c.calls = append(c.calls, string(m.Body))
+	c.mu.Unlock()
+	n := 0
+	if v, ok := st.Get("count"); ok {
+		n, _ = strconv.Atoi(string(v))
+	}
+	seen, _ := st.Get("seen")
+	if err := st.Put("count", []byte(strconv.Itoa(n+1))); err != nil {
+		return err
+	}
+	return st.Put("seen", append(seen, m.Body...))
+}
+
+func (c *counter) bodies() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.calls...)
+}
+
+// storedState reads id's state from the bucket as a KV client sees it.
+func storedState(t *testing.T, w *client.World, id string) map[string]string {
+	t.Helper()
+	ctx := testutil.Ctx(t, 10*time.Second)
+	out := map[string]string{}
+	keys, err := w.KV.ListKeys(ctx)
+	require.NoError(t, err)
+	prefix := wire.StateKey(id, "")
+	for k := range keys.Keys() {
+		if key, ok := strings.CutPrefix(k, prefix); ok {
+			e, err := w.KV.Get(ctx, k)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				continue
+			}
+			require.NoError(t, err)
+			out[key] = string(e.Value())
+		}
+	}
+	return out
+}
+
+func storedCursor(t *testing.T, w *client.World, id string) uint64 {
+	t.Helper()
+	e, err := w.KV.Get(testutil.Ctx(t, 10*time.Second), wire.CursorKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0
+	}
+	require.NoError(t, err)
+	c, err := wire.DecodeCursor(e.Value())
+	require.NoError(t, err)
+	return c.Seq
+}
+
+// holdState opens a session of node and holds id through it with state.
+func holdState(t *testing.T, ctx context.Context, w *client.World, d *drain.Drainer, node, id string) (*ownership.Session, *drain.Holding) {
+	t.Helper()
+	ss, err := w.Ownership.OpenSession(ctx, node, time.Minute)
+	require.NoError(t, err)
+	t.Cleanup(func() { ss.Close() })
+	l, err := ss.Claim(ctx, id)
+	require.NoError(t, err)
+	h, err := d.HoldState(l)
+	require.NoError(t, err)
+	return ss, h
+}
+
+// TestState_CommittedWithCursor: a state handler's writes are stored with
+// the cursor (a drain, then deliveries read elsewhere and committed
+// together), each handler sees the writes of the messages before it, and
+// the next holder reads them.
+func TestState_CommittedWithCursor(t *testing.T) {
+	for _, tg := range testutil.Targets() {
+		t.Run(tg.Name, func(t *testing.T) {
+			env := testutil.Start(t, tg)
+			ctx := testutil.Ctx(t, time.Minute)
+			w, d := newWorld(t, env, world.Config{})
+			ss, h := holdState(t, ctx, w, d, "n1", "x")
+			var c counter
+			hd := drain.StateHandler(c.handle).Handler()
+
+			send(t, ctx, w, "x", "a", "b", "c")
+			res, err := h.Drain(ctx, hd)
+			require.NoError(t, err)
+			require.Equal(t, 3, res.Count)
+			require.Equal(t, map[string]string{"count": "3", "seen": "abc"}, storedState(t, w, "x"))
+			require.Equal(t, res.Cursor, storedCursor(t, w, "x"))
+
+			// Deliveries read elsewhere: handed out live, committed by Flush.
+			before := res.Cursor
+			send(t, ctx, w, "x", "d", "e")
+			msgs := mailboxMsgs(t, ctx, w, "x", before)
+			require.Len(t, msgs, 2)
+			res, ok, err := h.Deliver(ctx, msgs, hd)
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, 2, res.Count)
+			require.NoError(t, h.Flush(ctx))
+			require.Equal(t, map[string]string{"count": "5", "seen": "abcde"}, storedState(t, w, "x"))
+			require.Equal(t, msgs[1].Sequence, storedCursor(t, w, "x"))
+
+			// The next holder reads the state: a drain on the lock path.
+			require.NoError(t, ss.Close())
+			send(t, ctx, w, "x", "f")
+			l, err := w.Ownership.Claim(ctx, "x", "n2", time.Minute)
+			require.NoError(t, err)
+			var c2 counter
+			_, err = d.DrainLease(ctx, l, drain.StateHandler(c2.handle).Handler(), drain.WithState())
+			require.NoError(t, err)
+			require.Equal(t, []string{"f"}, c2.bodies())
+			require.Equal(t, map[string]string{"count": "6", "seen": "abcdef"}, storedState(t, w, "x"))
+
+			// A state handler run by a drain without state refuses the
+			// message.
+			err = drain.StateHandler(c2.handle).Handler()(ctx, drain.Message{ID: "x"})
+			require.ErrorIs(t, err, drain.ErrNoState)
+		})
+	}
+}
+
+// TestState_SeizedHolderStoresNothing: a holding whose id is seized
+// between its handler and its commit (the hook runs after the holding's
+// last check) sends its batch with the old fence: the broker refuses all
+// of it, no state key moves, and the new holder handles the messages
+// again from the state before them.
+func TestState_SeizedHolderStoresNothing(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{})
+	_, h := holdState(t, ctx, w, d, "n1", "x")
+	var c counter
+	hd := drain.StateHandler(c.handle).Handler()
+	send(t, ctx, w, "x", "a")
+	_, err := h.Drain(ctx, hd)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"count": "1", "seen": "a"}, storedState(t, w, "x"))
+
+	send(t, ctx, w, "x", "b", "c")
+	var seized *ownership.Lease
+	drain.SetBeforeCommit(d, func(id string, _ wire.Cursor) {
+		if seized == nil {
+			var err error
+			seized, err = w.Ownership.Seize(ctx, id, "n2", time.Minute, true)
+			require.NoError(t, err)
+		}
+	})
+	before := bucketLastSeq(t, w)
+	_, err = h.Drain(ctx, hd)
+	require.Error(t, err)
+	require.True(t, errors.Is(err, ownership.ErrHeld) || errors.Is(err, ownership.ErrFenced), "%v", err)
+	require.Equal(t, []string{"a", "b", "c"}, c.bodies(), "the stale holder ran its handler")
+	require.Equal(t, map[string]string{"count": "1", "seen": "a"}, storedState(t, w, "x"), "a refused batch stored a state write")
+	// Only the seize wrote to the bucket (its force key and the record).
+	require.Equal(t, before+2, bucketLastSeq(t, w))
+
+	drain.SetBeforeCommit(d, nil)
+	var c2 counter
+	_, err = d.DrainLease(ctx, seized, drain.StateHandler(c2.handle).Handler(), drain.WithState())
+	require.NoError(t, err)
+	require.Equal(t, []string{"b", "c"}, c2.bodies())
+	require.Equal(t, map[string]string{"count": "3", "seen": "abc"}, storedState(t, w, "x"))
+}
+
+// TestState_LapsedHolderStoresNothing: a holder paused past its lease
+// (its session stopped renewing; another node claimed the id after it
+// lapsed) sends its batch after waking up, past its own check: refused
+// whole by the fence. The new holder's state is untouched.
+func TestState_LapsedHolderStoresNothing(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{})
+	ss, err := w.Ownership.OpenSession(ctx, "n1", 500*time.Millisecond)
+	require.NoError(t, err)
+	l, err := ss.Claim(ctx, "x")
+	require.NoError(t, err)
+	h, err := d.HoldState(l)
+	require.NoError(t, err)
+	var c counter
+	hd := drain.StateHandler(c.handle).Handler()
+	send(t, ctx, w, "x", "a")
+	_, err = h.Drain(ctx, hd)
+	require.NoError(t, err)
+	msgs := mailboxMsgs(t, ctx, w, "x", storedCursor(t, w, "x"))
+	require.Empty(t, msgs)
+
+	send(t, ctx, w, "x", "b")
+	msgs = mailboxMsgs(t, ctx, w, "x", storedCursor(t, w, "x"))
+	var other *ownership.Lease
+	drain.SetBeforeCommit(d, func(id string, _ wire.Cursor) {
+		// The pause: the session stops renewing, the id lapses, n2
+		// claims it.
+		require.NoError(t, ss.Orphan())
+		testutil.WaitFor(t, 10*time.Second, "n2 claims x", func() bool {
+			var err error
+			other, err = w.Ownership.Claim(ctx, id, "n2", time.Minute)
+			return err == nil
+		})
+	})
+	_, ok, err := h.Deliver(ctx, msgs, hd)
+	require.True(t, ok)
+	if err == nil {
+		err = h.Flush(ctx)
+	}
+	require.Error(t, err, "the stale batch was stored")
+	require.Equal(t, map[string]string{"count": "1", "seen": "a"}, storedState(t, w, "x"))
+
+	drain.SetBeforeCommit(d, nil)
+	var c2 counter
+	_, err = d.DrainLease(ctx, other, drain.StateHandler(c2.handle).Handler(), drain.WithState())
+	require.NoError(t, err)
+	require.Equal(t, []string{"b"}, c2.bodies())
+	require.Equal(t, map[string]string{"count": "2", "seen": "ab"}, storedState(t, w, "x"))
+}
+
+// TestState_UnknownOutcome: a batch whose answer was lost is resolved by
+// the next read: stored, the state and the cursor moved together and the
+// message is not handed out again; not stored, neither moved and it is.
+func TestState_UnknownOutcome(t *testing.T) {
+	for _, stored := range []bool{true, false} {
+		t.Run("stored="+strconv.FormatBool(stored), func(t *testing.T) {
+			env := testutil.Start(t, testutil.Target{Name: "single"})
+			ctx := testutil.Ctx(t, time.Minute)
+			w, d := newWorld(t, env, world.Config{})
+			_, h := holdState(t, ctx, w, d, "n1", "x")
+			var c counter
+			hd := drain.StateHandler(c.handle).Handler()
+			send(t, ctx, w, "x", "a")
+			_, err := h.Drain(ctx, hd)
+			require.NoError(t, err)
+
+			send(t, ctx, w, "x", "b")
+			msgs := mailboxMsgs(t, ctx, w, "x", storedCursor(t, w, "x"))
+			drain.SetCommitFault(h, func(send func() (jetstream.PubAckFuture, error)) (jetstream.PubAckFuture, error) {
+				if !stored {
+					return drain.LostAnswer(nil, nats.ErrTimeout), nil // never sent
+				}
+				f, err := send()
+				require.NoError(t, err)
+				select { // stored, and the answer is lost
+				case <-f.Ok():
+				case err := <-f.Err():
+					t.Fatalf("the batch was refused: %v", err)
+				}
+				return drain.LostAnswer(f.Msg(), nats.ErrTimeout), nil
+			})
+			_, ok, err := h.Deliver(ctx, msgs, hd)
+			require.True(t, ok)
+			require.NoError(t, err)
+			err = h.Flush(ctx)
+			require.ErrorIs(t, err, drain.ErrUnknown)
+			drain.SetCommitFault(h, nil)
+
+			// The next run reads what is there.
+			_, err = h.Drain(ctx, hd)
+			require.NoError(t, err)
+			if stored {
+				require.Equal(t, []string{"a", "b"}, c.bodies(), "a stored message handed out again")
+			} else {
+				require.Equal(t, []string{"a", "b", "b"}, c.bodies(), "a message whose batch was lost not handed out again")
+			}
+			require.Equal(t, map[string]string{"count": "2", "seen": "ab"}, storedState(t, w, "x"))
+		})
+	}
+}
+
+// TestState_BadWritesRefused: a key or size outside the limits is refused
+// with ErrInvalidState and stages nothing; a handler that returns the
+// error writes nothing at all, and the message stays.
+func TestState_BadWritesRefused(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{MaxDeliveries: 1})
+	_, h := holdState(t, ctx, w, d, "n1", "x")
+	send(t, ctx, w, "x", "a")
+	var errs []error
+	bad := func(_ context.Context, _ drain.Message, st *drain.State) error {
+		require.NoError(t, st.Put("ok", []byte("1")))
+		for _, err := range []error{
+			st.Put("a.b", []byte("v")),
+			st.Put("", []byte("v")),
+			st.Put(strings.Repeat("k", wire.MaxStateKeyBytes+1), nil),
+			st.Put("big", make([]byte, wire.MaxStateValueBytes+1)),
+			st.Delete("*"),
+		} {
+			require.ErrorIs(t, err, drain.ErrInvalidState)
+			errs = append(errs, err)
+		}
+		_, ok := st.Get("big")
+		require.False(t, ok, "a refused write was staged")
+		require.Equal(t, []string{"ok"}, st.Keys())
+		return errs[0]
+	}
+	before := bucketLastSeq(t, w)
+	res, err := h.Drain(ctx, drain.StateHandler(bad).Handler())
+	require.NoError(t, err)
+	require.Equal(t, 1, res.DeadLettered, "the failed message went to the dead letters")
+	require.Contains(t, errs[0].Error(), `"a.b" has '.' at byte 1`)
+	require.Contains(t, errs[3].Error(), "16385 bytes, the limit is 16384")
+	require.Empty(t, storedState(t, w, "x"), "a failed handler's writes were stored")
+	require.Equal(t, before+1, bucketLastSeq(t, w), "only the cursor was written")
+
+	send(t, ctx, w, "x", "b")
+
+	// Counts: the 65th key and 256 KiB in all are refused.
+	var keysErr, sizeErr error
+	many := func(_ context.Context, _ drain.Message, st *drain.State) error {
+		for i := range wire.MaxStateKeys {
+			if err := st.Put("k"+strconv.Itoa(i), make([]byte, 1000)); err != nil {
+				return err
+			}
+		}
+		keysErr = st.Put("one-more", nil)
+		for i := range wire.MaxStateKeys {
+			if err := st.Put("k"+strconv.Itoa(i), make([]byte, wire.MaxStateBytes/wire.MaxStateKeys)); err != nil {
+				sizeErr = err
+				break
+			}
+		}
+		return nil
+	}
+	_, err = h.Drain(ctx, drain.StateHandler(many).Handler())
+	require.NoError(t, err)
+	require.ErrorIs(t, keysErr, drain.ErrInvalidState)
+	require.Contains(t, keysErr.Error(), "key 65 of the id's state, the limit is 64")
+	require.ErrorIs(t, sizeErr, drain.ErrInvalidState)
+	st := storedState(t, w, "x")
+	require.Len(t, st, wire.MaxStateKeys)
+	total := 0
+	for k, v := range st {
+		total += len(k) + len(v)
+	}
+	require.LessOrEqual(t, total, wire.MaxStateBytes)
+}
+
+// TestState_OldWorldRefused: a world whose bucket does not take atomic
+// batches (created before state) refuses a holding or drain with state,
+// before anything is written.
+func TestState_OldWorldRefused(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, _ := newWorld(t, env, world.Config{})
+	js := env.Client.JetStream()
+	cfg := w.Bucket.CachedInfo().Config
+	cfg.AllowAtomicPublish = false
+	_, err := js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	old, err := world.Open(ctx, js, w.Name)
+	require.NoError(t, err)
+	d, err := drain.New(old, w.Ownership)
+	require.NoError(t, err)
+	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
+	require.NoError(t, err)
+	defer ss.Close()
+	l, err := ss.Claim(ctx, "x")
+	require.NoError(t, err)
+	_, err = d.HoldState(l)
+	require.ErrorIs(t, err, drain.ErrNoState)
+	l2, err := w.Ownership.Claim(ctx, "y", "n2", time.Minute)
+	require.NoError(t, err)
+	_, err = d.DrainLease(ctx, l2, func(context.Context, drain.Message) error { return nil }, drain.WithState())
+	require.ErrorIs(t, err, drain.ErrNoState)
+}
