@@ -401,6 +401,19 @@ func (h *Holding) settle(ctx context.Context) error {
 	return err
 }
 
+// Clean says whether a release would hand the next holder nothing this
+// holding may have handed out uncommitted: every message it handed out is
+// covered by the stored cursor, or is the one the cursor counts failures
+// for (its next delivery says so). Call it after Flush. A worker releases
+// only a clean holding's id; any other goes with its lease (a lapse, the
+// node lease), and the next holder labels what it finds (PriorUntil).
+func (h *Holding) Clean() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.known && h.owed == nil && h.sent == nil &&
+		(h.handed <= h.cur.Seq || (h.cur.Failures > 0 && h.handed <= h.cur.Head))
+}
+
 // Live says whether Deliver may be used (see Deliver).
 func (h *Holding) Live() bool {
 	h.mu.Lock()

@@ -21,17 +21,26 @@ func nudge(h *holding) {
 // serve drains one held id whenever it may have mail, until the holding is
 // lost, the id stays idle for cfg.Idle (then it is released), or ctx ends.
 func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h *holding) {
-	logged := false // "lost an id" was logged
+	logged := false   // "lost an id" was logged
+	released := false // released when idle
 	defer func() {
 		if cause := context.Cause(ctx); !logged && errors.Is(cause, errTakenOver) {
 			// Idle or busy: the watch ended the holding.
 			wk.log.Info("lost an id", "event", "lost", "id", id, "epoch", h.lease.Epoch, "reason", cause)
 		}
 		// The last commit, if one is in flight, is taken before the id
-		// is released (or the worker's node lease is).
+		// is released (or the worker's node lease is). A worker that stops
+		// releases a clean holding's id itself: the next holder then knows
+		// it had nothing uncommitted, and labels nothing maybe seen
+		// (drain.Message.Redelivered); any other id goes with the node
+		// lease, and the next holder labels its backlog.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		if err := h.drains.Flush(fctx); err != nil {
 			wk.log.Debug("last commit of an id", "id", id, "error", err)
+		} else if !released && !logged && !errors.Is(context.Cause(ctx), errTakenOver) && ss.Cause() == "" && h.drains.Clean() {
+			if err := ss.Release(fctx, id); err != nil {
+				wk.log.Debug("release of an id at stop", "id", id, "error", err)
+			}
 		}
 		cancel()
 		wk.mu.Lock()
@@ -68,6 +77,14 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 				wk.log.Debug("last commit of an idle id", "id", id, "error", err)
 				return
 			}
+			if !h.drains.Clean() {
+				// Handed out and not committed (a commit of unknown
+				// outcome): deliver again from the cursor first.
+				idle.Reset(wk.cfg.Idle)
+				nudge(h)
+				continue
+			}
+			released = true
 			if err := ss.Release(ctx, id); err != nil && ctx.Err() == nil {
 				wk.log.Debug("release of an idle id", "id", id, "error", err)
 			} else if err == nil {
