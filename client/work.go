@@ -16,6 +16,11 @@ type (
 	Message = drain.Message
 	// Handler processes one message; nil acknowledges it (drain.Handler).
 	Handler = drain.Handler
+	// StateHandler processes one message with its id's state, whose writes
+	// commit with the message (drain.StateHandler).
+	StateHandler = drain.StateHandler
+	// State is an id's state as a StateHandler sees it (drain.State).
+	State = drain.State
 	// WorkerConfig is a worker's settings (worker.Config).
 	WorkerConfig = worker.Config
 	// Worker serves a world's mailboxes as one node (worker.Worker).
@@ -49,4 +54,19 @@ func (w *World) NewWorker(cfg WorkerConfig, h Handler) (*Worker, error) {
 		return nil, err
 	}
 	return worker.New(w.World, w.Ownership, cfg, h)
+}
+
+// NewStateWorker is NewWorker for a handler with per-id state: each
+// message gets its id's state (as of the message before it), and the
+// writes the handler stages are committed with the message in one fenced
+// atomic batch, so that each message's effect on its id's state is
+// applied exactly once, through crashes and takeovers (docs/design.md
+// 3.12). cfg.State is set. A world created before per-id state refuses it
+// (drain.ErrNoState) until `fencepost world add` is run for it again.
+func (w *World) NewStateWorker(cfg WorkerConfig, h StateHandler) (*Worker, error) {
+	if err := w.Readable(); err != nil {
+		return nil, err
+	}
+	cfg.State = true
+	return worker.New(w.World, w.Ownership, cfg, h.Handler())
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -237,12 +238,7 @@ func (b *stateBook) writes() []stateWrite {
 	for k := range b.dirty {
 		w = append(w, stateWrite{k, b.view[k]})
 	}
-	slices.SortFunc(w, func(x, y stateWrite) int {
-		if x.key < y.key {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(w, func(x, y stateWrite) int { return strings.Compare(x.key, y.key) })
 	return w
 }
 
@@ -371,4 +367,95 @@ func (d *Drainer) loadState(ctx context.Context, id string, cursorAt uint64) (ma
 			return nil, err
 		}
 	}
+}
+
+// IDState is an id's state as stored, with the cursor it was stored with
+// (the last message whose effect it holds).
+type IDState struct {
+	ID     string
+	Cursor uint64
+	Values map[string][]byte
+}
+
+// Keys returns the state's keys, sorted.
+func (s IDState) Keys() []string {
+	keys := make([]string, 0, len(s.Values))
+	for k := range s.Values {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// ReadState reads id's state as stored: the effect of every message up to
+// Cursor, and of none after it. It writes nothing.
+func (d *Drainer) ReadState(ctx context.Context, id string) (IDState, error) {
+	if err := wire.ValidateID(id); err != nil {
+		return IDState{}, err
+	}
+	c, at, err := d.readCursorAt(ctx, id)
+	if err != nil {
+		return IDState{}, err
+	}
+	st, err := d.loadState(ctx, id, at)
+	if err != nil {
+		return IDState{}, err
+	}
+	return IDState{ID: id, Cursor: c.Seq, Values: st}, nil
+}
+
+// DeleteState removes every key of id's state. It claims the id as node
+// first (so it is refused with *ownership.HeldError while someone holds
+// it, and a holder whose lease lapsed is fenced out by the claim's
+// write), deletes every key and writes the cursor again unchanged, in one
+// atomic batch fenced on that claim, and releases the id. It returns the
+// keys it deleted; none (and no write beyond the claim and release) when
+// the state is empty.
+func (d *Drainer) DeleteState(ctx context.Context, id, node string) ([]string, error) {
+	if err := wire.ValidateID(id); err != nil {
+		return nil, err
+	}
+	if !d.w.AllowsState() {
+		return nil, fmt.Errorf("drain: world %q: %w", d.world, ErrNoState)
+	}
+	l, err := d.own.Claim(ctx, id, node, d.cfg.DefaultTTL)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := d.own.Release(rctx, id, node); err != nil {
+			d.log.Warn("drain: release after deleting the state failed; the claim lapses", "world", d.world, "id", id, "node", node, "error", err)
+		}
+	}()
+	c, at, err := d.readCursorAt(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	st, err := d.loadState(ctx, id, at)
+	if err != nil {
+		return nil, err
+	}
+	if len(st) == 0 {
+		return nil, nil
+	}
+	cursor, err := wire.EncodeCursor(c)
+	if err != nil {
+		return nil, err
+	}
+	var w []stateWrite
+	for k := range st {
+		w = append(w, stateWrite{key: k})
+	}
+	slices.SortFunc(w, func(x, y stateWrite) int { return strings.Compare(x.key, y.key) })
+	csubj := wire.KeySubject(d.world, wire.CursorKey(id))
+	if _, err := d.publishCommit(ctx, l.Fence, csubj, cursor, w); err != nil {
+		return nil, fmt.Errorf("drain: delete the state of %q: %w", id, err)
+	}
+	keys := make([]string, len(w))
+	for i, x := range w {
+		keys[i] = x.key
+	}
+	return keys, nil
 }

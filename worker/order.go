@@ -179,7 +179,11 @@ func (wk *Worker) claim(ctx context.Context, wg *sync.WaitGroup, ss *ownership.S
 		}
 		return false
 	}
-	drains, err := wk.dr.Hold(l)
+	hold := wk.dr.Hold
+	if wk.cfg.State {
+		hold = wk.dr.HoldState
+	}
+	drains, err := hold(l)
 	if err != nil {
 		wk.log.Warn("cannot drain a claimed id", "id", id, "error", err)
 		return false

@@ -15,6 +15,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -62,6 +63,11 @@ type Config struct {
 	// DrainOptions are added to the worker's drainer options (the fault
 	// tests observe commits with drain.WithCommitObserver).
 	DrainOptions []drain.Option
+	// State hands each message its id's state (drain.Message.State) and
+	// commits the handler's writes with the message (drain.HoldState;
+	// client.World.NewStateWorker sets it). The world's bucket must take
+	// atomic batches (drain.ErrNoState).
+	State bool
 }
 
 // Worker serves the mailboxes of one world as one node.
@@ -144,6 +150,9 @@ const (
 func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Worker, error) {
 	if err := wire.ValidateNode(cfg.Node); err != nil {
 		return nil, err
+	}
+	if cfg.State && !w.AllowsState() {
+		return nil, fmt.Errorf("worker: world %q: %w", w.Name, drain.ErrNoState)
 	}
 	ttl, err := w.Config.TTL(cfg.TTL)
 	if err != nil {
