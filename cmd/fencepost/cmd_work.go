@@ -35,6 +35,7 @@ var workFlags struct {
 	Exec    string        `name:"exec" placeholder:"CMD" help:"shell command run per message (required)"`
 	Grace   time.Duration `name:"grace" placeholder:"D" default:"5s" help:"when a holding is lost or the worker stops: SIGTERM to the command's process group, SIGKILL this long after"`
 	Metrics string        `name:"metrics" placeholder:"ADDR" help:"serve Prometheus metrics of this worker at http://ADDR/metrics (e.g. 127.0.0.1:9464)"`
+	State   bool          `name:"state" help:"per-id state: CMD reads the id's state (JSON) from the file $FENCEPOST_STATE and writes its writes (JSON, null deletes) to $FENCEPOST_STATE_WRITES; they commit with the message, exactly once (work_state.go, examples/state)"`
 }
 
 func init() {
@@ -90,8 +91,12 @@ func runWork(e *env, args []string) int {
 	if e.json {
 		handlerOut = os.Stderr
 	}
-	h := ev.observe(log, w.Config.MaxDeliveries, execHandler(workFlags.Exec, workFlags.Node, workFlags.Grace, handlerOut))
-	wk, err := w.NewWorker(worker.Config{Node: workFlags.Node, TTL: time.Duration(workFlags.TTL), IDs: ids, Log: e.log, Metrics: set}, h)
+	run := execHandler
+	if workFlags.State {
+		run = execStateHandler
+	}
+	h := ev.observe(log, w.Config.MaxDeliveries, run(workFlags.Exec, workFlags.Node, workFlags.Grace, handlerOut))
+	wk, err := w.NewWorker(worker.Config{Node: workFlags.Node, TTL: time.Duration(workFlags.TTL), IDs: ids, Log: e.log, Metrics: set, State: workFlags.State}, h)
 	if err != nil {
 		return e.fail(err)
 	}
