@@ -298,6 +298,9 @@ func printHelp(_ kong.HelpOptions, ctx *kong.Context) error {
 func printCommandHelp(w io.Writer, node *kong.Node) {
 	c := commands[node.Name]
 	fmt.Fprintf(w, "usage: fencepost %s\n%s\n", c.usage, c.short)
+	if c.long != "" {
+		fmt.Fprintf(w, "\n%s", c.long)
+	}
 	if len(node.Flags) > 0 {
 		fmt.Fprintln(w, "\nflags:")
 		printFlags(w, node.Flags)

@@ -171,7 +171,7 @@ func runDrain(e *env, args []string) int {
 		return e.fail(err)
 	}
 	res, err := w.Drainer.Drain(ctx, args[0], drainFlags.Node, uint64(drainFlags.Epoch), func(_ context.Context, m drain.Message) error {
-		e.emit("message", append([]field{f("seq", m.Seq), f("from", m.From), f("delivery", m.Delivery), f("epoch", m.Fence.Epoch)}, bodyFields(m.Body)...)...)
+		e.emit("message", append([]field{f("seq", m.Seq), f("from", m.From), f("delivery", m.Delivery), f("epoch", m.Fence.Epoch), f("redelivered", m.Redelivered)}, bodyFields(m.Body)...)...)
 		return nil
 	}, drain.WithMax(int(drainFlags.Max)))
 	if err != nil {

@@ -41,7 +41,35 @@ var workFlags struct {
 func init() {
 	register("work", &command{
 		usage: "work --node N (--ids a,b | --all) --exec CMD [--ttl 10s]",
-		short: "serve mailboxes: each message to CMD on stdin (env FENCEPOST_ID, _EPOCH, _FROM, _SEQ); exit 0 acks; exit 3 on self-fence; logs at info (--json: one event per line)",
+		short: "serve mailboxes: each message to CMD on stdin (env FENCEPOST_ID, _EPOCH, _FROM, _SEQ, _DELIVERY, _REDELIVERED); exit 0 acks; exit 3 on self-fence; logs at info (--json: one event per line)",
+		long: `CMD runs as sh -c CMD, one message at a time per id, in a process group of its
+own, with the body on stdin and in its environment:
+  FENCEPOST_ID, FENCEPOST_SEQ      the id and the message's sequence number
+  FENCEPOST_FROM                   the sender ("" if none)
+  FENCEPOST_NODE, FENCEPOST_EPOCH  this worker's node and its epoch of the id
+  FENCEPOST_DELIVERY               1, then 2, 3... after failed deliveries (exit
+                                   status not 0); dead-lettered after the world's
+                                   max_deliveries
+  FENCEPOST_REDELIVERED            1 if the message may have been handed to a
+                                   handler before (a worker that held the id was
+                                   killed, lapsed, was seized, or stopped while
+                                   its handler ran; a commit of unknown outcome;
+                                   a failed delivery); 0 only if it never was.
+                                   It may say 1 for a first delivery, and says 0
+                                   for a second only after a seize --force of a
+                                   live worker that had not yet seen it (docs/
+                                   design.md 3.6): handlers are to be idempotent;
+                                   1 says when to check for a repeat
+  FENCEPOST_STATE, _STATE_WRITES   with --state: see --state below
+Exit status 0 acknowledges the message. Acknowledged messages are committed
+every 100 messages or 1 s per id, and 20 ms after an id goes quiet: a crash
+hands the next holder again at most what was handled since the last commit
+(and the message in flight), labelled FENCEPOST_REDELIVERED=1. When the id is
+taken over, on a self-fence or when the worker stops (SIGINT, SIGTERM), the
+command's process group gets SIGTERM, and SIGKILL --grace later. A worker that
+stops releases each id whose handled messages are all committed: the next
+worker's deliveries say FENCEPOST_REDELIVERED=0.
+`,
 		examples: []string{
 			"fencepost work --node w1 --all --exec 'cat; echo'                # runs until Ctrl-C: every id with mail, each message to the command",
 			"fencepost work --node w1 --ids order-42,order-43 --exec ./handle --json   # one event per line on stdout",
@@ -218,8 +246,9 @@ func serveMetrics(addr string) (*http.Server, error) {
 
 // redelivered is FENCEPOST_REDELIVERED: 1 when the message may have been
 // handed to a handler before (drain.Message.Redelivered: a worker that
-// held the id died or paused with it), else 0. FENCEPOST_DELIVERY counts
-// failed deliveries only.
+// held the id died, paused or was stopped with it, a commit of unknown
+// outcome, a failed delivery), 0 only when it never was. FENCEPOST_DELIVERY
+// counts failed deliveries only.
 func redelivered(m drain.Message) string {
 	if m.Redelivered {
 		return "1"

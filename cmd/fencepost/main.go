@@ -32,6 +32,7 @@ const (
 type command struct {
 	usage    string   // e.g. "claim ID --node N [--ttl 10s]"
 	short    string   // one line: what it does and its outcomes
+	long     string   // more, for `help COMMAND` (optional): lines, each ending in \n
 	examples []string // command lines shown by `help COMMAND`, each with a comment
 	// flags is the command's own flags: a pointer to a struct whose
 	// fields carry kong's tags (nil: none). One command runs per process,

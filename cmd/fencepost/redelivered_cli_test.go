@@ -63,3 +63,27 @@ func TestCLI_Work_RedeliveredLabel(t *testing.T) {
 	lines := waitLines(t, out, 5, 15*time.Second)
 	require.Equal(t, []string{"w3 slow 1 1", "w3 d 1 1"}, lines[3:], "slow was handed to w2's handler, which was stopped: maybe seen")
 }
+
+// TestCLI_Drain_Redelivered: drain's message outcome says redelivered
+// (text: the word, only when true; --json: "redelivered" always). At epoch
+// 1 nobody held the id before; above it, drain (which does not know how
+// the epoch was won) labels what was stored before it began.
+func TestCLI_Drain_Redelivered(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{})
+	run := func(code int, args ...string) string {
+		t.Helper()
+		r := cli(t, env.URL, w.Name, args...)
+		require.Equal(t, code, r.code, "%v: out=%q err=%q", args, r.out, r.err)
+		return r.out
+	}
+	run(0, "send", "x", "a")
+	run(0, "claim", "x", "--node", "n1")
+	out := run(0, "drain", "x", "--node", "n1", "--epoch", "1", "--json")
+	require.Contains(t, out, `"delivery":1,"epoch":1,"redelivered":false,"body":"a"`)
+	run(0, "release", "x", "--node", "n1")
+	run(0, "send", "x", "b")
+	run(0, "claim", "x", "--node", "n2")
+	out = run(0, "drain", "x", "--node", "n2", "--epoch", "2")
+	require.Contains(t, out, "message seq=2 from=\"\" delivery=1 epoch=2 redelivered body=b\n")
+}
