@@ -19,7 +19,7 @@ var watchFlags struct {
 func init() {
 	register("watch", &command{
 		usage: "watch [ID] [--count N]",
-		short: "print ownership changes as they happen: claimed|renewed|released|seized|lapsed|deleted id=I node=N epoch=E ...",
+		short: "print ownership changes as they happen: claimed|renewed|released|seized|lapsed|deleted id=I node=N epoch=E ... (a reset: deleted, per id the watch knew)",
 		examples: []string{
 			"fencepost watch              # runs until Ctrl-C: claimed id=... node=... epoch=... per change",
 			"fencepost watch order-42 --count 1 --json",
