@@ -100,6 +100,11 @@ func (s *State) Put(key string, value []byte) error {
 	if size > wire.MaxStateBytes {
 		return fmt.Errorf("%w: with %q the id's state would be %d bytes, the limit is %d", ErrInvalidState, key, size, wire.MaxStateBytes)
 	}
+	if !had && !s.used(key) {
+		if n := s.subjects() + 1; n > wire.MaxStateSubjects {
+			return fmt.Errorf("%w: %q would be key %d the id's state has used, the limit is %d (a deleted key counts until `fencepost state ID --delete`)", ErrInvalidState, key, n, wire.MaxStateSubjects)
+		}
+	}
 	if value == nil {
 		value = []byte{}
 	}
@@ -118,6 +123,28 @@ func (s *State) Delete(key string) error {
 	}
 	s.staged[key] = nil
 	return nil
+}
+
+// used says whether key has a subject in the bucket, or will have once
+// this message commits: set, deleted (a marker), or staged.
+func (s *State) used(key string) bool {
+	_, inView := s.b.view[key]
+	_, gone := s.b.gone[key]
+	_, staged := s.staged[key]
+	return inView || gone || staged
+}
+
+// subjects counts the keys the id's state has used, as used counts them.
+func (s *State) subjects() int {
+	n := len(s.b.view) + len(s.b.gone)
+	for k := range s.staged {
+		_, inView := s.b.view[k]
+		_, gone := s.b.gone[k]
+		if !inView && !gone {
+			n++
+		}
+	}
+	return n
 }
 
 // totals counts the keys and bytes of the state as this handler sees it.
@@ -187,6 +214,9 @@ type stateBook struct {
 	// view: stored, and every write of a message acknowledged since.
 	view map[string][]byte
 	size int // of view
+	// gone: keys deleted (their delete marker stays in the bucket: a
+	// subject each, counted against wire.MaxStateSubjects).
+	gone map[string]struct{}
 	// dirty: keys written since they were last known stored with their
 	// value in view. Every batch carries all of them, so that each batch
 	// brings the stored state from the last confirmed one to its own
@@ -201,10 +231,14 @@ type stateWrite struct {
 }
 
 // set starts the book from the stored state, as read with cursor at.
-func (b *stateBook) set(st map[string][]byte, at uint64) {
+func (b *stateBook) set(st stateRead, at uint64) {
 	b.known, b.storedAt = true, at
-	b.stored, b.view, b.dirty, b.size = st, make(map[string][]byte, len(st)), map[string]struct{}{}, 0
-	for k, v := range st {
+	b.stored, b.view, b.dirty, b.size = st.values, make(map[string][]byte, len(st.values)), map[string]struct{}{}, 0
+	b.gone = make(map[string]struct{}, len(st.gone))
+	for k := range st.gone {
+		b.gone[k] = struct{}{}
+	}
+	for k, v := range st.values {
 		b.view[k] = v
 		b.size += wire.StateSize(k, v)
 	}
@@ -225,6 +259,11 @@ func (b *stateBook) ack(s *State) {
 	for k, v := range s.staged {
 		b.setView(k, v)
 		b.dirty[k] = struct{}{}
+		if v == nil {
+			b.gone[k] = struct{}{} // its batch writes a delete marker
+		} else {
+			delete(b.gone, k)
+		}
 	}
 }
 
@@ -324,6 +363,13 @@ func (d *Drainer) publishCommitAsync(f fencing.Fence, cursorSubj string, cursor 
 	return jsapi.PublishBatchAsync(d.js, d.stateMsgs(f, cursorSubj, cursor, w))
 }
 
+// stateRead is an id's state as read: its values, and the keys deleted
+// whose delete marker is still in the bucket (with its stream sequence).
+type stateRead struct {
+	values map[string][]byte
+	gone   map[string]uint64
+}
+
 // loadState reads id's state, as stored with its last cursor (whose
 // stream sequence the caller read through the leader: cursorAt, 0 when
 // the id has no cursor). One multi-last direct get of the state keys and
@@ -331,18 +377,18 @@ func (d *Drainer) publishCommitAsync(f fencing.Fence, cursorSubj string, cursor 
 // replicated world a replica may lag: the answer counts only if its
 // cursor is the one the leader has (or later), since every state write
 // is stored with or before a cursor write of the same id.
-func (d *Drainer) loadState(ctx context.Context, id string, cursorAt uint64) (map[string][]byte, error) {
+func (d *Drainer) loadState(ctx context.Context, id string, cursorAt uint64) (stateRead, error) {
 	stream := wire.BucketStream(d.world)
 	csubj := wire.KeySubject(d.world, wire.CursorKey(id))
 	for attempt := 1; ; attempt++ {
-		b, err := jsapi.DirectGet(ctx, d.nc, stream, jsapi.GetRequest{MultiLast: []string{wire.StateFilter(d.world, id), csubj}, Batch: jsapi.MaxMultiLast})
+		b, err := jsapi.DirectGet(ctx, d.nc, stream, jsapi.GetRequest{MultiLast: []string{wire.StateFilter(d.world, id), csubj}, Batch: wire.MaxStateSubjects + 1})
 		if err != nil {
-			return nil, fmt.Errorf("drain: read the state of %q: %w", id, err)
+			return stateRead{}, fmt.Errorf("drain: read the state of %q: %w", id, err)
 		}
 		if b.Pending > 0 {
-			return nil, fmt.Errorf("drain: the state of %q has more than %d keys (deleted ones included): %w", id, jsapi.MaxMultiLast, ErrInvalidState)
+			return stateRead{}, fmt.Errorf("drain: the state of %q has more than %d keys (deleted ones included; `fencepost state ID --delete` purges them): %w", id, wire.MaxStateSubjects, ErrInvalidState)
 		}
-		st := map[string][]byte{}
+		st := stateRead{values: map[string][]byte{}, gone: map[string]uint64{}}
 		var at uint64
 		for _, m := range b.Msgs {
 			if m.Subject == csubj {
@@ -351,20 +397,22 @@ func (d *Drainer) loadState(ctx context.Context, id string, cursorAt uint64) (ma
 			}
 			key, err := wire.StateKeyOf(d.world, id, m.Subject)
 			if err != nil {
-				return nil, fmt.Errorf("drain: the state of %q holds %s, which no fencepost wrote (it is left as it is): %w", id, m.Subject, err)
+				return stateRead{}, fmt.Errorf("drain: the state of %q holds %s, which no fencepost wrote (it is left as it is): %w", id, m.Subject, err)
 			}
-			if !jsapi.IsMarker(m.Header) {
-				st[key] = m.Data
+			if jsapi.IsMarker(m.Header) {
+				st.gone[key] = m.Sequence
+			} else {
+				st.values[key] = m.Data
 			}
 		}
 		if at >= cursorAt {
 			return st, nil
 		}
 		if attempt >= 100 {
-			return nil, fmt.Errorf("drain: the state of %q: the replicas' answers stayed behind the leader's cursor (sequence %d, read %d)", id, cursorAt, at)
+			return stateRead{}, fmt.Errorf("drain: the state of %q: the replicas' answers stayed behind the leader's cursor (sequence %d, read %d)", id, cursorAt, at)
 		}
 		if err := sleep(ctx, 5*time.Millisecond); err != nil {
-			return nil, err
+			return stateRead{}, err
 		}
 	}
 }
@@ -375,6 +423,9 @@ type IDState struct {
 	ID     string
 	Cursor uint64
 	Values map[string][]byte
+	// Deleted counts the keys deleted whose delete marker is still in the
+	// bucket: they count against wire.MaxStateSubjects until DeleteState.
+	Deleted int
 }
 
 // Keys returns the state's keys, sorted.
@@ -401,7 +452,7 @@ func (d *Drainer) ReadState(ctx context.Context, id string) (IDState, error) {
 	if err != nil {
 		return IDState{}, err
 	}
-	return IDState{ID: id, Cursor: c.Seq, Values: st}, nil
+	return IDState{ID: id, Cursor: c.Seq, Values: st.values, Deleted: len(st.gone)}, nil
 }
 
 // DeleteState removes every key of id's state. It claims the id as node
@@ -437,25 +488,38 @@ func (d *Drainer) DeleteState(ctx context.Context, id, node string) ([]string, e
 	if err != nil {
 		return nil, err
 	}
-	if len(st) == 0 {
-		return nil, nil
+	// Each subject is purged below its delete marker afterwards: a marker
+	// left behind counts against wire.MaxStateSubjects.
+	below := map[string]uint64{}
+	for k, seq := range st.gone {
+		below[k] = seq + 1
 	}
-	cursor, err := wire.EncodeCursor(c)
-	if err != nil {
-		return nil, err
+	var keys []string
+	if len(st.values) > 0 {
+		cursor, err := wire.EncodeCursor(c)
+		if err != nil {
+			return nil, err
+		}
+		var w []stateWrite
+		for k := range st.values {
+			w = append(w, stateWrite{key: k})
+		}
+		slices.SortFunc(w, func(x, y stateWrite) int { return strings.Compare(x.key, y.key) })
+		csubj := wire.KeySubject(d.world, wire.CursorKey(id))
+		ack, err := d.publishCommit(ctx, l.Fence, csubj, cursor, w)
+		if err != nil {
+			return nil, fmt.Errorf("drain: delete the state of %q: %w", id, err)
+		}
+		for _, x := range w {
+			keys = append(keys, x.key)
+			below[x.key] = ack.Sequence // the markers come before the cursor
+		}
 	}
-	var w []stateWrite
-	for k := range st {
-		w = append(w, stateWrite{key: k})
-	}
-	slices.SortFunc(w, func(x, y stateWrite) int { return strings.Compare(x.key, y.key) })
-	csubj := wire.KeySubject(d.world, wire.CursorKey(id))
-	if _, err := d.publishCommit(ctx, l.Fence, csubj, cursor, w); err != nil {
-		return nil, fmt.Errorf("drain: delete the state of %q: %w", id, err)
-	}
-	keys := make([]string, len(w))
-	for i, x := range w {
-		keys[i] = x.key
+	for k, seq := range below {
+		subj := wire.KeySubject(d.world, wire.StateKey(id, k))
+		if err := d.w.Bucket.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(seq)); err != nil {
+			d.log.Warn("drain: the delete marker of a state key stays (it counts against the id's keys until a delete purges it)", "world", d.world, "id", id, "key", k, "error", err)
+		}
 	}
 	return keys, nil
 }

@@ -442,3 +442,59 @@ func TestState_ReadDeleteReset(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, st.Values)
 }
+
+// TestState_SubjectsBounded: deleted keys leave a delete marker each; the
+// keys an id has used (set and deleted) are bounded so that one batch and
+// one read cover them all; DeleteState purges the markers.
+func TestState_SubjectsBounded(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{})
+	ss, h := holdState(t, ctx, w, d, "n1", "x")
+	var refused error
+	used := 0
+	churn := func(_ context.Context, _ drain.Message, st *drain.State) error {
+		for i := 0; ; i++ {
+			k := "k" + strconv.Itoa(i)
+			if err := st.Put(k, []byte("v")); err != nil {
+				refused = err
+				return nil
+			}
+			require.NoError(t, st.Delete(k))
+			used++
+		}
+	}
+	send(t, ctx, w, "x", "a")
+	_, err := h.Drain(ctx, drain.StateHandler(churn).Handler())
+	require.NoError(t, err)
+	require.Equal(t, wire.MaxStateSubjects, used)
+	require.ErrorIs(t, refused, drain.ErrInvalidState)
+	require.Contains(t, refused.Error(), "the limit is 999")
+	st, err := d.ReadState(ctx, "x")
+	require.NoError(t, err, "the state of an id at the bound reads")
+	require.Empty(t, st.Values)
+	require.Equal(t, wire.MaxStateSubjects, st.Deleted)
+
+	// A new holder knows the markers: a new key is refused, a used one not.
+	require.NoError(t, ss.Close())
+	_, h2 := holdState(t, ctx, w, d, "n2", "x")
+	var newErr, oldErr error
+	send(t, ctx, w, "x", "b")
+	_, err = h2.Drain(ctx, drain.StateHandler(func(_ context.Context, _ drain.Message, st *drain.State) error {
+		newErr = st.Put("fresh", nil)
+		oldErr = st.Put("k7", []byte("back"))
+		return nil
+	}).Handler())
+	require.NoError(t, err)
+	require.ErrorIs(t, newErr, drain.ErrInvalidState)
+	require.NoError(t, oldErr)
+
+	require.NoError(t, w.Ownership.Release(ctx, "x", "n2"))
+	keys, err := d.DeleteState(ctx, "x", "operator")
+	require.NoError(t, err)
+	require.Equal(t, []string{"k7"}, keys)
+	st, err = d.ReadState(ctx, "x")
+	require.NoError(t, err)
+	require.Empty(t, st.Values)
+	require.Zero(t, st.Deleted, "the markers were purged")
+}

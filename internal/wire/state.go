@@ -23,6 +23,12 @@ const (
 	MaxStateKeys       = 64        // keys of one id
 	MaxStateValueBytes = 16 << 10  // one value
 	MaxStateBytes      = 256 << 10 // keys and values of one id, together
+	// MaxStateSubjects bounds the keys an id's state has used: set ones,
+	// and deleted ones whose delete marker is still in the bucket (an
+	// operator's `fencepost state ID --delete` purges the markers). With
+	// the cursor, a batch that writes them all and one read of them all
+	// stay within JetStream's 1,000 messages.
+	MaxStateSubjects = 999
 )
 
 // ErrInvalidState wraps every refusal of a state key or size.
