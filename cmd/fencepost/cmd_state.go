@@ -69,7 +69,12 @@ func runState(e *env, args []string) int {
 				e.emit("key", f("key", k), f("value_b64", base64.StdEncoding.EncodeToString(v)))
 			}
 		}
-		e.emit("state", f("id", id), f("cursor", st.Cursor), f("keys", len(st.Values)))
+		fields := []field{f("id", id), f("cursor", st.Cursor), f("keys", len(st.Values))}
+		if st.Deleted > 0 {
+			// Deleted keys' markers, counted against the keys an id may use.
+			fields = append(fields, f("deleted", st.Deleted))
+		}
+		e.emit("state", fields...)
 		return exitOK
 	})
 }
