@@ -116,6 +116,13 @@ type Config struct {
 	// finding what holds memory or CPU; a profile shows subjects and
 	// stack contents, so only a loopback address is accepted.
 	PProf string `json:"pprof,omitempty"`
+
+	// ReleaseMemory returns the heap memory Go's runtime keeps idle after
+	// a burst (a restart's catch-up, a run of posts or drains) to the
+	// system once fencepostd is quiet again (default true; docs/design.md
+	// 3.11). false leaves it to the runtime, which keeps up to about twice
+	// the live heap.
+	ReleaseMemory *bool `json:"release_memory,omitempty"`
 }
 
 // Defaults are the values of fencepostd with no flags (SPEC section 6).
@@ -386,6 +393,9 @@ func (c Config) replicas() int {
 	}
 	return 1
 }
+
+// releaseMemory says whether idle heap memory is returned after a burst.
+func (c Config) releaseMemory() bool { return c.ReleaseMemory == nil || *c.ReleaseMemory }
 
 // scrapeRecords says whether the scrape reads every record.
 func (c Config) scrapeRecords() bool { return c.ScrapeRecords == nil || *c.ScrapeRecords }

@@ -336,6 +336,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	g.Add(func() error { return d.ensureWorld(d.stopCtx) }, func(error) { d.stop() })
 	g.Add(func() error { return d.purgeLoop(d.stopCtx) }, func(error) { d.stop() })
 	g.Add(func() error { return d.sweepLoop(d.stopCtx) }, func(error) { d.stop() })
+	if d.cfg.releaseMemory() {
+		g.Add(func() error { return d.memLoop(d.stopCtx) }, func(error) { d.stop() })
+	}
 	if d.cfg.Auth && d.own.JWT != "" {
 		// Under --auth, with fencepostd's own operator user: node owners
 		// may not retire others' node leases, and the bucket is followed

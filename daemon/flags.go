@@ -21,6 +21,7 @@ type flags struct {
 	// flags with no Config field of the same shape
 	configFile, routes, httpPort                             string
 	scrapeRecords, natsLog, auth, natsMonitoring, httpPublic bool
+	releaseMemory                                            bool
 }
 
 func str(f *flags, name string, p func(*Config) *string, usage string) {
@@ -110,6 +111,7 @@ func newFlags(out io.Writer) *flags {
 	str(f, "log-level", func(c *Config) *string { return &c.LogLevel }, "log level: debug, info, warn, error (env FENCEPOST_LOG)")
 	str(f, "log-format", func(c *Config) *string { return &c.LogFormat }, "log format: text or json")
 	f.fs.BoolVar(&f.natsLog, "nats-log", false, "log the embedded server's own lines")
+	f.fs.BoolVar(&f.releaseMemory, "release-memory", true, "return the heap memory left idle after a burst (a restart, posts, drains) to the system once quiet; false: leave it to Go's runtime (up to about twice the live heap)")
 	str(f, "pprof", func(c *Config) *string { return &c.PProf }, "serve Go's profiles of this process (/debug/pprof/: heap, goroutine, profile, ...) on this loopback host:port (empty: off)")
 	dur(f, "shutdown-timeout", func(c *Config) *Duration { return &c.ShutdownTimeout }, "time limit of a clean shutdown")
 	f.fs.Usage = func() {
@@ -133,6 +135,8 @@ func (f *flags) apply(c *Config) error {
 			c.Routes = splitList(f.routes)
 		case "scrape-records":
 			c.ScrapeRecords = &f.scrapeRecords
+		case "release-memory":
+			c.ReleaseMemory = &f.releaseMemory
 		case "nats-log":
 			c.NATSLog = f.natsLog
 		case "auth":

@@ -103,6 +103,8 @@ type side struct {
 	DiskMB         float64 `json:"disk_mb"`
 	RestartSeconds float64 `json:"restart_s"` // process start to first answer
 	RSSRestartMB   float64 `json:"rss_after_restart_mb"`
+	HeapPostMB     float64 `json:"heap_after_post_mb,omitempty"`    // Go heap in use right after a collection (--heapprofile)
+	HeapRestartMB  float64 `json:"heap_after_restart_mb,omitempty"` // the same after the restart
 	RSSStatMB      float64 `json:"rss_after_stat_mb,omitempty"`
 	StatSeconds    float64 `json:"stat_s,omitempty"` // a world stat after the restart (fencepost)
 	DrainSeconds   float64 `json:"drain_s"`
@@ -135,6 +137,10 @@ func (r report) print() {
 	row("store on disk, MB", r.Ours.DiskMB, r.Raw.DiskMB)
 	row("restart to first answer, s", r.Ours.RestartSeconds, r.Raw.RestartSeconds)
 	row("RSS after restart, MB", r.Ours.RSSRestartMB, r.Raw.RSSRestartMB)
+	if r.Ours.HeapRestartMB > 0 {
+		row("Go heap after posting, MB", r.Ours.HeapPostMB, r.Raw.HeapPostMB)
+		row("Go heap after restart, MB", r.Ours.HeapRestartMB, r.Raw.HeapRestartMB)
+	}
 	row("world stat after restart, s", r.Ours.StatSeconds, 0)
 	row("RSS after that stat, MB", r.Ours.RSSStatMB, 0)
 	row("drain all, s", r.Ours.DrainSeconds, r.Raw.DrainSeconds)
@@ -243,7 +249,7 @@ func measureSide(ctx context.Context, cfg config, p *proc, s *side, empty *float
 		return err
 	}
 	s.RSSAfterPostMB = p.rssMB()
-	p.heap(ctx, "post")
+	s.HeapPostMB = p.heap(ctx, "post")
 	p.stop()
 	s.DiskMB = diskMB(p.dir)
 	took, err := p.run(ctx, ops)
@@ -255,7 +261,7 @@ func measureSide(ctx context.Context, cfg config, p *proc, s *side, empty *float
 		return err
 	}
 	s.RSSRestartMB = p.rssMB()
-	p.heap(ctx, "restart")
+	s.HeapRestartMB = p.heap(ctx, "restart")
 	stat, err := ops.stat(ctx)
 	if err != nil {
 		return fmt.Errorf("stat after restart: %w", err)
@@ -290,10 +296,11 @@ type proc struct {
 }
 
 // heap writes the process's heap profile (binary, and as text with
-// runtime.MemStats) to heapPrefix-when.*, when it serves --pprof.
-func (p *proc) heap(ctx context.Context, when string) {
+// runtime.MemStats) to heapPrefix-when.*, when it serves --pprof, and
+// returns the heap in use (HeapAlloc) right after the collection, MB.
+func (p *proc) heap(ctx context.Context, when string) float64 {
 	if p.pprof == "" {
-		return
+		return 0
 	}
 	// The binary profile first: gc=1 collects, so the MemStats of the
 	// text one right after it show the live heap.
@@ -302,6 +309,17 @@ func (p *proc) heap(ctx context.Context, when string) {
 			fmt.Fprintf(os.Stderr, "scale: heap profile %s: %v\n", when, err)
 		}
 	}
+	b, err := os.ReadFile(p.heapPrefix + "-" + when + ".txt")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "# HeapAlloc = "); ok {
+			n, _ := strconv.ParseFloat(v, 64)
+			return n / (1 << 20)
+		}
+	}
+	return 0
 }
 
 func fetchTo(ctx context.Context, url, file string) error {
