@@ -68,9 +68,10 @@ func main() {
 	daemonFlags := flag.String("fencepostd-flags", "", "more flags for fencepostd, space-separated (e.g. --scrape-records=false)")
 	noDrain := flag.Bool("no-drain", false, "skip the drains")
 	bare := flag.Bool("bare", false, "run fencepost's side on a plain server too (no fencepostd: the world made by the client), to profile the server (FP_SCALE_SERVER_PROFILE=FILE)")
+	late := flag.Duration("late", 0, "also read RSS this long after the restart's reading (after the stat), to see what stays")
 	heapProfile := flag.String("heapprofile", "", "write each server's heap profile after posting and after the restart (after the settle) to PREFIX-{post,restart}.pb.gz (fencepostd, through its --pprof) and PREFIX-raw-*.pb.gz, with runtime.MemStats in PREFIX-*.txt")
 	flag.Parse()
-	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, heapProfile: *heapProfile, daemonFlags: strings.Fields(*daemonFlags), bare: *bare, noDrain: *noDrain}
+	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, late: *late, heapProfile: *heapProfile, daemonFlags: strings.Fields(*daemonFlags), bare: *bare, noDrain: *noDrain}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := run(ctx, cfg)
@@ -88,7 +89,7 @@ func main() {
 
 type config struct {
 	ids, body, workers int
-	settle             time.Duration
+	settle, late       time.Duration
 	cpuProfile         string
 	heapProfile        string
 	daemonFlags        []string
@@ -106,6 +107,7 @@ type side struct {
 	HeapPostMB     float64 `json:"heap_after_post_mb,omitempty"`    // Go heap in use right after a collection (--heapprofile)
 	HeapRestartMB  float64 `json:"heap_after_restart_mb,omitempty"` // the same after the restart
 	RSSStatMB      float64 `json:"rss_after_stat_mb,omitempty"`
+	RSSLateMB      float64 `json:"rss_late_mb,omitempty"` // --late after the restart's reading
 	StatSeconds    float64 `json:"stat_s,omitempty"` // a world stat after the restart (fencepost)
 	DrainSeconds   float64 `json:"drain_s"`
 	DrainCPU       float64 `json:"drain_server_cpu_s"` // the server process's CPU time during the drain
@@ -143,6 +145,9 @@ func (r report) print() {
 	}
 	row("world stat after restart, s", r.Ours.StatSeconds, 0)
 	row("RSS after that stat, MB", r.Ours.RSSStatMB, 0)
+	if r.Ours.RSSLateMB > 0 {
+		row("RSS --late after the restart, MB", r.Ours.RSSLateMB, r.Raw.RSSLateMB)
+	}
 	row("drain all, s", r.Ours.DrainSeconds, r.Raw.DrainSeconds)
 	row("server CPU during the drain, s", r.Ours.DrainCPU, r.Raw.DrainCPU)
 	row("RSS after the drain, MB", r.Ours.RSSDrainMB, r.Raw.RSSDrainMB)
@@ -269,6 +274,12 @@ func measureSide(ctx context.Context, cfg config, p *proc, s *side, empty *float
 	if stat > 0 {
 		s.StatSeconds = stat.Seconds()
 		s.RSSStatMB = p.rssMB()
+	}
+	if cfg.late > 0 {
+		if err := sleep(ctx, cfg.late); err != nil {
+			return err
+		}
+		s.RSSLateMB = p.rssMB()
 	}
 	if cfg.noDrain {
 		return nil
