@@ -108,7 +108,7 @@ type side struct {
 	HeapRestartMB  float64 `json:"heap_after_restart_mb,omitempty"` // the same after the restart
 	RSSStatMB      float64 `json:"rss_after_stat_mb,omitempty"`
 	RSSLateMB      float64 `json:"rss_late_mb,omitempty"` // --late after the restart's reading
-	StatSeconds    float64 `json:"stat_s,omitempty"` // a world stat after the restart (fencepost)
+	StatSeconds    float64 `json:"stat_s,omitempty"`      // a world stat after the restart (fencepost)
 	DrainSeconds   float64 `json:"drain_s"`
 	DrainCPU       float64 `json:"drain_server_cpu_s"` // the server process's CPU time during the drain
 	RSSDrainMB     float64 `json:"rss_after_drain_mb"`
