@@ -104,6 +104,7 @@ type side struct {
 	DiskMB         float64 `json:"disk_mb"`
 	RestartSeconds float64 `json:"restart_s"` // process start to first answer
 	RSSRestartMB   float64 `json:"rss_after_restart_mb"`
+	PeakRestartMB  float64 `json:"rss_peak_restart_mb"`             // the highest RSS from the restart to that reading (VmHWM)
 	HeapPostMB     float64 `json:"heap_after_post_mb,omitempty"`    // Go heap in use right after a collection (--heapprofile)
 	HeapRestartMB  float64 `json:"heap_after_restart_mb,omitempty"` // the same after the restart
 	RSSStatMB      float64 `json:"rss_after_stat_mb,omitempty"`
@@ -139,6 +140,7 @@ func (r report) print() {
 	row("store on disk, MB", r.Ours.DiskMB, r.Raw.DiskMB)
 	row("restart to first answer, s", r.Ours.RestartSeconds, r.Raw.RestartSeconds)
 	row("RSS after restart, MB", r.Ours.RSSRestartMB, r.Raw.RSSRestartMB)
+	row("peak RSS since the restart, MB", r.Ours.PeakRestartMB, r.Raw.PeakRestartMB)
 	if r.Ours.HeapRestartMB > 0 {
 		row("Go heap after posting, MB", r.Ours.HeapPostMB, r.Raw.HeapPostMB)
 		row("Go heap after restart, MB", r.Ours.HeapRestartMB, r.Raw.HeapRestartMB)
@@ -266,6 +268,7 @@ func measureSide(ctx context.Context, cfg config, p *proc, s *side, empty *float
 		return err
 	}
 	s.RSSRestartMB = p.rssMB()
+	s.PeakRestartMB = p.statusMB("VmHWM:")
 	s.HeapRestartMB = p.heap(ctx, "restart")
 	stat, err := ops.stat(ctx)
 	if err != nil {
@@ -402,7 +405,10 @@ func (p *proc) stop() {
 }
 
 // rssMB reads the process's resident set from /proc (Linux).
-func (p *proc) rssMB() float64 {
+func (p *proc) rssMB() float64 { return p.statusMB("VmRSS:") }
+
+// statusMB reads one figure in kB of /proc/PID/status (Linux), in MB.
+func (p *proc) statusMB(field string) float64 {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return 0
 	}
@@ -411,7 +417,7 @@ func (p *proc) rssMB() float64 {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 			kb, _ := strconv.ParseFloat(f[1], 64)
 			return kb / 1024
 		}
