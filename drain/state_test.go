@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -49,35 +50,36 @@ func (c *counter) bodies() []string {
 	return append([]string(nil), c.calls...)
 }
 
-// storedState reads id's state from the bucket as a KV client sees it.
+// storedState reads id's state from the bucket through the stream leader
+// (a KV get may be answered by a lagging replica on R3): the subjects from
+// the stream info, each key's last message by a leader get.
 func storedState(t *testing.T, w *client.World, id string) map[string]string {
 	t.Helper()
 	ctx := testutil.Ctx(t, 10*time.Second)
-	out := map[string]string{}
-	keys, err := w.KV.ListKeys(ctx)
+	info, err := w.Bucket.Info(ctx, jetstream.WithSubjectFilter(wire.StateFilter(w.Name, id)))
 	require.NoError(t, err)
-	prefix := wire.StateKey(id, "")
-	for k := range keys.Keys() {
-		if key, ok := strings.CutPrefix(k, prefix); ok {
-			e, err := w.KV.Get(ctx, k)
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				continue
-			}
-			require.NoError(t, err)
-			out[key] = string(e.Value())
+	out := map[string]string{}
+	for subj := range info.State.Subjects {
+		m, err := jsapi.LeaderGet(ctx, w.JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: subj})
+		require.NoError(t, err)
+		if jsapi.IsMarker(m.Header) {
+			continue
 		}
+		key, err := wire.StateKeyOf(w.Name, id, subj)
+		require.NoError(t, err)
+		out[key] = string(m.Data)
 	}
 	return out
 }
 
 func storedCursor(t *testing.T, w *client.World, id string) uint64 {
 	t.Helper()
-	e, err := w.KV.Get(testutil.Ctx(t, 10*time.Second), wire.CursorKey(id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	m, err := jsapi.LeaderGet(testutil.Ctx(t, 10*time.Second), w.JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: wire.KeySubject(w.Name, wire.CursorKey(id))})
+	if errors.Is(err, jsapi.ErrNotFound) {
 		return 0
 	}
 	require.NoError(t, err)
-	c, err := wire.DecodeCursor(e.Value())
+	c, err := wire.DecodeCursor(m.Data)
 	require.NoError(t, err)
 	return c.Seq
 }
