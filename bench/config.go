@@ -17,12 +17,13 @@ const (
 	ScenarioHandoff  = "handoff"
 	ScenarioFanIn    = "fan-in"
 	ScenarioZipf     = "zipf"
+	ScenarioCounter  = "counter"
 	SizeSmoke        = "smoke"
 	SizeFull         = "full"
 )
 
 // Scenarios lists the scenarios in the order of the documentation.
-var Scenarios = []string{ScenarioSteady, ScenarioTakeover, ScenarioHandoff, ScenarioFanIn, ScenarioZipf}
+var Scenarios = []string{ScenarioSteady, ScenarioTakeover, ScenarioHandoff, ScenarioFanIn, ScenarioZipf, ScenarioCounter}
 
 // Config is one run. Zero fields take the scenario's and size's defaults
 // (see ScenarioSizes).
@@ -113,6 +114,12 @@ var ScenarioSizes = map[string]map[string]Config{
 		SizeSmoke: {IDs: 8, Producers: 2, Duration: 12 * time.Second, Rounds: 3, BodySize: 128, Window: 128, MaxBacklog: 4000, Settle: 20 * time.Second, TTL: time.Second, Owners: 3, FaultEvery: 2 * time.Second},
 		SizeFull:  {IDs: 32, Producers: 4, Duration: 120 * time.Second, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 8000, Settle: 60 * time.Second, TTL: time.Second, Owners: 4, FaultEvery: 2 * time.Second},
 	},
+	// counter: takeover's owners and faults, each message adding one to
+	// its id's counter in per-id state (bench/counter.go).
+	ScenarioCounter: {
+		SizeSmoke: {IDs: 8, Producers: 2, Duration: 12 * time.Second, Rounds: 3, BodySize: 128, Window: 128, MaxBacklog: 4000, Settle: 20 * time.Second, TTL: time.Second, Owners: 3, FaultEvery: 2 * time.Second},
+		SizeFull:  {IDs: 32, Producers: 4, Duration: 120 * time.Second, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 8000, Settle: 60 * time.Second, TTL: time.Second, Owners: 4, FaultEvery: 2 * time.Second},
+	},
 	ScenarioHandoff: {
 		SizeSmoke: {IDs: 8, Producers: 2, Duration: 12 * time.Second, Rounds: 3, BodySize: 128, Window: 128, MaxBacklog: 4000, Settle: 20 * time.Second, TTL: time.Second, Owners: 3, FaultEvery: 2 * time.Second},
 		SizeFull:  {IDs: 32, Producers: 4, Duration: 120 * time.Second, Rounds: 10, BodySize: 128, Window: 256, MaxBacklog: 8000, Settle: 60 * time.Second, TTL: time.Second, Owners: 4, FaultEvery: 2 * time.Second},
@@ -135,7 +142,7 @@ const zipfS = 1.1
 
 // withOwners says whether the scenario runs owner processes.
 func (c Config) withOwners() bool {
-	return c.Scenario == ScenarioTakeover || c.Scenario == ScenarioHandoff || c.Scenario == ScenarioZipf
+	return c.Scenario == ScenarioTakeover || c.Scenario == ScenarioHandoff || c.Scenario == ScenarioZipf || c.Scenario == ScenarioCounter
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -144,7 +151,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	sizes, ok := ScenarioSizes[c.Scenario]
 	if !ok {
-		return c, fmt.Errorf("bench: scenario %q: use steady, takeover, handoff, fan-in or zipf", c.Scenario)
+		return c, fmt.Errorf("bench: scenario %q: use steady, takeover, handoff, fan-in, zipf or counter", c.Scenario)
 	}
 	if c.Size == "" {
 		c.Size = SizeSmoke

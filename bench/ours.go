@@ -62,7 +62,7 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 	var ps *procSet
 	var selfFences atomic.Int64
 	switch cfg.Scenario {
-	case ScenarioTakeover, ScenarioHandoff, ScenarioZipf:
+	case ScenarioTakeover, ScenarioHandoff, ScenarioZipf, ScenarioCounter:
 		ps = newProcSet(cfg, s, led, w, url)
 		r.stop = ps.stop
 		s.takeovers = ps.nFaults.Load
@@ -105,11 +105,16 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 		return func() error { _, err := p.Wait(ctx); return err }, nil
 	}
 	r.final = func(ctx context.Context, rep *Report) error {
-		n, err := finalDrain(ctx, w, s, led, cfg.TTL)
+		n, err := finalDrain(ctx, w, s, led, cfg.TTL, cfg.Scenario == ScenarioCounter)
 		if err != nil {
 			return err
 		}
 		rep.FinalDrained = n
+		if cfg.Scenario == ScenarioCounter {
+			if err := checkCounters(ctx, w, s, rep); err != nil {
+				return err
+			}
+		}
 		if err := led.caughtUp(ctx, w.World); err != nil {
 			return fmt.Errorf("bench: the ledger did not catch up with the bucket stream: %w", err)
 		}
@@ -270,7 +275,7 @@ func warmUp(ctx context.Context, w *client.World, ids []string, ready func() boo
 // finalDrain drains, as the node "bench-final", every mailbox that still
 // holds messages once the owners stopped, and returns how many messages it
 // delivered for the first time.
-func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl time.Duration) (int64, error) {
+func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl time.Duration, counter bool) (int64, error) {
 	const node = "bench-final"
 	info, err := w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(w.Name)))
 	if err != nil {
@@ -303,7 +308,7 @@ func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl 
 		for {
 			l, err := w.Ownership.Claim(ctx, id, node, ttl)
 			if err == nil {
-				_, err = w.Drainer.DrainLease(ctx, l, h)
+				err = drainFinal(ctx, w, l, h, counter)
 				_ = w.Ownership.Release(ctx, id, node)
 				if err == nil {
 					break

@@ -34,6 +34,8 @@ type ownerSpec struct {
 	Node  string `json:"node"`
 	TTLms int64  `json:"ttl_ms"`
 	Creds string `json:"creds,omitempty"` // the node's credentials file (Config.Auth)
+	// State: the counter scenario's state handler (counter.go).
+	State bool `json:"state,omitempty"`
 }
 
 // IsOwnerProcess says whether this process was started as a bench owner.
@@ -99,7 +101,13 @@ func OwnerMain() int {
 		_, err := out.Write(b)
 		return err
 	}
-	wk, err := w.NewWorker(worker.Config{Node: spec.Node, TTL: time.Duration(spec.TTLms) * time.Millisecond, Idle: time.Hour, Log: log}, handler)
+	wcfg := worker.Config{Node: spec.Node, TTL: time.Duration(spec.TTLms) * time.Millisecond, Idle: time.Hour, Log: log}
+	var wk *worker.Worker
+	if spec.State {
+		wk, err = w.NewStateWorker(wcfg, counting(handler))
+	} else {
+		wk, err = w.NewWorker(wcfg, handler)
+	}
 	if err != nil {
 		log.Error("worker", "error", err)
 		return exitOwnerError

@@ -112,7 +112,7 @@ func newProcSet(cfg Config, s *side, led *ledger, w *client.World, url string) *
 	}
 	return &procSet{
 		cfg: cfg, s: s, led: led, w: w, kinds: kinds,
-		spec:  ownerSpec{URL: url, World: w.Name, TTLms: cfg.TTL.Milliseconds()},
+		spec:  ownerSpec{URL: url, World: w.Name, TTLms: cfg.TTL.Milliseconds(), State: cfg.Scenario == ScenarioCounter},
 		errs:  make(chan error, 16),
 		procs: map[string]*proc{},
 		gaps:  map[string][]*gapSample{},

@@ -67,6 +67,13 @@ type Report struct {
 	// FinalDrained is how many messages the parent's final drain (after
 	// the owners stopped) delivered: not lost, but not delivered in time.
 	FinalDrained int64 `json:"final_drained"`
+	// The counter scenario: ids whose counter (in per-id state) was
+	// compared with the messages posted to them, those that differ (must
+	// be 0) with examples, and the counters' sum.
+	CountersChecked int      `json:"counters_checked,omitempty"`
+	CountersOff     int      `json:"counters_off"`
+	CounterExamples []string `json:"counter_examples,omitempty"`
+	CounterMessages int64    `json:"counter_messages,omitempty"`
 	// StaleCommits counts commits the broker accepted under an epoch that
 	// had not delivered the messages they removed: must be 0.
 	StaleCommits   int64 `json:"stale_commits"`
@@ -103,7 +110,7 @@ type Second struct {
 
 // OK says whether the run kept its safety promises: nothing lost and no
 // commit under a stale epoch.
-func (r Report) OK() bool { return r.Lost == 0 && r.StaleCommits == 0 }
+func (r Report) OK() bool { return r.Lost == 0 && r.StaleCommits == 0 && r.CountersOff == 0 }
 
 // timeline merges the per-second figures of the two sides.
 func timeline(ours, raw *side) []Second {
