@@ -314,12 +314,12 @@ func (h *Holding) sendOwed(ctx context.Context) error {
 		return err
 	}
 	w := h.book.writes()
-	send := func() (jetstream.PubAckFuture, error) { return h.d.publishCommitAsync(h.fence, h.cursorSubj, data, w) }
 	var ack jetstream.PubAckFuture
 	if h.fault != nil {
-		ack, err = h.fault(send)
+		f := h.fence
+		ack, err = h.fault(func() (jetstream.PubAckFuture, error) { return h.d.publishCommitAsync(f, h.cursorSubj, data, w) })
 	} else {
-		ack, err = send()
+		ack, err = h.d.publishCommitAsync(h.fence, h.cursorSubj, data, w)
 	}
 	if err != nil {
 		return fmt.Errorf("drain: commit of %q not sent (nothing removed): %w", h.lease.ID, err)
