@@ -68,6 +68,19 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		defer c.Close()
 	}
+	var cl *cluster
+	if cfg.Cluster != 0 {
+		dir, err := os.MkdirTemp("", "fencepost-bench-")
+		if err != nil {
+			return Report{}, err
+		}
+		defer os.RemoveAll(dir)
+		if cl, err = startCluster(dir, cfg.Cluster); err != nil {
+			return Report{}, err
+		}
+		defer cl.stop()
+		url, meter.inMsgs = cl.url(), cl.inMsgs
+	}
 	if c == nil {
 		if url == "" {
 			dir, err := os.MkdirTemp("", "fencepost-bench-")
@@ -97,7 +110,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	} else if url == "" {
 		url = c.Conn().ConnectedUrl()
 	}
-	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, TTLms: cfg.TTL.Milliseconds(), Auth: cfg.Auth}
+	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, TTLms: cfg.TTL.Milliseconds(), Auth: cfg.Auth, Cluster: cfg.Cluster}
+	if cfg.Replicas > 1 {
+		rep.Replicas = cfg.Replicas
+	}
 	if cfg.withOwners() {
 		rep.Owners = cfg.Owners
 	}
@@ -118,6 +134,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	defer raw.close()
 	ours.meter, raw.meter = meter, meter
+	if cfg.KillLeaders {
+		ours.killLeaders(c, cl, []string{streamMailbox, streamBucket})
+		raw.killLeaders(c, cl, []string{streamRaw, streamRaw})
+	}
 	d := cfg.Duration / time.Duration(cfg.Rounds)
 	steps := 2 * cfg.Rounds
 	for i := range cfg.Rounds {
@@ -152,6 +172,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.DuplicatesPct = ours.s.duplicatesPct()
 	rep.Lost, rep.RawLost = ours.s.lost(), raw.s.lost()
 	rep.Timeline = timeline(ours.s, raw.s)
+	for _, r := range []*runner{ours, raw} {
+		if r.s.stalls != nil {
+			rep.LeaderKills = append(rep.LeaderKills, r.s.stalls.result()...)
+		}
+	}
 	return rep, nil
 }
 
@@ -166,10 +191,13 @@ type runner struct {
 	errs   chan error                                                  // from the consuming side
 	during func(ctx context.Context, start time.Time, d time.Duration) // runs beside each round's posting, or nil
 	stop   func()                                                      // stops the consuming side and waits for it; idempotent
-	final  func(ctx context.Context, rep *Report) error                // after stop: the final drain and the checks
-	clean  []func()                                                    // removes what the side created, last first
-	once   sync.Once
-	halted sync.Once
+	// streams names the side's streams by their role (streamMailbox,
+	// streamBucket, streamRaw), for the leader kills.
+	streams map[string]string
+	final   func(ctx context.Context, rep *Report) error // after stop: the final drain and the checks
+	clean   []func()                                     // removes what the side created, last first
+	once    sync.Once
+	halted  sync.Once
 }
 
 // halt stops the consuming side.

@@ -84,6 +84,18 @@ type Config struct {
 	// credentials of its own bound to its node, and the parent (world,
 	// raw baseline, ledger, forced seizes, final drain) is the operator.
 	Auth bool
+	// Cluster, when 3 or more, runs an embedded cluster of that many
+	// members in this process instead of one server (not with Client, URL
+	// or Auth), and Replicas defaults to 3. Replicas is the replication of
+	// the world's streams and of the raw side's stream (default 1).
+	Cluster  int
+	Replicas int
+	// KillLeaders (with Cluster): in each round of fencepost, the leader of
+	// the mailbox stream and then the leader of the bucket stream are
+	// killed and their member started again before the next kill; in each
+	// round of raw, its stream's leader twice at the same times. Each
+	// kill's stall is reported (Report.LeaderKills).
+	KillLeaders bool
 
 	auth *authServer // the server of an Auth run, set by Run
 }
@@ -192,8 +204,23 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.Auth && (c.Client != nil || c.URL != ""):
 		return c, errors.New("bench: auth runs a fencepostd --auth of its own: give no client or URL")
+	case c.Cluster != 0 && (c.Client != nil || c.URL != "" || c.Auth):
+		return c, errors.New("bench: cluster runs an embedded cluster of its own: give no client, URL or auth")
+	case c.Cluster != 0 && (c.Cluster < 3 || c.Cluster > 5):
+		return c, fmt.Errorf("bench: cluster of %d members: use 3 to 5", c.Cluster)
+	case c.KillLeaders && c.Cluster == 0:
+		return c, errors.New("bench: kill-leaders kills members of the embedded cluster: give cluster 3")
 	case c.Auth && !c.withOwners():
 		return c, fmt.Errorf("bench: auth gives owner processes credentials of their own: scenario %s has none (use takeover, handoff or zipf)", c.Scenario)
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+		if c.Cluster != 0 {
+			c.Replicas = 3
+		}
+	}
+	if c.Replicas < 1 || c.Replicas > 5 || (c.Cluster != 0 && c.Replicas > c.Cluster) {
+		return c, fmt.Errorf("bench: replicas %d: use 1 to 5, at most the cluster's members", c.Replicas)
 	}
 	if c.withOwners() {
 		for _, k := range c.Faults {

@@ -16,6 +16,7 @@ import (
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/worker"
 	"github.com/fencepost/fencepost/world"
 )
@@ -30,7 +31,7 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 			r.close()
 		}
 	}()
-	wcfg := world.Config{MaxMsgSize: 4096, MinTTL: min(cfg.TTL, time.Second)}
+	wcfg := world.Config{MaxMsgSize: 4096, MinTTL: min(cfg.TTL, time.Second), Replicas: cfg.Replicas}
 	if cfg.auth != nil {
 		wcfg.Purge = world.PurgeByServer // as fencepostd --auth creates its world: owners may not purge
 	}
@@ -38,6 +39,7 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 	if err != nil {
 		return nil, fmt.Errorf("bench: create world: %w", err)
 	}
+	r.streams = map[string]string{streamMailbox: wire.MailboxStream(tag), streamBucket: wire.BucketStream(tag)}
 	// post is the world as the producers open it.
 	post := w
 	if cfg.auth != nil {
@@ -103,6 +105,15 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 			return nil, err
 		}
 		return func() error { _, err := p.Wait(ctx); return err }, nil
+	}
+	if cfg.KillLeaders {
+		r.send = resending(ctx, func(id string, body []byte, msgID string) (func(context.Context) error, error) {
+			p, err := post.Queue.SendAsync(id, body, queue.WithMsgID(msgID))
+			if err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) error { _, err := p.Wait(ctx); return err }, nil
+		})
 	}
 	r.final = func(ctx context.Context, rep *Report) error {
 		n, err := finalDrain(ctx, w, s, led, cfg.TTL, cfg.Scenario == ScenarioCounter)

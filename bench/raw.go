@@ -28,11 +28,12 @@ func setupRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids
 	js := c.JetStream()
 	name := "RAW_" + tag[len("bench-"):]
 	prefix := "fpbench.raw." + tag[len("bench-"):]
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ".*"}})
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ".*"}, Replicas: cfg.Replicas})
 	if err != nil {
 		return nil, fmt.Errorf("bench: create raw stream: %w", err)
 	}
 	r.clean = append(r.clean, removeWith(func(ctx context.Context) error { return js.DeleteStream(ctx, name) }))
+	r.streams = map[string]string{streamRaw: name}
 	cctx, stopConsumers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	r.stop = func() { stopConsumers(); wg.Wait() }
@@ -43,65 +44,100 @@ func setupRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids
 	if cfg.Scenario == ScenarioFanIn || cfg.Scenario == ScenarioZipf {
 		filters, batchSize = []string{prefix + ".*"}, 1000
 	}
-	for _, filter := range filters {
+	for i, filter := range filters {
 		// InactiveThreshold: an ephemeral consumer is removed after 5 s
 		// without a pull by default, which a stall of an overloaded machine
 		// can reach; the stream's removal removes it at the end.
-		cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: filter, AckPolicy: jetstream.AckAllPolicy, MaxAckPending: -1, InactiveThreshold: time.Hour})
+		// On a replicated stream the consumers are replicated too (an
+		// ephemeral one has one replica and dies with its member).
+		cc := jetstream.ConsumerConfig{FilterSubject: filter, AckPolicy: jetstream.AckAllPolicy, MaxAckPending: -1, InactiveThreshold: time.Hour}
+		if cfg.Replicas > 1 {
+			cc.Durable, cc.Replicas = fmt.Sprintf("raw-%d", i), cfg.Replicas
+		}
+		cons, err := st.CreateConsumer(ctx, cc)
 		if err != nil {
 			return nil, fmt.Errorf("bench: raw consumer: %w", err)
 		}
 		wg.Go(func() {
 			var failing time.Time // since when Fetch fails; zero: it works
+			// fail notes a failed pull: a stalled server (an overloaded
+			// machine) or a lost stream leader may fail pulls for a while;
+			// it gives up after 30 s of nothing but failures.
+			fail := func(err error) bool {
+				if failing.IsZero() {
+					failing = time.Now()
+				}
+				if cctx.Err() != nil {
+					return false
+				}
+				if time.Since(failing) > 30*time.Second {
+					r.errs <- err
+					return false
+				}
+				time.Sleep(100 * time.Millisecond)
+				return true
+			}
 			for cctx.Err() == nil {
 				batch, err := cons.Fetch(batchSize, jetstream.FetchMaxWait(250*time.Millisecond))
 				if err != nil {
-					// A stalled server (an overloaded machine) may fail a
-					// pull for a while: give up after 30 s.
-					if failing.IsZero() {
-						failing = time.Now()
-					}
-					if cctx.Err() != nil {
+					if !fail(err) {
 						return
 					}
-					if time.Since(failing) > 30*time.Second {
-						r.errs <- err
-						return
-					}
-					time.Sleep(100 * time.Millisecond)
 					continue
 				}
-				failing = time.Time{}
 				var last jetstream.Msg
 				for m := range batch.Messages() {
 					s.deliver(m.Data())
 					last = m
 				}
-				if err := batch.Error(); err != nil && cctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-					r.errs <- err
-					return
-				}
 				if last != nil {
 					_ = last.Ack()
 				}
+				if err := batch.Error(); err != nil && cctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+					if !fail(err) {
+						return
+					}
+					continue
+				}
+				failing = time.Time{}
 			}
 		})
 	}
+	publish := rawPublisher(ctx, js, prefix)
 	r.send = func(id string, body []byte) (func() error, error) {
+		return publish(id, body)
+	}
+	if cfg.KillLeaders {
+		r.send = resending(ctx, func(id string, body []byte, msgID string) (func(context.Context) error, error) {
+			f, err := js.PublishAsync(prefix+"."+id, body, jetstream.WithMsgID(msgID))
+			if err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) error { return ackOf(ctx, f) }, nil
+		})
+	}
+	return r, nil
+}
+
+// rawPublisher posts asynchronously to the raw stream's subject of an id.
+func rawPublisher(ctx context.Context, js jetstream.JetStream, prefix string) func(id string, body []byte) (func() error, error) {
+	return func(id string, body []byte) (func() error, error) {
 		f, err := js.PublishAsync(prefix+"."+id, body)
 		if err != nil {
 			return nil, err
 		}
-		return func() error {
-			select {
-			case <-f.Ok():
-				return nil
-			case err := <-f.Err():
-				return err
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}, nil
+		return func() error { return ackOf(ctx, f) }, nil
 	}
-	return r, nil
+}
+
+// ackOf waits for an asynchronous publish's acknowledgement.
+func ackOf(ctx context.Context, f jetstream.PubAckFuture) error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

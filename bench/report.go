@@ -13,6 +13,13 @@ type Report struct {
 	// Auth: the run was on a fencepostd --auth, producers and each owner
 	// process with credentials of their own (Config.Auth).
 	Auth bool `json:"auth,omitempty"`
+	// Cluster is the embedded cluster's members (0: one server), Replicas
+	// the replication of the world's and the raw side's streams.
+	Cluster  int `json:"cluster,omitempty"`
+	Replicas int `json:"replicas,omitempty"`
+	// LeaderKills are the stream leaders killed mid-run
+	// (Config.KillLeaders), each with the stall it caused.
+	LeaderKills []LeaderKill `json:"leader_kills,omitempty"`
 
 	Sent           int64   `json:"sent"`            // posts acknowledged by the stream
 	Delivered      int64   `json:"delivered"`       // handler calls that returned nil

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ type side struct {
 	lastDelivery         atomic.Int64  // unix nanos
 	posting              atomic.Bool
 	takeovers            func() int64 // faults so far, or nil
+	stalls               *stallMeter  // leader kills' stalls (Config.KillLeaders), or nil
 
 	sent, delivered int64         // final figures
 	cpu             time.Duration // machine CPU time during the side's rounds (cost.go)
@@ -93,6 +95,9 @@ func (s *side) deliver(body []byte) {
 func (s *side) deliverAt(idx int, n uint64, sent, at int64) bool {
 	if n == 0 {
 		return false // a warm-up message
+	}
+	if s.stalls != nil {
+		s.stalls.saw(at)
 	}
 	lat := max(max(at-sent, 0)/int64(time.Microsecond), 1)
 	sec := max(int((at-s.start.UnixNano())/int64(time.Second)), 0)
@@ -353,4 +358,43 @@ func (s *side) lost() int64 {
 		}
 	}
 	return n
+}
+
+// resending makes a sender for runs that kill stream leaders: a post is
+// sent with a message id of its own (its number), and one whose
+// acknowledgement is an error or does not come within 2 s (the leader was
+// lost mid-publish, or there is none yet) is sent again with the same id
+// at once, then every 100 ms for up to 30 s; the stream's duplicate window
+// keeps one copy. post sends asynchronously; its wait waits for the acknowledgement
+// until ctx ends.
+func resending(ctx context.Context, post func(id string, body []byte, msgID string) (func(ctx context.Context) error, error)) sender {
+	return func(id string, body []byte) (func() error, error) {
+		msgID := "bench-" + strconv.FormatUint(binary.BigEndian.Uint64(body[0:8]), 10)
+		// A post's 2 s run from when it was sent: the producer waits for a
+		// window of posts in turn, and those lost together time out
+		// together.
+		wait := func(w func(context.Context) error, sent time.Time) error {
+			tctx, cancel := context.WithDeadline(ctx, sent.Add(2*time.Second))
+			defer cancel()
+			return w(tctx)
+		}
+		sent := time.Now()
+		first, err := post(id, body, msgID)
+		return func() error {
+			if err == nil {
+				err = wait(first, sent)
+			}
+			for tries, deadline := 0, time.Now().Add(30*time.Second); err != nil && time.Now().Before(deadline); tries++ {
+				if tries > 0 && !sleepUntil(ctx, time.Now().Add(100*time.Millisecond)) {
+					return ctx.Err()
+				}
+				var w func(context.Context) error
+				sent = time.Now()
+				if w, err = post(id, body, msgID); err == nil {
+					err = wait(w, sent)
+				}
+			}
+			return err
+		}, nil
+	}
 }

@@ -36,15 +36,18 @@ func init() {
 
 // The flags of the bench command.
 var benchFlags struct {
-	Scenario string        `name:"scenario" placeholder:"S" complete:"steady,takeover,handoff,fan-in,zipf" default:"${bench_scenario}" help:"scenario: steady, takeover (owner processes killed, stopped past their ttl, force-seized), handoff (graceful stops), fan-in (10,000 ids, a pool of workers) or zipf (100,000 ids, posts drawn from a Zipf distribution, owner processes killed every 5 s)"`
-	Size     string        `name:"size" placeholder:"SIZE" complete:"smoke,full" default:"${bench_size}" help:"size: smoke (about 30 s) or full (a few minutes)"`
-	Embedded bool          `name:"embedded" default:"true" help:"run an embedded server with its store in a temporary directory; the default unless --server is given"`
-	IDs      int           `name:"ids" placeholder:"N" help:"mailboxes (default: the size's)"`
-	Duration time.Duration `name:"duration" placeholder:"D" help:"posting time of each side (default: the size's; not fan-in)"`
-	Rounds   int           `name:"rounds" placeholder:"N" help:"alternations of the two sides (default: the size's; fan-in: messages per id)"`
-	Auth     bool          `name:"auth" help:"takeover, handoff, zipf: run the embedded server as fencepostd --auth does, the producers with the producer role's credentials and each owner process with credentials of its own, bound to its node (not with --server)"`
-	Quiet    bool          `name:"quiet" help:"no progress on stderr"`
-	Chart    string        `name:"chart" placeholder:"FILE" help:"write an SVG chart of throughput and latency p99 per second, takeovers marked, to this file"`
+	Scenario    string        `name:"scenario" placeholder:"S" complete:"steady,takeover,handoff,fan-in,zipf" default:"${bench_scenario}" help:"scenario: steady, takeover (owner processes killed, stopped past their ttl, force-seized), handoff (graceful stops), fan-in (10,000 ids, a pool of workers) or zipf (100,000 ids, posts drawn from a Zipf distribution, owner processes killed every 5 s)"`
+	Size        string        `name:"size" placeholder:"SIZE" complete:"smoke,full" default:"${bench_size}" help:"size: smoke (about 30 s) or full (a few minutes)"`
+	Embedded    bool          `name:"embedded" default:"true" help:"run an embedded server with its store in a temporary directory; the default unless --server is given"`
+	IDs         int           `name:"ids" placeholder:"N" help:"mailboxes (default: the size's)"`
+	Duration    time.Duration `name:"duration" placeholder:"D" help:"posting time of each side (default: the size's; not fan-in)"`
+	Rounds      int           `name:"rounds" placeholder:"N" help:"alternations of the two sides (default: the size's; fan-in: messages per id)"`
+	Auth        bool          `name:"auth" help:"takeover, handoff, zipf: run the embedded server as fencepostd --auth does, the producers with the producer role's credentials and each owner process with credentials of its own, bound to its node (not with --server)"`
+	Cluster     int           `name:"cluster" placeholder:"N" help:"run an embedded cluster of N members (3 to 5) in this process instead of one server; the world and the raw stream are then R3 (see --replicas)"`
+	Replicas    int           `name:"replicas" placeholder:"N" help:"replicas of the world's streams and of the raw stream (default: 3 with --cluster, else 1)"`
+	KillLeaders bool          `name:"kill-leaders" help:"with --cluster: in each round kill the leader of the mailbox stream, then of the bucket stream (raw: its stream's leader twice), each member started again before the next kill; the stall of each kill is reported"`
+	Quiet       bool          `name:"quiet" help:"no progress on stderr"`
+	Chart       string        `name:"chart" placeholder:"FILE" help:"write an SVG chart of throughput and latency p99 per second, takeovers marked, to this file"`
 }
 
 func init() {
@@ -84,14 +87,24 @@ func runBench(e *env, args []string) int {
 	if benchFlags.Auth && !embedded {
 		return e.usageErr("bench", "--auth runs a fencepostd --auth of its own: not with --server")
 	}
+	if benchFlags.Cluster != 0 && (serverGiven || benchFlags.Auth) {
+		return e.usageErr("bench", "--cluster runs an embedded cluster of its own: not with --server or --auth")
+	}
+	if benchFlags.KillLeaders && benchFlags.Cluster == 0 {
+		return e.usageErr("bench", "--kill-leaders kills members of the embedded cluster: give --cluster 3")
+	}
 	if benchFlags.Auth && benchFlags.Scenario != bench.ScenarioTakeover && benchFlags.Scenario != bench.ScenarioHandoff && benchFlags.Scenario != bench.ScenarioZipf {
 		return e.usageErr("bench", "--auth gives owner processes credentials of their own: use takeover, handoff or zipf")
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := bench.Config{Scenario: benchFlags.Scenario, Size: benchFlags.Size, IDs: benchFlags.IDs, Duration: benchFlags.Duration, Rounds: benchFlags.Rounds, Log: e.log, Auth: benchFlags.Auth}
+	cfg := bench.Config{Scenario: benchFlags.Scenario, Size: benchFlags.Size, IDs: benchFlags.IDs, Duration: benchFlags.Duration, Rounds: benchFlags.Rounds, Log: e.log, Auth: benchFlags.Auth,
+		Cluster: benchFlags.Cluster, Replicas: benchFlags.Replicas, KillLeaders: benchFlags.KillLeaders}
 	where := "an embedded server"
+	if cfg.Cluster != 0 {
+		where = fmt.Sprintf("an embedded %d-member cluster", cfg.Cluster)
+	}
 	if cfg.Auth {
 		where = "an embedded fencepostd --auth (per-node owner credentials)"
 	}
@@ -145,6 +158,9 @@ func runBench(e *env, args []string) int {
 		fmt.Fprintf(e.err, "fencepost bench: FAILED: %d lost, %d stale-epoch commits (both must be 0)\n", rep.Lost, rep.StaleCommits)
 		for _, ex := range rep.StaleExamples {
 			fmt.Fprintf(e.err, "  stale commit: %s\n", ex)
+		}
+		for _, ex := range rep.CounterExamples {
+			fmt.Fprintf(e.err, "  counter off: %s\n", ex)
 		}
 		for _, ex := range rep.CounterExamples {
 			fmt.Fprintf(e.err, "  counter off: %s\n", ex)
@@ -232,6 +248,12 @@ func printBenchTable(e *env, r bench.Report) {
 	if r.Auth {
 		fmt.Fprint(e.out, ", fencepostd --auth (each owner process its own node credentials)")
 	}
+	if r.Cluster > 0 {
+		fmt.Fprintf(e.out, ", an embedded %d-member cluster", r.Cluster)
+	}
+	if r.Replicas > 1 {
+		fmt.Fprintf(e.out, ", R%d streams", r.Replicas)
+	}
 	fmt.Fprint(e.out, "\n\n")
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	ratio := func(a, b float64) string {
@@ -260,6 +282,9 @@ func printBenchTable(e *env, r bench.Report) {
 	if r.CountersChecked > 0 {
 		fmt.Fprintf(tw, "counters off (per-id state, exactly once)\t%d of %d (%d counted)\t\t\t\n", r.CountersOff, r.CountersChecked, r.CounterMessages)
 	}
+	if r.CountersChecked > 0 {
+		fmt.Fprintf(tw, "counters off (per-id state, exactly once)\t%d of %d (%d counted)\t\t\t\n", r.CountersOff, r.CountersChecked, r.CounterMessages)
+	}
 	fmt.Fprintf(tw, "bucket writes (ownership, locks, commits) per delivery\t%.3f\t\t\t\n", r.BucketWritesPerMsg)
 	if r.LedgerMissed > 0 {
 		fmt.Fprintf(tw, "bucket writes the checker missed\t%d\t\t\t\n", r.LedgerMissed)
@@ -282,6 +307,13 @@ func printBenchTable(e *env, r bench.Report) {
 	}
 	if r.UnplannedExits > 0 {
 		fmt.Fprintf(tw, "owner processes that exited unplanned\t%d\t\t\t\n", r.UnplannedExits)
+	}
+	for _, k := range r.LeaderKills {
+		ours, raw := fmt.Sprintf("%.0f", k.StallMs), ""
+		if k.Side != "fencepost" {
+			ours, raw = "", ours
+		}
+		fmt.Fprintf(tw, "stall ms after the %s stream's leader %s was killed at %.1f s\t%s\t%s\t\t\n", k.Stream, k.Node, k.AtS, ours, raw)
 	}
 	tw.Flush()
 }
