@@ -162,9 +162,6 @@ func runBench(e *env, args []string) int {
 		for _, ex := range rep.CounterExamples {
 			fmt.Fprintf(e.err, "  counter off: %s\n", ex)
 		}
-		for _, ex := range rep.CounterExamples {
-			fmt.Fprintf(e.err, "  counter off: %s\n", ex)
-		}
 		return exitError
 	}
 	return exitOK
@@ -279,9 +276,6 @@ func printBenchTable(e *env, r bench.Report) {
 	fmt.Fprintf(tw, "lost\t%d\t%d\t\t\n", r.Lost, r.RawLost)
 	fmt.Fprintf(tw, "delivered by the final drain\t%d\t\t\t\n", r.FinalDrained)
 	fmt.Fprintf(tw, "stale-epoch commits\t%d of %d\t\t\t\n", r.StaleCommits, r.CommitsChecked)
-	if r.CountersChecked > 0 {
-		fmt.Fprintf(tw, "counters off (per-id state, exactly once)\t%d of %d (%d counted)\t\t\t\n", r.CountersOff, r.CountersChecked, r.CounterMessages)
-	}
 	if r.CountersChecked > 0 {
 		fmt.Fprintf(tw, "counters off (per-id state, exactly once)\t%d of %d (%d counted)\t\t\t\n", r.CountersOff, r.CountersChecked, r.CounterMessages)
 	}
