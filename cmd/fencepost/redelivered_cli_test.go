@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -47,6 +48,11 @@ func TestCLI_Work_RedeliveredLabel(t *testing.T) {
 	send("a", "b")
 	w1 := run("w1")
 	require.Equal(t, []string{"w1 a 1 0", "w1 b 1 0"}, waitLines(t, out, 2, 15*time.Second), "first deliveries")
+	// b's line is written before its handler exits: stop w1 once b is
+	// committed, not while its handler may still run.
+	testutil.WaitFor(t, 15*time.Second, "w1 committed b", func() bool {
+		return strings.Contains(cli(t, env.URL, w.Name, "stat", "x").out, " cursor=2 ")
+	})
 	stop(w1)
 
 	send("c", "slow")
