@@ -265,7 +265,18 @@ func (h *Holding) owe(r *run) {
 // messages or commitInterval. The caller commits the rest after
 // commitInterval at the latest (FlushBy, Flush).
 func (h *Holding) commitDue() bool {
-	return h.owed != nil && (h.owed.acked+h.owed.dead >= h.d.commitEvery || time.Since(h.since) >= h.d.commitInterval)
+	if h.owed == nil {
+		return false
+	}
+	if h.book != nil && h.sent != nil {
+		// A state holding's batch is in flight: what it owes goes out
+		// when it is answered (or at the interval). Each batch costs the
+		// server a synced write of its own on a single file-backed
+		// replica (about 6.5 ms here, design 3.12), and a redelivery
+		// applies no effect twice: the group grows instead of waiting.
+		return time.Since(h.since) >= h.d.commitInterval
+	}
+	return h.owed.acked+h.owed.dead >= h.d.commitEvery || time.Since(h.since) >= h.d.commitInterval
 }
 
 // commitLinger is how long a holding waits for more deliveries before it
