@@ -257,7 +257,7 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 const (
 	streamMailbox = "mailbox" // the world's mailboxes
 	streamBucket  = "bucket"  // the world's bucket: records, cursors
-	streamRaw     = "stream"  // the raw side's one stream
+	streamRaw     = "raw"     // the raw side's one stream
 )
 
 // killLeaders makes the side kill, beside each round's posting, the

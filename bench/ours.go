@@ -57,7 +57,11 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 	led := newLedger(tag)
 	lctx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
 	r.clean = append(r.clean, stopLedger)
-	if err := led.follow(lctx, w.World); err != nil {
+	history := int64(ledgerHistory)
+	if cfg.KillLeaders {
+		history = clusterLedgerHistory
+	}
+	if err := led.follow(lctx, w.World, history); err != nil {
 		return nil, err
 	}
 

@@ -14,7 +14,7 @@ const stallWindow = 10 * time.Second
 // the stall it caused on its side.
 type LeaderKill struct {
 	Side   string  `json:"side"`   // "fencepost" or "raw"
-	Stream string  `json:"stream"` // fencepost: "mailbox" or "bucket"; raw: "stream"
+	Stream string  `json:"stream"` // fencepost: "mailbox" or "bucket"; raw: "raw"
 	Node   string  `json:"node"`   // the member killed
 	AtS    float64 `json:"at_s"`   // seconds since the run's start
 	// FirstDeliveryMs runs from the kill to the first delivery handled

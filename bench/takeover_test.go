@@ -24,13 +24,17 @@ func runTiny(t *testing.T, cfg bench.Config) bench.Report {
 	}
 	t.Logf("ratio %.2f (%.0f vs %.0f msgs/s) lost %d stale commits %d of %d, stale deliveries %d, dup %.3f%%, takeovers %d gaps %+v, final drained %d",
 		rep.Ratio, rep.Throughput, rep.RawThroughput, rep.Lost, rep.StaleCommits, rep.CommitsChecked, rep.StaleDeliveries, rep.DuplicatesPct, rep.Takeovers, rep.TakeoverGaps, rep.FinalDrained)
-	if rep.Lost != 0 || rep.RawLost != 0 || rep.StaleCommits != 0 || !rep.OK() {
+	rawLost := rep.RawLost
+	if cfg.KillLeaders {
+		rawLost = 0 // raw's AckAll baseline may lose a batch to a killed leader: TestClusterTiny
+	}
+	if rep.Lost != 0 || rawLost != 0 || rep.StaleCommits != 0 || !rep.OK() {
 		t.Errorf("lost %d, raw lost %d, stale commits %d %v", rep.Lost, rep.RawLost, rep.StaleCommits, rep.StaleExamples)
 	}
 	if rep.CommitsChecked == 0 || rep.LedgerMissed != 0 {
 		t.Errorf("%d commits checked, %d bucket writes missed by the checker", rep.CommitsChecked, rep.LedgerMissed)
 	}
-	if rep.Sent == 0 || rep.Delivered < rep.Sent || rep.RawDelivered < rep.RawSent {
+	if rep.Sent == 0 || rep.Delivered < rep.Sent || rep.RawDelivered < rep.RawSent-rep.RawLost {
 		t.Errorf("sent %d delivered %d, raw sent %d delivered %d", rep.Sent, rep.Delivered, rep.RawSent, rep.RawDelivered)
 	}
 	if rep.Ratio <= 0 || rep.Throughput <= 0 || rep.RawThroughput <= 0 {
@@ -169,5 +173,34 @@ func TestAuthNeedsOwnerProcesses(t *testing.T) {
 	}
 	if _, err := bench.Run(ctx, bench.Config{Scenario: bench.ScenarioTakeover, Auth: true, URL: "nats://127.0.0.1:1"}); err == nil {
 		t.Error("auth with a URL: no error")
+	}
+}
+
+// TestClusterTiny: steady on an embedded 3-member cluster with R3 streams,
+// the mailbox stream's and then the bucket stream's leader killed mid-round
+// (raw: its stream's leader twice): nothing of ours lost, no stale commit,
+// each kill's stall measured. Raw's loss is logged, not failed: its
+// baseline acknowledges with AckAll, and a batch lost with a killed member
+// is covered by the next batch's acknowledgement (see README, R3 figures).
+func TestClusterTiny(t *testing.T) {
+	rep := runTiny(t, bench.Config{
+		Scenario: bench.ScenarioSteady, Size: bench.SizeSmoke, Cluster: 3, KillLeaders: true,
+		IDs: 4, Producers: 1, Duration: 8 * time.Second, Rounds: 1, Window: 32, MaxBacklog: 500, Settle: 15 * time.Second,
+	})
+	if rep.Cluster != 3 || rep.Replicas != 3 {
+		t.Errorf("cluster %d replicas %d, want 3 and 3", rep.Cluster, rep.Replicas)
+	}
+	want := map[string]int{"fencepost mailbox": 1, "fencepost bucket": 1, "raw raw": 2}
+	for _, k := range rep.LeaderKills {
+		t.Logf("%s %s leader %s killed at %.1f s: first delivery after %.0f ms, stall %.0f ms", k.Side, k.Stream, k.Node, k.AtS, k.FirstDeliveryMs, k.StallMs)
+		want[k.Side+" "+k.Stream]--
+		if k.Node == "" || k.AtS <= 0 || k.StallMs <= 0 {
+			t.Errorf("kill %+v: want a node, a time and a stall", k)
+		}
+	}
+	for k, n := range want {
+		if n != 0 {
+			t.Errorf("%s: %d kills missing (%+v)", k, n, rep.LeaderKills)
+		}
 	}
 }

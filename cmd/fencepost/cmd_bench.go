@@ -307,7 +307,7 @@ func printBenchTable(e *env, r bench.Report) {
 		if k.Side != "fencepost" {
 			ours, raw = "", ours
 		}
-		fmt.Fprintf(tw, "stall ms after the %s stream's leader %s was killed at %.1f s\t%s\t%s\t\t\n", k.Stream, k.Node, k.AtS, ours, raw)
+		fmt.Fprintf(tw, "stall ms, the %s stream's leader (%s) killed at %.1f s\t%s\t%s\t\t\n", k.Stream, k.Node, k.AtS, ours, raw)
 	}
 	tw.Flush()
 }
