@@ -500,3 +500,45 @@ func TestState_SubjectsBounded(t *testing.T) {
 	require.Empty(t, st.Values)
 	require.Zero(t, st.Deleted, "the markers were purged")
 }
+
+// TestState_RefusedBatchForgets: a batch the server refuses for a reason
+// other than the fence (here a value over the bucket's message size)
+// stores nothing, and the holding forgets what its handlers staged: the
+// message is handed out again with the state as it was, not with its own
+// earlier writes in view.
+func TestState_RefusedBatchForgets(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{})
+	_, h := holdState(t, ctx, w, d, "n1", "x")
+	var c counter
+	hd := drain.StateHandler(func(ctx context.Context, m drain.Message, st *drain.State) error {
+		if err := c.handle(ctx, m, st); err != nil {
+			return err
+		}
+		return st.Put("blob", make([]byte, 300))
+	}).Handler()
+	js := env.Client.JetStream()
+	setMax := func(n int32) {
+		s, err := js.Stream(ctx, wire.BucketStream(w.Name))
+		require.NoError(t, err)
+		cfg := s.CachedInfo().Config
+		cfg.MaxMsgSize = n
+		_, err = js.UpdateStream(ctx, cfg)
+		require.NoError(t, err)
+	}
+	setMax(200)
+	send(t, ctx, w, "x", "a")
+	_, err := h.Drain(ctx, hd)
+	require.Error(t, err, "a batch over the stream's message size was stored")
+	require.Empty(t, storedState(t, w, "x"))
+	require.Zero(t, storedCursor(t, w, "x"))
+
+	setMax(-1)
+	_, err = h.Drain(ctx, hd)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "a"}, c.bodies())
+	st := storedState(t, w, "x")
+	require.Equal(t, "1", st["count"], "the refused batch's writes were kept in view")
+	require.Equal(t, "a", st["seen"])
+}

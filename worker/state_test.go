@@ -118,3 +118,90 @@ func TestState_CountersExactThroughTakeovers(t *testing.T) {
 	t.Logf("%d messages, %d handler calls", ids*perID, calls)
 	mu.Unlock()
 }
+
+// TestState_CountersExactThroughServerRestarts: state workers count each
+// id's messages while the server restarts three times under them, each
+// time while deliveries and their batches are in flight (answers lost,
+// connections cut, batches whose commit the server may or may not have
+// taken); every counter ends exact. Posts are made only while the server
+// is up, so that each counts once.
+func TestState_CountersExactThroughServerRestarts(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	w := env.World(t, world.Config{})
+	ctx := testutil.Ctx(t, 3*time.Minute)
+	const ids = 6
+	posted := make([]int, ids)
+	var mu sync.Mutex
+	calls := 0
+	count := func(_ context.Context, m drain.Message, st *drain.State) error {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		time.Sleep(time.Millisecond) // a backlog: the restarts find work in flight
+		n := 0
+		if v, ok := st.Get("count"); ok {
+			n, _ = strconv.Atoi(string(v))
+		}
+		return st.Put("count", []byte(strconv.Itoa(n+1)))
+	}
+	// Two workers, each started again whenever its Run ends (a self-fence
+	// when the restart outlasts its ttl), until the test stops them.
+	wctx, stopWorkers := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			c, err := client.Connect(env.URL, client.WithTimeout(10*time.Second))
+			if err != nil {
+				t.Errorf("connect: %v", err)
+				return
+			}
+			defer c.Close()
+			for gen := 0; wctx.Err() == nil; gen++ {
+				cw, err := c.World(wctx, w.Name)
+				if err == nil {
+					var wk *worker.Worker
+					wk, err = cw.NewStateWorker(worker.Config{Node: fmt.Sprintf("n%d-%d", i, gen), TTL: 2 * time.Second}, count)
+					if err == nil {
+						err = wk.Run(wctx)
+					}
+				}
+				if wctx.Err() == nil {
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		})
+	}
+	post := func(n int) {
+		for k := range n {
+			id := k % ids
+			testutil.WaitFor(t, 30*time.Second, "a post", func() bool {
+				_, err := w.Send(ctx, "acct-"+strconv.Itoa(id), []byte("x"))
+				return err == nil
+			})
+			posted[id]++
+		}
+	}
+	exact := func() bool {
+		for id := range ids {
+			st, err := w.Drainer.ReadState(ctx, "acct-"+strconv.Itoa(id))
+			if err != nil || string(st.Values["count"]) != strconv.Itoa(posted[id]) {
+				return false
+			}
+		}
+		return true
+	}
+	for range 3 {
+		post(300)
+		time.Sleep(20 * time.Millisecond) // deliveries and batches in flight
+		env.Node.Restart(t)
+		testutil.WaitWorld(t, env, w.Name)
+	}
+	post(120)
+	testutil.WaitFor(t, 90*time.Second, "every counter at its posts", exact)
+	stopWorkers()
+	wg.Wait()
+	require.True(t, exact(), "a counter moved after the workers stopped")
+	mu.Lock()
+	t.Logf("%d messages, %d handler calls", 3*300+120, calls)
+	mu.Unlock()
+}
