@@ -18,6 +18,7 @@ import (
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/testkit/faults"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
@@ -541,4 +542,54 @@ func TestState_RefusedBatchForgets(t *testing.T) {
 	st := storedState(t, w, "x")
 	require.Equal(t, "1", st["count"], "the refused batch's writes were kept in view")
 	require.Equal(t, "a", st["seen"])
+}
+
+// TestState_CutOffHolderStoresNothing: a holder cut off from the server
+// (a proxy forwards nothing for a while) sends its batch into the void;
+// meanwhile its id is seized; when the network comes back the batch
+// reaches the server and is refused whole by the fence.
+func TestState_CutOffHolderStoresNothing(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, _ := newWorld(t, env, world.Config{})
+	p, err := faults.NewProxy(env.Node.ClientURL()[len("nats://"):])
+	require.NoError(t, err)
+	defer p.Close()
+	pc, err := client.Connect(p.URL(), client.WithTimeout(10*time.Second))
+	require.NoError(t, err)
+	defer pc.Close()
+	pw, err := pc.World(ctx, w.Name)
+	require.NoError(t, err)
+	d, err := drain.New(pw.World, pw.Ownership)
+	require.NoError(t, err)
+	_, h := holdState(t, ctx, pw, d, "n1", "x")
+	var c counter
+	hd := drain.StateHandler(c.handle).Handler()
+	send(t, ctx, w, "x", "a")
+	_, err = h.Drain(ctx, hd)
+	require.NoError(t, err)
+
+	send(t, ctx, w, "x", "b", "c")
+	var seized *ownership.Lease
+	drain.SetBeforeCommit(d, func(id string, _ wire.Cursor) {
+		if seized != nil {
+			return
+		}
+		p.Hold(2 * time.Second) // the batch goes out into the held network
+		var err error
+		seized, err = w.Ownership.Seize(ctx, id, "n2", time.Minute, true)
+		require.NoError(t, err)
+	})
+	_, err = h.Drain(ctx, hd)
+	require.Error(t, err)
+	require.True(t, errors.Is(err, ownership.ErrHeld) || errors.Is(err, ownership.ErrFenced) || errors.Is(err, drain.ErrUnknown), "%v", err)
+	require.Equal(t, map[string]string{"count": "1", "seen": "a"}, storedState(t, w, "x"), "the cut-off holder's batch was stored")
+
+	var c2 counter
+	d2, err := drain.New(w.World, w.Ownership)
+	require.NoError(t, err)
+	_, err = d2.DrainLease(ctx, seized, drain.StateHandler(c2.handle).Handler(), drain.WithState())
+	require.NoError(t, err)
+	require.Equal(t, []string{"b", "c"}, c2.bodies())
+	require.Equal(t, map[string]string{"count": "3", "seen": "abc"}, storedState(t, w, "x"))
 }
