@@ -147,6 +147,22 @@ const WorldKey = "world"
 // deleted). No '.' in it either.
 const ResetKey = "reset"
 
+// BarrierKey is the bucket key of the read barrier of a replicated world:
+// one key for the whole world, never read, whose writes are conditional on
+// another key's last revision (Nats-Expected-Last-Subject-Sequence with
+// Nats-Expected-Last-Subject-Sequence-Subject naming that key's subject).
+// Only a bucket stream leader with a quorum stores such a write, and only
+// if that key is still at the revision a read showed, so a stored barrier
+// proves the read current when it was stored (ownership: a refusal or an
+// owner answer decided on a read; docs/design.md, invariant 8). Its body
+// is empty and it is never a record: the bucket keeps its last write only
+// (history 1), so nothing per id is kept by it. No '.' in it, so no
+// prefix of the keys above matches it and no watcher of them sees it.
+const BarrierKey = "barrier"
+
+// BarrierSubject is the subject of the world's read barrier (BarrierKey).
+func BarrierSubject(world string) string { return KeySubject(world, BarrierKey) }
+
 // RecordKey is the bucket key of id's ownership record.
 func RecordKey(id string) string { return RecordPrefix + EncodeID(id) }
 
