@@ -671,9 +671,12 @@ func (r rawSide) drain(ctx context.Context, url string, cfg config) error {
 	return nil
 }
 
-// inFlight runs send for 0..n-1 with at most 4,096 outcomes outstanding.
+// inFlight runs send for 0..n-1 with at most 2,000 outcomes outstanding:
+// below nats.go's 4,000 asynchronous publishes awaiting their ack, past
+// which a publish waits 200 ms and then fails (on a loaded machine a
+// million posts with a window of 4,096 failed so).
 func inFlight(ctx context.Context, n int, send func(i int) (func() error, error)) error {
-	const window = 4096
+	const window = 2000
 	waits := make([]func() error, 0, window)
 	flush := func() error {
 		for _, w := range waits {
