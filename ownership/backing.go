@@ -44,6 +44,7 @@ func (s *Store) readBacking(ctx context.Context, v view) (view, error) {
 	if err != nil {
 		return view{}, err
 	}
+	v.nlRead, v.nlLast = true, nv.rev
 	if nv.present() {
 		v.nl, v.nlRev = &nv.rec, nv.rev
 		if !v.rec.BackedBy(v.nl) {

@@ -44,6 +44,10 @@ func (s *Store) run(ctx context.Context, op, id string, first firstView, single 
 		cached = true // a miss leaves v as the zero view: never written
 	}
 	refusedRetires, wait := 0, retireFirstPause
+	confirms, confirmWait := 0, time.Millisecond
+	// tried are this call's writes refused as conflicts: one may have been
+	// stored after all (storedAfterAll's read may be a deposed leader's).
+	var tried []triedWrite
 	for attempt := 1; ; attempt++ {
 		if !cached {
 			var err error
@@ -57,6 +61,25 @@ func (s *Store) run(ctx context.Context, op, id string, first firstView, single 
 			if cached {
 				cached = false
 				continue
+			}
+			// A refusal is a read: on a replicated world, confirm it.
+			ok, err := s.confirm(ctx, id, v)
+			if err != nil {
+				return view{}, start, err
+			}
+			if !ok {
+				if confirms++; confirms >= maxConfirms {
+					return view{}, start, fmt.Errorf("%w: the record of %q moved under %d reads in a row during the %s", ErrNotConfirmed, id, confirms, op)
+				}
+				if err := pause(ctx, confirmWait); err != nil {
+					return view{}, start, err
+				}
+				confirmWait = min(2*confirmWait, 50*time.Millisecond)
+				attempt--
+				continue
+			}
+			if mine, at, ok := s.ownWrite(ctx, op, id, v, tried); ok {
+				return mine, at, nil
 			}
 			if s.debugOn(ctx) {
 				s.debug(ctx, op, id, "outcome", refusal)
@@ -84,6 +107,9 @@ func (s *Store) run(ctx context.Context, op, id string, first firstView, single 
 		}
 		if mine, ok := s.storedAfterAll(ctx, op, id, v, *next); ok {
 			return mine, start, nil
+		}
+		if !sameWrite(v.rec, *next) {
+			tried = append(tried, triedWrite{rec: *next, start: start, over: v})
 		}
 		if single {
 			// A replicated stream's leader also refuses (10164) while an
@@ -133,6 +159,41 @@ func (s *Store) storedAfterAll(ctx context.Context, op, id string, v view, rec w
 		s.debug(ctx, op, id, "outcome", "written (the refusal was of a second copy)", "rev", fresh.rev)
 	}
 	return fresh, true
+}
+
+// triedWrite is a write of a call refused as a conflict, and when it was
+// sent.
+type triedWrite struct {
+	rec   wire.Record
+	start time.Time
+	over  view // the view it was written over
+}
+
+// ownWrite says whether v, a confirmed read that a refusal would be
+// decided on, is one of the call's own writes that were refused as
+// conflicts (tried): stored after all, as storedAfterAll says, its read
+// having come from a leader that did not have it yet. Each is this call's
+// own (a new epoch, or a term from this call's clock reading), so no
+// other write stores the same record.
+func (s *Store) ownWrite(ctx context.Context, op, id string, v view, tried []triedWrite) (view, time.Time, bool) {
+	if !v.present() {
+		return view{}, time.Time{}, false
+	}
+	for _, w := range tried {
+		if !sameWrite(v.rec, w.rec) {
+			continue
+		}
+		s.count(op)
+		if !w.rec.Backed() {
+			s.cache.put(id, v)
+		}
+		if s.debugOn(ctx) {
+			s.debug(ctx, op, id, "outcome", "written (found at a confirmed read after its refusal)", "rev", v.rev)
+		}
+		v.tookOver = w.over.present() && w.over.rec.State == wire.StateHeld
+		return v, w.start, true
+	}
+	return view{}, time.Time{}, false
 }
 
 // sameWrite says whether two records say the same.
@@ -192,7 +253,7 @@ func (s *Store) claim(ctx context.Context, id string, rec recordFor) (view, time
 		over = v
 		return rec(v.nextEpoch(), now)
 	})
-	nv.tookOver = err == nil && over.present() && over.rec.State == wire.StateHeld
+	nv.tookOver = err == nil && (nv.tookOver || over.present() && over.rec.State == wire.StateHeld)
 	return nv, start, err
 }
 
@@ -228,7 +289,7 @@ func (s *Store) Owner(ctx context.Context, id string) (Status, error) {
 	if err := wire.ValidateID(id); err != nil {
 		return Status{}, err
 	}
-	v, err := s.read(ctx, id)
+	v, err := s.readConfirmed(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
@@ -264,7 +325,7 @@ func (s *Store) Guard(ctx context.Context, id, node string, epoch uint64) (Statu
 	if err := s.checkIDNode(id, node); err != nil {
 		return Status{}, err
 	}
-	v, err := s.read(ctx, id)
+	v, err := s.readConfirmed(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
@@ -31,13 +32,27 @@ func suite(t *testing.T, fn func(t *testing.T, env *testutil.Env, w *client.Worl
 	}
 }
 
-// lastSeq is the bucket stream's last sequence: unchanged means nothing was
-// written.
+// lastSeq is the sequence of the bucket stream's last write of any key but
+// the read barrier (wire.BarrierKey, which a replicated world writes to
+// confirm a read and which changes no key): unchanged means nothing was
+// written. Every other key keeps its last write, so a write of one shows.
 func lastSeq(t *testing.T, w *client.World) uint64 {
 	t.Helper()
-	info, err := w.Bucket.Info(context.Background())
+	ctx := context.Background()
+	info, err := w.Bucket.Info(ctx)
 	require.NoError(t, err)
-	return info.State.LastSeq
+	barrier := wire.BarrierSubject(w.Name)
+	for q := info.State.LastSeq; q > 0; q-- {
+		m, err := w.Bucket.GetMsg(ctx, q)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // removed: a barrier or a key's earlier write
+		}
+		require.NoError(t, err)
+		if m.Subject != barrier {
+			return q
+		}
+	}
+	return 0
 }
 
 // waitLapse polls until id's lease has lapsed.

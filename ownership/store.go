@@ -38,6 +38,9 @@ type Store struct {
 	// beforeWrite, when set (tests only), runs between the read a decision
 	// is made on and the conditional write that carries it out.
 	beforeWrite func(op, id string)
+	// beforeConfirm, when set (tests only), runs between a read and the
+	// barrier that confirms it (confirm).
+	beforeConfirm func(id string)
 	// writeTwice, when set (tests only), sends each record write once
 	// more before the real one, as a client that resent a publish whose
 	// first answer it lost: the first is stored, the real one refused.
@@ -48,6 +51,8 @@ type Store struct {
 	dead  deadSessions
 	// nodeReads counts node lease reads (tests: NodeReads).
 	nodeReads atomic.Int64
+	// barriers counts read barriers sent (confirm; tests: Barriers).
+	barriers atomic.Int64
 }
 
 // New returns the ownership store of an open world.
@@ -88,6 +93,12 @@ type view struct {
 	// its revision. Backed views are never cached (see backing.go).
 	nl    *wire.Record
 	nlRev uint64
+	// nlRead: the node lease was read for this view (not skipped as a
+	// known dead session), its last revision then being nlLast (0 when it
+	// was never written). A replicated world confirms it with the record
+	// (confirm).
+	nlRead bool
+	nlLast uint64
 
 	// tookOver, on the view a claim or seize wrote: the record it wrote
 	// over named a holder (lapsed, or seized from), who may have handed
