@@ -44,7 +44,10 @@ type Daemon struct {
 	cancel     context.CancelFunc
 	stopOnce   sync.Once
 	ncClosed   chan struct{}
-	own        Creds // with --auth: the operator's, for fencepostd's own connection
+
+	memChecks   atomic.Int64 // memLoop's looks at the heap
+	memReleases atomic.Int64 // and the idle heap it returned
+	own         Creds        // with --auth: the operator's, for fencepostd's own connection
 }
 
 // Option configures a Daemon.

@@ -30,30 +30,34 @@ const (
 
 // memLoop returns the heap's idle memory to the system once fencepostd is
 // quiet after a burst: allocated less than memQuiet over the last
-// memCheck, and holding at least memSlack, and a quarter of its live heap,
-// beyond the live heap.
+// memCheck, and holding beyond its live heap at least memSlack, and a
+// quarter of the live heap, more than it held right after the last
+// release (span space a collection cannot free, between live objects, is
+// not returned, so it does not count twice).
 func (d *Daemon) memLoop(ctx context.Context) error {
 	t := time.NewTicker(memCheck)
 	defer t.Stop()
-	var last uint64
+	var last, kept uint64 // allocs at the last check; idle left by the last release
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
+		d.memChecks.Add(1)
 		h := readHeap()
 		quiet := last != 0 && h.allocs-last < memQuiet
 		last = h.allocs
-		if !quiet || h.idle() < memSlack || h.idle() < h.live/4 {
+		if idle := h.idle(); !quiet || idle < kept+memSlack || idle < kept+h.live/4 {
 			continue
 		}
 		start := time.Now()
 		debug.FreeOSMemory()
 		after := readHeap()
-		last = after.allocs
-		d.log.Debug("returned idle heap memory to the system", "idle_before_mb", h.idle()>>20, "live_mb", after.live>>20,
-			"released_mb", (after.released-h.released)>>20, "took", time.Since(start))
+		last, kept = after.allocs, after.idle()
+		d.memReleases.Add(1)
+		d.log.Debug("returned idle heap memory to the system", "idle_before_mb", h.idle()>>20, "idle_after_mb", kept>>20,
+			"live_mb", after.live>>20, "released_mb", (after.released-h.released)>>20, "took", time.Since(start))
 	}
 }
 

@@ -71,6 +71,40 @@ func TestMemLoop_LeavesABusyHeapAlone(t *testing.T) {
 	runtime.KeepAlive(live)
 }
 
+// TestMemLoop_OnceForFragmentedHeap: span space a collection cannot free
+// (one live object in each span) stays idle after a release; it is not
+// returned again and again at rest, only once.
+func TestMemLoop_OnceForFragmentedHeap(t *testing.T) {
+	// 96 MiB of 1 KiB objects (8 to a span), one in 8 kept: every span
+	// stays, about 84 MiB of it unused after the collection.
+	all := make([][]byte, 96<<10)
+	for i := range all {
+		all[i] = make([]byte, 1<<10)
+		all[i][0] = 1
+	}
+	var live [][]byte
+	for i := 0; i < len(all); i += 8 {
+		live = append(live, all[i])
+	}
+	all = nil
+	runtime.GC()
+	require.GreaterOrEqual(t, readHeap().idle(), uint64(32<<20), "the heap is fragmented")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &Daemon{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	done := make(chan error, 1)
+	go func() { done <- d.memLoop(ctx) }()
+	deadline := time.Now().Add(10 * memCheck)
+	for d.memChecks.Load() < 5 {
+		require.True(t, time.Now().Before(deadline), "memLoop looked %d times", d.memChecks.Load())
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	require.NoError(t, <-done)
+	require.LessOrEqual(t, d.memReleases.Load(), int64(1), "releases of the same idle span space")
+	runtime.KeepAlive(live)
+}
+
 // fill allocates mb MiB in 1 MiB pieces, written so that they are backed.
 func fill(mb int) [][]byte {
 	out := make([][]byte, mb)
