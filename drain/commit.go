@@ -50,7 +50,7 @@ func (r *run) commit(ctx context.Context, next wire.Cursor, acked, dead int) err
 		w = r.st.writes()
 	}
 	for attempt := 1; ; attempt++ {
-		ack, err := r.d.publishCommit(ctx, r.a.fence, r.cursorSubj, data, w)
+		ack, err := r.publish(ctx, data, w, attempt)
 		if err == nil {
 			r.st.confirm(w, next.Seq)
 			if r.d.onCommit != nil {

@@ -92,6 +92,8 @@ type Drainer struct {
 	noRenew bool
 	// onCommit, when set, observes every stored commit.
 	onCommit func(Commit)
+	// states: the state holdings' commits, in shared batches (statebatch.go).
+	states stateCommits
 }
 
 // New returns the drainer of an open world, using its ownership store.

@@ -4,6 +4,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
@@ -69,4 +70,43 @@ func SetStatListMax(t interface{ Cleanup(func()) }, n int) {
 	old := statListMax
 	statListMax = n
 	t.Cleanup(func() { statListMax = old })
+}
+
+// SharedBatch sends parts (each one id's commit: StateCommitMsgs) as the
+// shared batches do when they meet behind a batch in flight: in one batch.
+func SharedBatch(d *Drainer, parts [][]*nats.Msg) []jetstream.PubAckFuture {
+	c := &d.states
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inflight = true // hold the queue while the parts join it
+	var fs []jetstream.PubAckFuture
+	for _, msgs := range parts {
+		p := &statePart{msgs: msgs, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+		c.queue = append(c.queue, p)
+		fs = append(fs, p)
+	}
+	c.inflight = false
+	c.flushLocked(d)
+	return fs
+}
+
+// StateCommitMsgs is the batch of a state commit of f.ID: writes (a nil
+// value deletes) and the cursor at seq, each with the fence.
+func StateCommitMsgs(d *Drainer, f fencing.Fence, seq uint64, writes map[string][]byte) []*nats.Msg {
+	var w []stateWrite
+	for k, v := range writes {
+		w = append(w, stateWrite{k, v})
+	}
+	data, err := wire.EncodeCursor(wire.Cursor{Seq: seq})
+	if err != nil {
+		panic(err)
+	}
+	return d.stateMsgs(f, wire.KeySubject(d.world, wire.CursorKey(f.ID)), data, w)
+}
+
+// Unshared makes state commits batches of their own (the comparison of
+// BenchmarkStateWorker), for the test's duration.
+func Unshared(t interface{ Cleanup(func()) }) {
+	unshared = true
+	t.Cleanup(func() { unshared = false })
 }

@@ -328,9 +328,11 @@ func (h *Holding) sendOwed(ctx context.Context) error {
 	var ack jetstream.PubAckFuture
 	if h.fault != nil {
 		f := h.fence
-		ack, err = h.fault(func() (jetstream.PubAckFuture, error) { return h.d.publishCommitAsync(f, h.cursorSubj, data, w) })
+		ack, err = h.fault(func() (jetstream.PubAckFuture, error) {
+			return h.d.publishCommitAsync(f, h.cursorSubj, data, w, h.book != nil)
+		})
 	} else {
-		ack, err = h.d.publishCommitAsync(h.fence, h.cursorSubj, data, w)
+		ack, err = h.d.publishCommitAsync(h.fence, h.cursorSubj, data, w, h.book != nil)
 	}
 	if err != nil {
 		return fmt.Errorf("drain: commit of %q not sent (nothing removed): %w", h.lease.ID, err)

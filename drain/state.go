@@ -355,12 +355,31 @@ func (d *Drainer) publishCommit(ctx context.Context, f fencing.Fence, cursorSubj
 	return jsapi.PublishBatch(ctx, d.js, d.stateMsgs(f, cursorSubj, cursor, w))
 }
 
-// publishCommitAsync is publishCommit without waiting for the answer.
-func (d *Drainer) publishCommitAsync(f fencing.Fence, cursorSubj string, cursor []byte, w []stateWrite) (jetstream.PubAckFuture, error) {
-	if len(w) == 0 {
-		return d.js.PublishAsync(cursorSubj, cursor, f.Expect())
+// publishCommitAsync is publishCommit without waiting for the answer. A
+// state holding's commits (state) go through the shared batches
+// (statebatch.go), with writes or not, so that they keep their order
+// with the holding's other commits in the queue.
+func (d *Drainer) publishCommitAsync(f fencing.Fence, cursorSubj string, cursor []byte, w []stateWrite, state bool) (jetstream.PubAckFuture, error) {
+	if state && !unshared {
+		return d.states.send(d, d.stateMsgs(f, cursorSubj, cursor, w)), nil
 	}
-	return jsapi.PublishBatchAsync(d.js, d.stateMsgs(f, cursorSubj, cursor, w))
+	if len(w) > 0 {
+		return jsapi.PublishBatchAsync(d.js, d.stateMsgs(f, cursorSubj, cursor, w))
+	}
+	return d.js.PublishAsync(cursorSubj, cursor, f.Expect())
+}
+
+// publish is a run's commit write (publishCommit). A run with state sends
+// its first attempt through the shared batches, behind any commit of its
+// holding still queued there; a retry (the first one answered, refused)
+// and a commit sent again from Holding.settle go on their own.
+func (r *run) publish(ctx context.Context, cursor []byte, w []stateWrite, attempt int) (*jetstream.PubAck, error) {
+	if r.st != nil && r.resend == nil && attempt == 1 && !unshared {
+		p := &sentCommit{ack: r.d.states.send(r.d, r.d.stateMsgs(r.a.fence, r.cursorSubj, cursor, w))}
+		p.wait(commitTimeout, r.d.nc)
+		return p.pa, p.err
+	}
+	return r.d.publishCommit(ctx, r.a.fence, r.cursorSubj, cursor, w)
 }
 
 // stateRead is an id's state as read: its values, and the keys deleted

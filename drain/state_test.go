@@ -593,3 +593,64 @@ func TestState_CutOffHolderStoresNothing(t *testing.T) {
 	require.Equal(t, []string{"b", "c"}, c2.bodies())
 	require.Equal(t, map[string]string{"count": "3", "seen": "abc"}, storedState(t, w, "x"))
 }
+
+// TestState_SharedBatch: the commits of several ids that meet behind a
+// batch in flight go out in one atomic batch; each gets the sequence of
+// its own cursor; one id's moved fence refuses the whole batch, and no id
+// of it stores anything.
+func TestState_SharedBatch(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{})
+	lx, err := w.Ownership.Claim(ctx, "x", "n1", time.Minute)
+	require.NoError(t, err)
+	ly, err := w.Ownership.Claim(ctx, "y", "n1", time.Minute)
+	require.NoError(t, err)
+	answer := func(f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+		select {
+		case a := <-f.Ok():
+			return a, nil
+		case err := <-f.Err():
+			return nil, err
+		case <-ctx.Done():
+			t.Fatal("no answer")
+			return nil, nil
+		}
+	}
+	before := bucketLastSeq(t, w)
+	fs := drain.SharedBatch(d, [][]*nats.Msg{
+		drain.StateCommitMsgs(d, lx.Fence, 5, map[string][]byte{"count": []byte("1"), "gone": nil}),
+		drain.StateCommitMsgs(d, ly.Fence, 7, map[string][]byte{"count": []byte("1")}),
+	})
+	ax, err := answer(fs[0])
+	require.NoError(t, err)
+	ay, err := answer(fs[1])
+	require.NoError(t, err)
+	require.Equal(t, before+5, bucketLastSeq(t, w), "one batch of five messages")
+	require.Equal(t, before+5, ay.Sequence)
+	require.Equal(t, before+3, ax.Sequence, "x's cursor is the third message")
+	cx, err := jsapi.LeaderGet(ctx, w.JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: wire.KeySubject(w.Name, wire.CursorKey("x"))})
+	require.NoError(t, err)
+	require.Equal(t, ax.Sequence, cx.Sequence)
+	require.Equal(t, uint64(5), storedCursor(t, w, "x"))
+	require.Equal(t, map[string]string{"count": "1"}, storedState(t, w, "y"))
+
+	// y is seized: a batch with x's next commit and y's stale one is
+	// refused whole.
+	_, err = w.Ownership.Seize(ctx, "y", "n2", time.Minute, true)
+	require.NoError(t, err)
+	before = bucketLastSeq(t, w)
+	fs = drain.SharedBatch(d, [][]*nats.Msg{
+		drain.StateCommitMsgs(d, lx.Fence, 6, map[string][]byte{"count": []byte("2")}),
+		drain.StateCommitMsgs(d, ly.Fence, 8, map[string][]byte{"count": []byte("2")}),
+	})
+	for _, f := range fs {
+		_, err := answer(f)
+		var apiErr *jetstream.APIError
+		require.ErrorAs(t, err, &apiErr)
+		require.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
+	}
+	require.Equal(t, before, bucketLastSeq(t, w), "a refused shared batch stored something")
+	require.Equal(t, map[string]string{"count": "1"}, storedState(t, w, "x"))
+	require.Equal(t, uint64(5), storedCursor(t, w, "x"))
+}

@@ -3,13 +3,18 @@ package drain_test
 import (
 	"context"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/testkit/testutil"
+	"github.com/fencepost/fencepost/world"
 )
 
 // BenchmarkStateBatch measures what a state commit costs the server
@@ -76,5 +81,85 @@ func BenchmarkStateBatch(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkStateHoldings drains 64 ids held through one session, 200
+// messages each, all at once, with a counting state handler: commits of
+// many ids meeting in shared batches ("shared") against a batch of its own
+// per commit ("own"). One op is one message.
+//
+//	go test -run '^$' -bench StateHoldings -benchtime 12800x -count 3 ./drain/
+func BenchmarkStateHoldings(b *testing.B) {
+	for _, shared := range []bool{true, false} {
+		name := "own"
+		if shared {
+			name = "shared"
+		}
+		b.Run(name, func(b *testing.B) {
+			if !shared {
+				drain.Unshared(b)
+			}
+			const ids = 64
+			env := testutil.Start(b, testutil.Target{Name: "single"})
+			ctx := context.Background()
+			w := env.World(b, world.Config{})
+			d, err := drain.New(w.World, w.Ownership, drain.WithCommitEvery(100, time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			per := max(b.N/ids, 1)
+			for i := range ids {
+				for range per {
+					if _, err := w.Queue.SendAsync("id-"+strconv.Itoa(i), []byte("x")); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			select {
+			case <-w.JS.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				b.Fatal("posts not acknowledged")
+			}
+			ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ss.Close()
+			hs := make([]*drain.Holding, ids)
+			for i := range hs {
+				l, err := ss.Claim(ctx, "id-"+strconv.Itoa(i))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if hs[i], err = d.HoldState(l); err != nil {
+					b.Fatal(err)
+				}
+			}
+			count := drain.StateHandler(func(_ context.Context, _ drain.Message, st *drain.State) error {
+				n := 0
+				if v, ok := st.Get("count"); ok {
+					n, _ = strconv.Atoi(string(v))
+				}
+				return st.Put("count", []byte(strconv.Itoa(n+1)))
+			}).Handler()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for _, h := range hs {
+				wg.Go(func() {
+					if _, err := h.Drain(ctx, count); err != nil {
+						b.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			for i := range ids {
+				st, err := d.ReadState(ctx, "id-"+strconv.Itoa(i))
+				if err != nil || string(st.Values["count"]) != strconv.Itoa(per) {
+					b.Fatalf("id-%d: count %q, want %d (%v)", i, st.Values["count"], per, err)
+				}
+			}
+		})
 	}
 }
