@@ -110,3 +110,25 @@ func Unshared(t interface{ Cleanup(func()) }) {
 	unshared = true
 	t.Cleanup(func() { unshared = false })
 }
+
+// HoldQueue keeps the shared state batches' queue from sending (as a batch
+// in flight does) until release is called.
+func HoldQueue(d *Drainer) (release func()) {
+	c := &d.states
+	c.mu.Lock()
+	c.inflight = true
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.inflight = false
+		c.flushLocked(d)
+	}
+}
+
+// QueueLen is how many commits wait in the shared queue.
+func QueueLen(d *Drainer) int {
+	d.states.mu.Lock()
+	defer d.states.mu.Unlock()
+	return len(d.states.queue)
+}

@@ -654,3 +654,72 @@ func TestState_SharedBatch(t *testing.T) {
 	require.Equal(t, map[string]string{"count": "1"}, storedState(t, w, "x"))
 	require.Equal(t, uint64(5), storedCursor(t, w, "x"))
 }
+
+// TestState_SharedBatchNeighbourRecommits: two holdings' commits meet in
+// one shared batch; one id was seized meanwhile, so the batch is refused
+// whole; the other holding, still the holder, commits again alone; the
+// seized one stores nothing and its new holder counts from its state.
+func TestState_SharedBatchNeighbourRecommits(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{})
+	ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
+	require.NoError(t, err)
+	defer ss.Close()
+	hold := func(id string) *drain.Holding {
+		l, err := ss.Claim(ctx, id)
+		require.NoError(t, err)
+		h, err := d.HoldState(l)
+		require.NoError(t, err)
+		return h
+	}
+	hx, hy := hold("x"), hold("y")
+	var cx, cy counter
+	send(t, ctx, w, "x", "a", "b")
+	send(t, ctx, w, "y", "a", "b")
+	var seized *ownership.Lease
+	var once sync.Once
+	drain.SetBeforeCommit(d, func(id string, _ wire.Cursor) {
+		if id == "y" {
+			once.Do(func() {
+				var err error
+				seized, err = w.Ownership.Seize(ctx, "y", "n2", time.Minute, true)
+				require.NoError(t, err)
+			})
+		}
+	})
+	release := drain.HoldQueue(d)
+	errs := make(chan error, 2)
+	go func() { _, err := hx.Drain(ctx, drain.StateHandler(cx.handle).Handler()); errs <- err }()
+	go func() { _, err := hy.Drain(ctx, drain.StateHandler(cy.handle).Handler()); errs <- err }()
+	testutil.WaitFor(t, 10*time.Second, "both commits queued", func() bool { return drain.QueueLen(d) == 2 })
+	before := bucketLastSeq(t, w)
+	release()
+	var got []error
+	for range 2 {
+		got = append(got, <-errs)
+	}
+	var heldErrs, oks int
+	for _, err := range got {
+		switch {
+		case err == nil:
+			oks++
+		case errors.Is(err, ownership.ErrHeld) || errors.Is(err, ownership.ErrFenced):
+			heldErrs++
+		default:
+			t.Fatalf("unexpected: %v", err)
+		}
+	}
+	require.Equal(t, 1, oks, "x, still the holder, commits again alone: %v", got)
+	require.Equal(t, 1, heldErrs, "y was seized: %v", got)
+	require.Equal(t, map[string]string{"count": "2", "seen": "ab"}, storedState(t, w, "x"))
+	require.Empty(t, storedState(t, w, "y"), "the seized holding's part was stored")
+	require.Equal(t, before+3, bucketLastSeq(t, w), "only x's second batch (two keys and the cursor) was stored")
+
+	drain.SetBeforeCommit(d, nil)
+	var c2 counter
+	_, err = d.DrainLease(ctx, seized, drain.StateHandler(c2.handle).Handler(), drain.WithState())
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, c2.bodies())
+	require.Equal(t, map[string]string{"count": "2", "seen": "ab"}, storedState(t, w, "y"))
+}
