@@ -36,7 +36,7 @@ func init() {
 
 // The flags of the bench command.
 var benchFlags struct {
-	Scenario    string        `name:"scenario" placeholder:"S" complete:"steady,takeover,handoff,fan-in,zipf" default:"${bench_scenario}" help:"scenario: steady, takeover (owner processes killed, stopped past their ttl, force-seized), handoff (graceful stops), fan-in (10,000 ids, a pool of workers) or zipf (100,000 ids, posts drawn from a Zipf distribution, owner processes killed every 5 s)"`
+	Scenario    string        `name:"scenario" placeholder:"S" complete:"steady,takeover,handoff,fan-in,zipf,counter" default:"${bench_scenario}" help:"scenario: steady, takeover (owner processes killed, stopped past their ttl, force-seized), handoff (graceful stops), fan-in (10,000 ids, a pool of workers), zipf (100,000 ids, posts drawn from a Zipf distribution, owner processes killed every 5 s) or counter (takeover's faults, each message counted in its id's per-id state; every counter checked)"`
 	Size        string        `name:"size" placeholder:"SIZE" complete:"smoke,full" default:"${bench_size}" help:"size: smoke (about 30 s) or full (a few minutes)"`
 	Embedded    bool          `name:"embedded" default:"true" help:"run an embedded server with its store in a temporary directory; the default unless --server is given"`
 	IDs         int           `name:"ids" placeholder:"N" help:"mailboxes (default: the size's)"`
