@@ -1,5 +1,7 @@
 package worker
 
+import "time"
+
 // Unread is Worker.unread.
 func Unread(wk *Worker, id string) bool { return wk.unread(id) }
 
@@ -8,3 +10,10 @@ func Scans(wk *Worker) (all, afterMiss int64) { return wk.scans.Load(), wk.scans
 
 // MarkMissed notes a missed candidate, as a full candidate channel does.
 func MarkMissed(wk *Worker) { wk.missed.Store(true) }
+
+// SetParkAfter sets how long a held id's goroutine waits idle before it
+// parks (before Run).
+func SetParkAfter(wk *Worker, d time.Duration) { wk.parkAfter = d }
+
+// Serving is how many held ids' goroutines run now.
+func Serving(wk *Worker) int64 { return wk.serving.Load() }

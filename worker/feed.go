@@ -210,13 +210,22 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 // post puts a message from the feed in the holding's inbox, or, when the
 // inbox is full, notes the gap.
 func (h *holding) post(m *jetstream.RawStreamMsg) {
+	h.mu.Lock()
+	if h.inbox == nil {
+		h.inbox = newInbox() // parked: park let it go
+	}
 	select {
 	case h.inbox <- m:
+		h.mu.Unlock()
+		h.wake()
 	default:
+		h.mu.Unlock()
 		h.gap.Store(true)
 		nudge(h)
 	}
 }
+
+func newInbox() chan *jetstream.RawStreamMsg { return make(chan *jetstream.RawStreamMsg, inboxSize) }
 
 // gapAll marks every held id's inbox as missing messages.
 func (wk *Worker) gapAll() {

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/fencepost/fencepost/ownership"
 )
 
@@ -189,19 +187,15 @@ func (wk *Worker) claim(ctx context.Context, wg *sync.WaitGroup, ss *ownership.S
 		return false
 	}
 	hctx, lost := context.WithCancelCause(ctx)
-	h := &holding{lease: l, drains: drains, more: make(chan struct{}, 1), inbox: make(chan *jetstream.RawStreamMsg, inboxSize), lost: lost}
-	nudge(h)
+	h := &holding{lease: l, drains: drains, more: make(chan struct{}, 1), inbox: newInbox(), lost: lost}
+	h.active.Store(time.Now().UnixNano())
+	h.more <- struct{}{} // the first delivery
 	wk.mu.Lock()
 	h.start, h.whole = wk.kept.take(id)
 	wk.held[id] = h
+	wk.startHolding(hctx, wg, ss, id, h)
 	wk.mu.Unlock()
 	wk.log.Info("claimed", "event", "claimed", "id", id, "epoch", l.Epoch)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer lost(nil)
-		wk.serve(hctx, ss, id, h)
-	}()
 	return false
 }
 

@@ -11,19 +11,17 @@ import (
 	"github.com/fencepost/fencepost/ownership"
 )
 
-func nudge(h *holding) {
-	select {
-	case h.more <- struct{}{}:
-	default:
-	}
-}
-
 // serve drains one held id whenever it may have mail, until the holding is
-// lost, the id stays idle for cfg.Idle (then it is released), or ctx ends.
-func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h *holding) {
+// lost, the id stays idle for cfg.Idle (then it is released), or ctx ends;
+// or until it had nothing to do for a while: then it parks and says so
+// (park.go), and its state waits in h for the goroutine that wake starts.
+func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h *holding) (parked bool) {
 	logged := false   // "lost an id" was logged
 	released := false // released when idle
 	defer func() {
+		if parked {
+			return
+		}
 		if cause := context.Cause(ctx); !logged && errors.Is(cause, errTakenOver) {
 			// Idle or busy: the watch ended the holding.
 			wk.log.Info("lost an id", "event", "lost", "id", id, "epoch", h.lease.Epoch, "reason", cause)
@@ -47,8 +45,11 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 		delete(wk.held, id)
 		wk.mu.Unlock()
 	}()
-	idle := time.NewTimer(wk.cfg.Idle)
+	inbox := h.takeInbox()
+	idle := time.NewTimer(wk.idleLeft(h))
 	defer idle.Stop()
+	linger := time.NewTimer(wk.parkAfter)
+	defer linger.Stop()
 	backoff := 10 * time.Millisecond
 	var msgs []*jetstream.RawStreamMsg
 	// flush fires when what the holding delivered and owes a commit for
@@ -58,7 +59,13 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 	defer flush.Stop()
 	for {
 		msgs = msgs[:0]
+		linger.Reset(wk.parkAfter)
 		select {
+		case <-linger.C:
+			if wk.park(ctx, h) {
+				return true
+			}
+			continue
 		case <-ctx.Done():
 			return
 		case <-flush.C:
@@ -80,6 +87,7 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 			if !h.drains.Clean() {
 				// Handed out and not committed (a commit of unknown
 				// outcome): deliver again from the cursor first.
+				h.active.Store(time.Now().UnixNano())
 				idle.Reset(wk.cfg.Idle)
 				nudge(h)
 				continue
@@ -92,8 +100,8 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 			}
 			return
 		case <-h.more:
-		case m := <-h.inbox:
-			msgs = takeInbox(append(msgs, m), h.inbox)
+		case m := <-inbox:
+			msgs = takeInbox(append(msgs, m), inbox)
 		}
 		select {
 		case wk.slots <- struct{}{}:
@@ -113,6 +121,7 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 		case err == nil:
 			backoff = 10 * time.Millisecond
 			if res.Count > 0 {
+				h.active.Store(time.Now().UnixNano())
 				idle.Reset(wk.cfg.Idle)
 			}
 			continue

@@ -97,6 +97,11 @@ type Worker struct {
 	missed atomic.Bool
 	// scans, scansAfterMiss: scans made, and those a miss asked for.
 	scans, scansAfterMiss atomic.Int64
+	// parkAfter: a held id's goroutine parks after this long with nothing
+	// to do (defaultParkAfter; tests set it); serving counts the
+	// goroutines running (park.go).
+	parkAfter time.Duration
+	serving   atomic.Int64
 
 	mu      sync.Mutex
 	held    map[string]*holding
@@ -110,7 +115,7 @@ type holding struct {
 	// inbox: the id's messages from the worker's one consumer of every
 	// mailbox, in stream order, handed out with drains.Deliver. One that
 	// finds inbox full is dropped and sets gap: the next delivery is a
-	// drain (from the cursor), which covers it.
+	// drain (from the cursor), which covers it. nil while parked (mu).
 	inbox chan *jetstream.RawStreamMsg
 	gap   atomic.Bool
 	// start: the id's messages the worker kept while nobody held it, all
@@ -119,9 +124,21 @@ type holding struct {
 	start    []*jetstream.RawStreamMsg
 	whole    bool
 	lastDone atomic.Int64 // unix nanos of the end of the last drain
+	// active: unix nanos of the last delivery (or the claim); the id is
+	// released when idle for Config.Idle after it.
+	active atomic.Int64
 	// lost ends the holding's context (its drain and running handler)
 	// when the watch shows the id taken by another holding.
 	lost context.CancelCauseFunc
+
+	// A holding's goroutine (serve) runs while the id has work and parks
+	// (ends) after parkAfter without any; mail, a nudge, the idle release
+	// falling due or the end of the holding's context wake it (park.go).
+	// spawn starts it; mu guards parked, idleWake and inbox.
+	spawn    func()
+	mu       sync.Mutex
+	parked   bool
+	idleWake *time.Timer // wakes a parked holding when its idle release is due
 }
 
 // errTakenOver is the cause given to a holding whose id another holding
@@ -186,7 +203,7 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	if err != nil {
 		return nil, err
 	}
-	wk := &Worker{w: w, own: own, cfg: cfg, slots: make(chan struct{}, cfg.Parallel), claimSlots: min(cfg.Parallel, maxClaims), h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}}
+	wk := &Worker{w: w, own: own, cfg: cfg, slots: make(chan struct{}, cfg.Parallel), claimSlots: min(cfg.Parallel, maxClaims), h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}, parkAfter: defaultParkAfter}
 	if len(cfg.IDs) == 0 && w.Config.Purge != world.PurgeByServer {
 		wk.sweep = dr.NewSweeper()
 	}
