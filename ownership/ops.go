@@ -52,7 +52,7 @@ func (s *Store) run(ctx context.Context, op, id string, first firstView, single 
 		if !cached {
 			var err error
 			if v, err = s.read(ctx, id); err != nil {
-				return view{}, time.Time{}, err
+				return view{}, time.Time{}, unknownIfTried(op, id, tried, err)
 			}
 		}
 		start := time.Now()
@@ -65,14 +65,14 @@ func (s *Store) run(ctx context.Context, op, id string, first firstView, single 
 			// A refusal is a read: on a replicated world, confirm it.
 			ok, err := s.confirm(ctx, id, v)
 			if err != nil {
-				return view{}, start, err
+				return view{}, start, unknownIfTried(op, id, tried, err)
 			}
 			if !ok {
 				if confirms++; confirms >= maxConfirms {
-					return view{}, start, fmt.Errorf("%w: the record of %q moved under %d reads in a row during the %s", ErrNotConfirmed, id, confirms, op)
+					return view{}, start, unknownIfTried(op, id, tried, fmt.Errorf("%w: the record of %q moved under %d reads in a row during the %s", ErrNotConfirmed, id, confirms, op))
 				}
 				if err := pause(ctx, confirmWait); err != nil {
-					return view{}, start, err
+					return view{}, start, unknownIfTried(op, id, tried, err)
 				}
 				confirmWait = min(2*confirmWait, 50*time.Millisecond)
 				attempt--
@@ -105,22 +105,25 @@ func (s *Store) run(ctx context.Context, op, id string, first firstView, single 
 		if !errors.Is(err, errConflict) {
 			return nv, start, err
 		}
-		if mine, ok := s.storedAfterAll(ctx, op, id, v, *next); ok {
-			return mine, start, nil
-		}
 		if !sameWrite(v.rec, *next) {
 			tried = append(tried, triedWrite{rec: *next, start: start, over: v})
+		}
+		fresh, mine, rerr := s.storedAfterAll(ctx, op, id, v, *next)
+		if rerr != nil {
+			return view{}, start, unknownIfTried(op, id, tried, rerr)
+		}
+		if mine {
+			return fresh, start, nil
 		}
 		if single {
 			// A replicated stream's leader also refuses (10164) while an
 			// earlier write to the record is still in flight, though the
 			// record did not change. Only a change is contention: on the
 			// same revision, the same decision is written again.
-			fresh, rerr := s.read(ctx, id)
-			if rerr == nil && fresh.rev == v.rev && attempt < maxAttempts {
+			if fresh.rev == v.rev && attempt < maxAttempts {
 				v, cached = fresh, true
 				if err := pause(ctx, time.Millisecond); err != nil {
-					return view{}, start, err
+					return view{}, start, unknownIfTried(op, id, tried, err)
 				}
 				continue
 			}
@@ -129,27 +132,32 @@ func (s *Store) run(ctx context.Context, op, id string, first firstView, single 
 		if attempt >= maxAttempts {
 			return view{}, start, fmt.Errorf("%w: the record of %q changed %d times during the %s", ErrContended, id, attempt, op)
 		}
-		cached = false
+		// Decide again on what storedAfterAll read (a refusal reads again).
+		v, cached = fresh, true
 	}
 }
 
 // storedAfterAll reads the record after a write of rec over v was refused
-// as a conflict, and says whether the record stored is rec after all: a
-// publish the client sent again after its first answer was lost (the
-// first stored, the second refused), or a stream leader that changed
-// under it, turns a stored write into a refusal (the partition scenarios
-// of the fault suite saw a claim answer held-by naming its own caller).
-// rec is this call's own: a new epoch, or the same epoch with a term
-// that starts at this call's clock reading, so no other write stores the
-// same record; unless rec changes nothing of v's (then any write could
-// have stored it, and it is not taken for this call's).
-func (s *Store) storedAfterAll(ctx context.Context, op, id string, v view, rec wire.Record) (view, bool) {
-	if sameWrite(v.rec, rec) {
-		return view{}, false
+// as a conflict, returns what it read, and says whether the record stored
+// is rec after all: a publish the client sent again after its first
+// answer was lost (the first stored, the second refused), or a deposed
+// stream leader that got the publish too and answered first from its
+// stale state while the real leader stored it, turns a stored write into
+// a refusal (the partition scenarios of the fault suite saw a claim
+// answer held-by naming its own caller, and a forced seize answer
+// contended). The read is confirmed (confirm): a deposed leader's read
+// would not show the write. rec is this call's own: a new epoch, or the
+// same epoch with a term that starts at this call's clock reading, so no
+// other write stores the same record; unless rec changes nothing of v's
+// (then any write could have stored it, and it is not taken for this
+// call's). An error: the read could not be confirmed.
+func (s *Store) storedAfterAll(ctx context.Context, op, id string, v view, rec wire.Record) (view, bool, error) {
+	fresh, err := s.readConfirmed(ctx, id)
+	if err != nil {
+		return view{}, false, err
 	}
-	fresh, err := s.read(ctx, id)
-	if err != nil || !fresh.present() || !sameWrite(fresh.rec, rec) {
-		return view{}, false
+	if sameWrite(v.rec, rec) || !fresh.present() || !sameWrite(fresh.rec, rec) {
+		return fresh, false, nil
 	}
 	s.count(op)
 	if !rec.Backed() {
@@ -158,7 +166,7 @@ func (s *Store) storedAfterAll(ctx context.Context, op, id string, v view, rec w
 	if s.debugOn(ctx) {
 		s.debug(ctx, op, id, "outcome", "written (the refusal was of a second copy)", "rev", fresh.rev)
 	}
-	return fresh, true
+	return fresh, true, nil
 }
 
 // triedWrite is a write of a call refused as a conflict, and when it was
@@ -167,6 +175,17 @@ type triedWrite struct {
 	rec   wire.Record
 	start time.Time
 	over  view // the view it was written over
+}
+
+// unknownIfTried is err, or, when the call has writes refused as
+// conflicts (tried) that may have been stored after all (storedAfterAll),
+// an *UnknownError: the call ends without a read that shows whether one
+// of them was.
+func unknownIfTried(op, id string, tried []triedWrite, err error) error {
+	if len(tried) == 0 {
+		return err
+	}
+	return &UnknownError{Op: op, ID: id, Err: fmt.Errorf("a write refused as a conflict may have been stored, and no confirmed read came after it: %w", err)}
 }
 
 // ownWrite says whether v, a confirmed read that a refusal would be
