@@ -17,3 +17,7 @@ func SetParkAfter(wk *Worker, d time.Duration) { wk.parkAfter = d }
 
 // Serving is how many held ids' goroutines run now.
 func Serving(wk *Worker) int64 { return wk.serving.Load() }
+
+// SetFeedFault makes the setup of the worker's consumers fail while f
+// returns an error (before Run).
+func SetFeedFault(wk *Worker, f func() error) { wk.feedFault = f }

@@ -2,10 +2,12 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/internal/wire"
@@ -15,12 +17,46 @@ import (
 // inboxSize is how many messages a held id's inbox holds (see holding).
 const inboxSize = 256
 
+// startFeed starts the feed, again and again while its setup fails for a
+// reason that passes (a request timed out, no JetStream responder: a
+// loaded or electing server), with a backoff up to 5 s, until ctx ends.
+// Four workers starting at once beside a million mailboxes timed out
+// creating their consumers, and a worker that gave up at its start left
+// its node's share of the ids to the others' fallbacks.
+func (wk *Worker) startFeed(ctx context.Context, wg *sync.WaitGroup, cand chan<- candidate) error {
+	backoff := 500 * time.Millisecond
+	for {
+		err := wk.feed(ctx, wg, cand)
+		if err == nil || ctx.Err() != nil || !passing(err) {
+			return err
+		}
+		wk.log.Warn("the worker's consumers could not be made; trying again", "error", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// passing says whether err is of a kind that passes: a request that timed
+// out or found no JetStream responder.
+func passing(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoHeartbeat)
+}
+
 // feed starts the three sources of candidate ids: posts to mailboxes (an
 // ordered consumer of the mailbox subjects, new messages only: one per
 // worker, not per id; a held id's messages go to its inbox, another id's
 // make it a candidate), ownership changes (a lapse or release makes an id
 // claimable) and a periodic scan of the mailbox stream (the backstop).
 func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- candidate) error {
+	if wk.feedFault != nil {
+		if err := wk.feedFault(); err != nil {
+			return fmt.Errorf("worker: follow posts: %w", err)
+		}
+	}
 	filter := []string{wire.MailboxFilter(wk.w.Name)}
 	if wk.ids != nil && len(wk.ids) <= 64 {
 		filter = filter[:0]
@@ -90,8 +126,22 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 	}
 	if wk.sweep != nil {
 		wg.Go(func() {
-			if err := wk.sweep.Run(ctx, time.Second); err != nil {
-				wk.log.Warn("the sweep of committed messages stopped; each id purges its own", "error", err)
+			// While the sweep does not run each id purges its own (3.10
+			// point 5): it starts again after a failure (its cursor watch
+			// could not be made, or ended) until ctx ends.
+			backoff := 500 * time.Millisecond
+			for {
+				err := wk.sweep.Run(ctx, time.Second)
+				if ctx.Err() != nil {
+					return
+				}
+				wk.log.Warn("the sweep of committed messages stopped; each id purges its own until it runs again", "error", err, "in", backoff)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, 5*time.Second)
 			}
 		})
 	}

@@ -2,9 +2,11 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,4 +113,50 @@ func TestPark(t *testing.T) {
 	st, err = w.Ownership.Owner(ctx, id(3))
 	require.NoError(t, err)
 	require.False(t, st.Held, "a parked id is free once the worker stopped")
+}
+
+// TestRun_FeedSetupRetried: the worker's consumers cannot be made twice
+// for a reason that passes (a timeout: injected, since a real server
+// cannot be made to time out on demand at that one step), and the worker
+// starts anyway and delivers; a reason that does not pass ends Run with
+// it. Without the retry Run returned the first timeout.
+func TestRun_FeedSetupRetried(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{})
+	ctx := testutil.Ctx(t, time.Minute)
+	_, err := w.Queue.Send(ctx, "r", []byte("1"))
+	require.NoError(t, err)
+	got := make(chan string, 1)
+	wk, err := w.NewWorker(worker.Config{Node: "rt", TTL: 2 * time.Second}, func(_ context.Context, m drain.Message) error {
+		got <- string(m.Body)
+		return nil
+	})
+	require.NoError(t, err)
+	var fails atomic.Int32
+	worker.SetFeedFault(wk, func() error {
+		if fails.Add(1) <= 2 {
+			return context.DeadlineExceeded
+		}
+		return nil
+	})
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	select {
+	case b := <-got:
+		require.Equal(t, "1", b)
+	case err := <-done:
+		t.Fatalf("Run ended at its start: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("nothing delivered")
+	}
+	require.EqualValues(t, 3, fails.Load(), "two failed setups, then one that worked")
+	stop()
+	require.NoError(t, <-done)
+
+	boom := errors.New("boom")
+	wk2, err := w.NewWorker(worker.Config{Node: "rt2", TTL: 2 * time.Second}, func(context.Context, drain.Message) error { return nil })
+	require.NoError(t, err)
+	worker.SetFeedFault(wk2, func() error { return boom })
+	require.ErrorIs(t, wk2.Run(ctx), boom, "a failure that does not pass ends Run")
 }

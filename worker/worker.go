@@ -102,6 +102,8 @@ type Worker struct {
 	// goroutines running (park.go).
 	parkAfter time.Duration
 	serving   atomic.Int64
+	// feedFault (tests only) fails feed's setup when it returns an error.
+	feedFault func() error
 
 	mu      sync.Mutex
 	held    map[string]*holding
@@ -275,7 +277,7 @@ func (wk *Worker) Run(ctx context.Context) error {
 	// it full is dropped (the scan finds it again), and a dropped note of
 	// another node's claim made this worker race that node for the id.
 	cand := make(chan candidate, 1<<16)
-	err = wk.feed(rctx, &wg, cand)
+	err = wk.startFeed(rctx, &wg, cand)
 	if err == nil {
 		wk.dispatch(rctx, &wg, ss, cand)
 	}
