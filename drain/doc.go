@@ -12,6 +12,12 @@
 // error leaves the message for redelivery with backoff; after the world's
 // MaxDeliveries the message moves to the id's dead letters.
 //
+// A drain or holding run with state (WithState, HoldState) also hands the
+// handler its id's state (Message.State, StateHandler) and commits the
+// writes the handler staged together with the cursor, in one atomic batch
+// in which every message carries the fence: a message's effect on its
+// id's state is applied exactly once (ReadState, DeleteState; design 3.12).
+//
 // docs/design.md section 3 gives the safety argument, docs/wire.md
 // "Mailboxes" the layout.
 package drain
