@@ -132,3 +132,6 @@ func QueueLen(d *Drainer) int {
 	defer d.states.mu.Unlock()
 	return len(d.states.queue)
 }
+
+// SendPart puts one id's commit (StateCommitMsgs) in the shared queue.
+func SendPart(d *Drainer, msgs []*nats.Msg) jetstream.PubAckFuture { return d.states.send(d, msgs) }

@@ -402,14 +402,25 @@ func (h *Holding) settle(ctx context.Context) error {
 		}
 		return err
 	}
-	if r.stored.Seq >= p.last.next.Seq {
+	target := p.last.next
+	if h.book != nil && h.owed != nil && h.owed.next.Seq > target.Seq {
+		// A state holding commits what it owes instead: its view is at
+		// the owed cursor, and a commit of the run that is delivering
+		// (settle is called from its sendOwed) may have been stored after
+		// this one was sent, and not be in h.cur yet; the old batch sent
+		// again would put its keys back behind it (design 3.12 point 6).
+		// Every dirty key goes with the owed cursor.
+		target = h.owed.next
+	} else if h.book != nil {
+		r.resend = p.writes // with the state this cursor was sent with
+	}
+	if r.stored.Seq >= target.Seq {
 		// A later cursor was stored meanwhile (a commit within a batch):
 		// writing this one again would move the cursor back.
 		_, err = h.end(ctx, r, nil, false)
 		return err
 	}
-	r.resend = p.writes // with the state this cursor was sent with
-	err = r.commit(r.ctx, p.last.next, 0, 0)
+	err = r.commit(r.ctx, target, 0, 0)
 	_, err = h.end(ctx, r, err, false)
 	return err
 }

@@ -723,3 +723,52 @@ func TestState_SharedBatchNeighbourRecommits(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, c2.bodies())
 	require.Equal(t, map[string]string{"count": "2", "seen": "ab"}, storedState(t, w, "y"))
 }
+
+// TestState_RefusedCommitNotSentBack: a state holding's commit P1 is in a
+// shared batch refused for a neighbour's fence; the run delivering next
+// stored a later commit P2 (within its batch) and owes more when it
+// settles P1. P1 is not sent again (its keys would go back behind P2's):
+// what is owed goes, with every dirty key. Each message writes its own
+// key here, so a key put back would stay back.
+func TestState_RefusedCommitNotSentBack(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{}, drain.WithCommitEvery(2, time.Hour))
+	_, h := holdState(t, ctx, w, d, "n1", "x")
+	put := drain.StateHandler(func(_ context.Context, m drain.Message, st *drain.State) error {
+		k, v, _ := strings.Cut(string(m.Body), "=")
+		return st.Put(k, []byte(v))
+	}).Handler()
+	send(t, ctx, w, "x", "k0=1")
+	_, err := h.Drain(ctx, put)
+	require.NoError(t, err)
+	cur := storedCursor(t, w, "x")
+
+	release := drain.HoldQueue(d)
+	send(t, ctx, w, "x", "k0=2")
+	msgs := mailboxMsgs(t, ctx, w, "x", cur)
+	_, ok, err := h.Deliver(ctx, msgs, put) // P1 (k0=2) queued
+	require.True(t, ok)
+	require.NoError(t, err)
+	// A neighbour's doomed part in the same queue.
+	ly, err := w.Ownership.Claim(ctx, "y", "n2", time.Minute)
+	require.NoError(t, err)
+	_, err = w.Ownership.Seize(ctx, "y", "n3", time.Minute, true)
+	require.NoError(t, err)
+	drain.SendPart(d, drain.StateCommitMsgs(d, ly.Fence, 1, map[string][]byte{"k": []byte("stale")}))
+
+	send(t, ctx, w, "x", "k1=1", "k0=3", "k2=1")
+	more := mailboxMsgs(t, ctx, w, "x", msgs[0].Sequence)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := h.Deliver(ctx, more, put) // P2 (k0=3, k1=1) within the batch, then k2 owed
+		done <- err
+	}()
+	testutil.WaitFor(t, 10*time.Second, "P1, y's part and P2 queued", func() bool { return drain.QueueLen(d) == 3 })
+	release()
+	require.NoError(t, <-done)
+	require.NoError(t, h.Flush(ctx))
+	require.Equal(t, map[string]string{"k0": "3", "k1": "1", "k2": "1"}, storedState(t, w, "x"))
+	require.Equal(t, more[2].Sequence, storedCursor(t, w, "x"))
+	require.Empty(t, storedState(t, w, "y"))
+}
