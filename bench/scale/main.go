@@ -68,10 +68,11 @@ func main() {
 	daemonFlags := flag.String("fencepostd-flags", "", "more flags for fencepostd, space-separated (e.g. --scrape-records=false)")
 	noDrain := flag.Bool("no-drain", false, "skip the drains")
 	bare := flag.Bool("bare", false, "run fencepost's side on a plain server too (no fencepostd: the world made by the client), to profile the server (FP_SCALE_SERVER_PROFILE=FILE)")
+	daemonEnv := flag.String("fencepostd-env", "", "more environment for fencepostd, space-separated (e.g. GOMEMLIMIT=100MiB)")
 	late := flag.Duration("late", 0, "also read RSS this long after the restart's reading (after the stat), to see what stays")
 	heapProfile := flag.String("heapprofile", "", "write each server's heap profile after posting and after the restart (after the settle) to PREFIX-{post,restart}.pb.gz (fencepostd, through its --pprof) and PREFIX-raw-*.pb.gz, with runtime.MemStats in PREFIX-*.txt")
 	flag.Parse()
-	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, late: *late, heapProfile: *heapProfile, daemonFlags: strings.Fields(*daemonFlags), bare: *bare, noDrain: *noDrain}
+	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, late: *late, heapProfile: *heapProfile, daemonFlags: strings.Fields(*daemonFlags), daemonEnv: strings.Fields(*daemonEnv), bare: *bare, noDrain: *noDrain}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := run(ctx, cfg)
@@ -93,6 +94,7 @@ type config struct {
 	cpuProfile         string
 	heapProfile        string
 	daemonFlags        []string
+	daemonEnv          []string
 	bare               bool
 	noDrain            bool
 }
@@ -189,7 +191,9 @@ func run(ctx context.Context, cfg config) (report, error) {
 		if ours.pprof != "" {
 			args = append(args, "--pprof", ours.pprof)
 		}
-		return exec.Command(filepath.Join(bin, "fencepostd"), append(args, cfg.daemonFlags...)...)
+		c := exec.Command(filepath.Join(bin, "fencepostd"), append(args, cfg.daemonFlags...)...)
+		c.Env = append(os.Environ(), cfg.daemonEnv...)
+		return c
 	}
 	raw := &proc{name: "raw", dir: filepath.Join(tmp, "raw")}
 	if cfg.heapProfile != "" {
