@@ -62,8 +62,8 @@ func TestMemLoop_LeavesABusyHeapAlone(t *testing.T) {
 	go func() { done <- d.memLoop(ctx) }()
 	busy := time.Now().Add(3 * memCheck)
 	for time.Now().Before(busy) {
-		runtime.KeepAlive(fill(1)) // about 10 MB/s, above memQuiet per memCheck
-		time.Sleep(100 * time.Millisecond)
+		runtime.KeepAlive(fill(1)) // about 50 MB/s, far above memQuiet per memCheck even when descheduled for a while
+		time.Sleep(20 * time.Millisecond)
 	}
 	cancel()
 	require.NoError(t, <-done)
