@@ -112,15 +112,21 @@ func TestCLI_WorkState_BadWrites(t *testing.T) {
 	  key) printf '{"a.b":"1","ok":"1"}' > "$FENCEPOST_STATE_WRITES" ;;
 	  good) printf '{"ok":"yes"}' > "$FENCEPOST_STATE_WRITES" ;;
 	esac`
-	stateWork(t, env.URL, w.Name, "w1", cmd)
+	p := stateWork(t, env.URL, w.Name, "w1", cmd)
 	for _, b := range []string{"json", "key", "good"} {
 		r := cli(t, env.URL, w.Name, "send", "x", b)
 		require.Equal(t, 0, r.code, r.err)
 	}
-	testutil.WaitFor(t, 20*time.Second, "the good write", func() bool {
-		vals, _ := stateOf(t, env.URL, w.Name, "x")
-		return vals["ok"] == "yes"
-	})
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if vals, _ := stateOf(t, env.URL, w.Name, "x"); vals["ok"] == "yes" {
+			break
+		}
+		if time.Now().After(deadline) {
+			st := cli(t, env.URL, w.Name, "stat", "x")
+			dl := cli(t, env.URL, w.Name, "dlq", "ls", "x")
+			t.Fatalf("the good write not stored after 60 s\nstat: %s\ndlq: %s\nworker stderr:\n%s", st.out, dl.out, p.stderr.String())
+		}
+	}
 	vals, _ := stateOf(t, env.URL, w.Name, "x")
 	require.Equal(t, map[string]string{"ok": "yes"}, vals)
 	testutil.WaitFor(t, 20*time.Second, "two dead letters", func() bool {
