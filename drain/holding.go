@@ -329,10 +329,13 @@ func (h *Holding) sendOwed(ctx context.Context) error {
 	if h.fault != nil {
 		f := h.fence
 		ack, err = h.fault(func() (jetstream.PubAckFuture, error) {
-			return h.d.publishCommitAsync(f, h.cursorSubj, data, w, h.book != nil)
+			return h.d.publishCommitAsync(f, h.cursorSubj, data, w, h.book != nil && len(w) > 0)
 		})
 	} else {
-		ack, err = h.d.publishCommitAsync(h.fence, h.cursorSubj, data, w, h.book != nil)
+		// A state commit without writes goes as a plain fenced write:
+		// settled above, nothing of the id is queued, so it keeps its
+		// place.
+		ack, err = h.d.publishCommitAsync(h.fence, h.cursorSubj, data, w, h.book != nil && len(w) > 0)
 	}
 	if err != nil {
 		return fmt.Errorf("drain: commit of %q not sent (nothing removed): %w", h.lease.ID, err)

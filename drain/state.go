@@ -355,12 +355,11 @@ func (d *Drainer) publishCommit(ctx context.Context, f fencing.Fence, cursorSubj
 	return jsapi.PublishBatch(ctx, d.js, d.stateMsgs(f, cursorSubj, cursor, w))
 }
 
-// publishCommitAsync is publishCommit without waiting for the answer. A
-// state holding's commits (state) go through the shared batches
-// (statebatch.go), with writes or not, so that they keep their order
-// with the holding's other commits in the queue.
-func (d *Drainer) publishCommitAsync(f fencing.Fence, cursorSubj string, cursor []byte, w []stateWrite, state bool) (jetstream.PubAckFuture, error) {
-	if state && !unshared {
+// publishCommitAsync is publishCommit without waiting for the answer;
+// shared: through the shared batches (statebatch.go), behind the
+// holding's other commits in the queue.
+func (d *Drainer) publishCommitAsync(f fencing.Fence, cursorSubj string, cursor []byte, w []stateWrite, shared bool) (jetstream.PubAckFuture, error) {
+	if shared && !unshared {
 		return d.states.send(d, d.stateMsgs(f, cursorSubj, cursor, w)), nil
 	}
 	if len(w) > 0 {
@@ -369,12 +368,15 @@ func (d *Drainer) publishCommitAsync(f fencing.Fence, cursorSubj string, cursor 
 	return d.js.PublishAsync(cursorSubj, cursor, f.Expect())
 }
 
-// publish is a run's commit write (publishCommit). A run with state sends
-// its first attempt through the shared batches, behind any commit of its
-// holding still queued there; a retry (the first one answered, refused)
-// and a commit sent again from Holding.settle go on their own.
+// publish is a run's commit write (publishCommit). A holding's run with
+// state sends its first attempt through the shared batches, behind any
+// commit of its holding still queued there; a retry (the first one
+// answered, refused) and a commit sent again from Holding.settle go on
+// their own.
 func (r *run) publish(ctx context.Context, cursor []byte, w []stateWrite, attempt int) (*jetstream.PubAck, error) {
-	if r.st != nil && r.resend == nil && attempt == 1 && !unshared {
+	// A drain on the lock path (no holding: nothing of its id is ever
+	// queued) sends a commit without writes as a plain fenced write.
+	if r.st != nil && r.resend == nil && attempt == 1 && !unshared && (len(w) > 0 || r.bg != nil) {
 		p := &sentCommit{ack: r.d.states.send(r.d, r.d.stateMsgs(r.a.fence, r.cursorSubj, cursor, w))}
 		p.wait(commitTimeout, r.d.nc)
 		return p.pa, p.err

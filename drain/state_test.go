@@ -772,3 +772,58 @@ func TestState_RefusedCommitNotSentBack(t *testing.T) {
 	require.Equal(t, more[2].Sequence, storedCursor(t, w, "x"))
 	require.Empty(t, storedState(t, w, "y"))
 }
+
+// TestState_ReadOnlyCommitPlain: a state handler that stages nothing
+// commits its cursor as a plain fenced write (one message to the bucket,
+// not an atomic batch), through a holding and on the lock path.
+func TestState_ReadOnlyCommitPlain(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{})
+	ss, h := holdState(t, ctx, w, d, "n1", "x")
+	var seen []string
+	read := drain.StateHandler(func(_ context.Context, m drain.Message, st *drain.State) error {
+		v, _ := st.Get("k")
+		seen = append(seen, string(v))
+		return nil
+	}).Handler()
+	plain := func(before uint64) {
+		t.Helper()
+		require.Equal(t, before+1, bucketLastSeq(t, w), "one cursor write")
+		m, err := jsapi.LeaderGet(ctx, w.JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{Seq: before + 1})
+		require.NoError(t, err)
+		require.Empty(t, m.Header.Get(jsapi.HeaderBatchID), "a batch for a commit without writes")
+	}
+	// A holding's own drain commits through the queue (a commit of its
+	// id may be queued there while a run delivers).
+	send(t, ctx, w, "x", "a")
+	_, err := h.Drain(ctx, read)
+	require.NoError(t, err)
+
+	// What a holding owes goes after its commit in flight was settled:
+	// plain.
+	send(t, ctx, w, "x", "b")
+	msgs := mailboxMsgs(t, ctx, w, "x", storedCursor(t, w, "x"))
+	before := bucketLastSeq(t, w)
+	_, ok, err := h.Deliver(ctx, msgs, read)
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.NoError(t, h.Flush(ctx))
+	plain(before)
+	require.Equal(t, msgs[0].Sequence, storedCursor(t, w, "x"))
+
+	// The lock path: plain.
+	require.NoError(t, ss.Close())
+	l, err := w.Ownership.Claim(ctx, "x", "n2", time.Minute)
+	require.NoError(t, err)
+	send(t, ctx, w, "x", "c")
+	before = bucketLastSeq(t, w)
+	_, err = d.DrainLease(ctx, l, read, drain.WithState())
+	require.NoError(t, err)
+	require.Equal(t, before+3, bucketLastSeq(t, w), "lock, cursor, lock release")
+	m, err := jsapi.LeaderGet(ctx, w.JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: wire.KeySubject(w.Name, wire.CursorKey("x"))})
+	require.NoError(t, err)
+	require.Greater(t, m.Sequence, before)
+	require.Empty(t, m.Header.Get(jsapi.HeaderBatchID), "a batch for a commit without writes")
+	require.Equal(t, []string{"", "", ""}, seen)
+}
