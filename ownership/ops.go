@@ -303,7 +303,9 @@ func (s *Store) seize(ctx context.Context, id, node string, ttl time.Duration, f
 }
 
 // Owner is the routing probe: the live holder of id, or Held=false with the
-// last epoch.
+// last epoch. On a replicated world the read is confirmed by a read barrier
+// (one bucket write) before it answers; when it cannot be, the error wraps
+// ErrNotConfirmed.
 func (s *Store) Owner(ctx context.Context, id string) (Status, error) {
 	if err := wire.ValidateID(id); err != nil {
 		return Status{}, err
@@ -339,7 +341,8 @@ func (s *Store) Release(ctx context.Context, id, node string) error {
 // Guard checks that node still holds id at epoch with a live lease. It
 // returns the record's status, or *FencedError (another node or epoch is on
 // the record) or *FreeError (no live lease). It is a read: use a fenced
-// write (fencing.Fence.Expect) where the check must hold at the write.
+// write (fencing.Fence.Expect) where the check must hold at the write. On
+// a replicated world the read is confirmed as Owner's is.
 func (s *Store) Guard(ctx context.Context, id, node string, epoch uint64) (Status, error) {
 	if err := s.checkIDNode(id, node); err != nil {
 		return Status{}, err
