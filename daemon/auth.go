@@ -71,6 +71,7 @@ var Permissions = []Grant{
 	{"$JS.API.STREAM.INFO.KV_fp_<w>", pub, ownerOnly, "open the world: its settings are the bucket stream's metadata (fencepost.world.config); the bucket's handle; watch"},
 	{"$KV.fp_<w>.o.>", pub, ownerOnly, "ownership records: claim, renew, release and seize are conditional writes of the record (not f.*: a forced seize first writes the id's force key, which only the operator may write)"},
 	{"$KV.fp_<w>.c.>", pub, ownerOnly, "delivery cursors: the fenced commit of a drain"},
+	{"$KV.fp_<w>.s.>", pub, ownerOnly, "per-id state: written in the fenced atomic batch of a commit, with the cursor (design 3.12)"},
 	{"$KV.fp_<w>.l.>", pub, ownerOnly, "drain locks: one drain per id at a time"},
 	{"$KV.fp_<w>.n.>", pub, roleWide, "node leases: one write per node and renewal period keeps all its ids (the role-wide owner.creds, bound to no node: any node's lease)"},
 	{"$KV.fp_<w>.n.<node>", pub, nodeBound, "its own node lease, and no other node's: it cannot renew, retire or delete another node's lease (fencepostd retires lapsed ones)"},

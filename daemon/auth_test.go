@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"io"
 	"os"
 	"path/filepath"
@@ -468,6 +469,45 @@ func TestAuth_OwnerRunsAWorkerAndDeadLetters(t *testing.T) {
 	_, err = op.w.Drainer.PurgeDeadLetters(ctx, "bad")
 	require.NoError(t, err)
 	require.Empty(t, op.violations(0))
+}
+
+// TestAuth_OwnerKeepsState: a state worker on the owner role's
+// credentials commits each message's state with its cursor (the owner may
+// write the state keys; without that the batch was refused and every
+// message came back).
+func TestAuth_OwnerKeepsState(t *testing.T) {
+	a := startAuthed(t)
+	ctx := testutil.Ctx(t, 20*time.Second)
+	p := a.as(t, daemon.RoleProducer)
+	o := a.as(t, daemon.RoleOwner)
+	wk, err := o.w.NewStateWorker(worker.Config{Node: "s1", Scan: 200 * time.Millisecond}, func(_ context.Context, m drain.Message, st *drain.State) error {
+		n := 0
+		if v, ok := st.Get("n"); ok {
+			n, _ = strconv.Atoi(string(v))
+		}
+		return st.Put("n", []byte(strconv.Itoa(n+1)))
+	})
+	require.NoError(t, err)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(wctx) }()
+	for range 3 {
+		_, err = p.w.Queue.Send(ctx, "acct", []byte("+1"))
+		require.NoError(t, err)
+	}
+	servertest.CheckFor(t, 15*time.Second, 50*time.Millisecond, func() error {
+		st, err := o.w.Drainer.ReadState(ctx, "acct")
+		if err != nil {
+			return err
+		}
+		if string(st.Values["n"]) != "3" || st.Cursor != 3 {
+			return fmt.Errorf("state %q at cursor %d, want n=3 at 3", st.Values, st.Cursor)
+		}
+		return nil
+	})
+	stop()
+	require.NoError(t, <-done)
+	require.Empty(t, o.violations(0))
 }
 
 // TestAuth_OwnerForceSeizeRefused: a forced seize first writes the id's
