@@ -43,6 +43,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/server"
 	"github.com/fencepost/fencepost/world"
 )
@@ -67,12 +68,17 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the workers) during fencepost's drain to FILE")
 	daemonFlags := flag.String("fencepostd-flags", "", "more flags for fencepostd, space-separated (e.g. --scrape-records=false)")
 	noDrain := flag.Bool("no-drain", false, "skip the drains")
+	hold := flag.Int("hold", 0, "after posting, hold this many of the ids (the first ones) through the node leases of --workers sessions, until the drain (issue 18's variant: 100,000 ids held by 4 workers); RSS, disk and restart are then measured with them held")
 	bare := flag.Bool("bare", false, "run fencepost's side on a plain server too (no fencepostd: the world made by the client), to profile the server (FP_SCALE_SERVER_PROFILE=FILE)")
 	daemonEnv := flag.String("fencepostd-env", "", "more environment for fencepostd, space-separated (e.g. GOMEMLIMIT=100MiB)")
 	late := flag.Duration("late", 0, "also read RSS this long after the restart's reading (after the stat), to see what stays")
 	heapProfile := flag.String("heapprofile", "", "write each server's heap profile after posting and after the restart (after the settle) to PREFIX-{post,restart}.pb.gz (fencepostd, through its --pprof) and PREFIX-raw-*.pb.gz, with runtime.MemStats in PREFIX-*.txt")
 	flag.Parse()
-	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, late: *late, heapProfile: *heapProfile, daemonFlags: strings.Fields(*daemonFlags), daemonEnv: strings.Fields(*daemonEnv), bare: *bare, noDrain: *noDrain}
+	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, late: *late, heapProfile: *heapProfile, daemonFlags: strings.Fields(*daemonFlags), daemonEnv: strings.Fields(*daemonEnv), bare: *bare, noDrain: *noDrain, hold: *hold}
+	if cfg.hold < 0 || cfg.hold > cfg.ids || (cfg.hold > 0 && cfg.workers < 1) {
+		fmt.Fprintln(os.Stderr, "scale: --hold must be between 0 and --ids, with at least one worker")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := run(ctx, cfg)
@@ -97,6 +103,7 @@ type config struct {
 	daemonEnv          []string
 	bare               bool
 	noDrain            bool
+	hold               int
 }
 
 // side is one server's figures.
@@ -121,13 +128,18 @@ type report struct {
 	IDs     int        `json:"ids"`
 	Body    int        `json:"body_bytes"`
 	Workers int        `json:"workers"`
+	Held    int        `json:"held,omitempty"` // ids held (--hold) while RSS, disk and restart were measured
 	Ours    side       `json:"fencepost"`
 	Raw     side       `json:"raw"`
 	EmptyMB [2]float64 `json:"rss_empty_mb"` // fencepostd, raw
 }
 
 func (r report) print() {
-	fmt.Printf("%d ids x 1 message of %d B; drained by %d workers\n\n", r.IDs, r.Body, r.Workers)
+	fmt.Printf("%d ids x 1 message of %d B; drained by %d workers\n", r.IDs, r.Body, r.Workers)
+	if r.Held > 0 {
+		fmt.Printf("%d of them held by %d workers' node leases while RSS, disk and restart were measured\n", r.Held, r.Workers)
+	}
+	fmt.Println()
 	fmt.Printf("%-34s %12s %12s %9s\n", "", "fencepostd", "raw", "ours/raw")
 	row := func(name string, o, w float64) {
 		ratio := ""
@@ -158,7 +170,7 @@ func (r report) print() {
 }
 
 func run(ctx context.Context, cfg config) (report, error) {
-	rep := report{IDs: cfg.ids, Body: cfg.body, Workers: cfg.workers}
+	rep := report{IDs: cfg.ids, Body: cfg.body, Workers: cfg.workers, Held: cfg.hold}
 	tmp, err := os.MkdirTemp("", "fp-scale-")
 	if err != nil {
 		return rep, err
@@ -239,6 +251,9 @@ func run(ctx context.Context, cfg config) (report, error) {
 type sideOps interface {
 	ready(ctx context.Context, url string) error // the server answers
 	post(ctx context.Context, url string, cfg config) error
+	// hold holds cfg.hold ids until the returned release is called (raw:
+	// nothing to hold).
+	hold(ctx context.Context, url string, cfg config) (release func(), err error)
 	stat(ctx context.Context) (time.Duration, error) // 0: not measured
 	drain(ctx context.Context, url string, cfg config) error
 }
@@ -256,6 +271,11 @@ func measureSide(ctx context.Context, cfg config, p *proc, s *side, empty *float
 		return fmt.Errorf("post: %w", err)
 	}
 	s.PostSeconds = time.Since(t0).Seconds()
+	release, err := ops.hold(ctx, p.url(), cfg)
+	if err != nil {
+		return fmt.Errorf("hold: %w", err)
+	}
+	defer release()
 	if err := sleep(ctx, cfg.settle); err != nil {
 		return err
 	}
@@ -291,6 +311,7 @@ func measureSide(ctx context.Context, cfg config, p *proc, s *side, empty *float
 	if cfg.noDrain {
 		return nil
 	}
+	release() // the held ids free for the drain's workers
 	t0, cpu0 := time.Now(), p.cpuSeconds()
 	if err := ops.drain(ctx, p.url(), cfg); err != nil {
 		return fmt.Errorf("drain: %w", err)
@@ -511,6 +532,69 @@ func (oursSide) post(ctx context.Context, url string, cfg config) error {
 	})
 }
 
+// hold claims the first cfg.hold ids through cfg.workers sessions (node
+// leases, as workers hold ids: one record write per id, renewals per
+// node), spread round robin, and keeps them until release, which closes
+// the sessions (every id free at once). The sessions renew through the
+// restart (a ttl of 30 s outlasts it; the client reconnects).
+func (oursSide) hold(ctx context.Context, url string, cfg config) (func(), error) {
+	if cfg.hold == 0 {
+		return func() {}, nil
+	}
+	c, err := client.Connect(url, client.WithTimeout(time.Minute), client.WithNATSOptions(nats.MaxReconnects(-1)))
+	if err != nil {
+		return nil, err
+	}
+	w, err := c.World(ctx, "default")
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	var sessions []*ownership.Session
+	release := func() {
+		for _, ss := range sessions {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = ss.CloseContext(cctx)
+			cancel()
+		}
+		sessions = nil
+		c.Close()
+	}
+	for n := range cfg.workers {
+		ss, err := w.Ownership.OpenSession(ctx, fmt.Sprintf("holder-%d", n+1), 30*time.Second)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		sessions = append(sessions, ss)
+	}
+	// 32 claims at a time (a worker's bound, worker.maxClaims).
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	sem := make(chan struct{}, 32)
+	for i := 0; i < cfg.hold && failed.Load() == nil && ctx.Err() == nil; i++ {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if _, err := sessions[i%len(sessions)].Claim(ctx, idOf(i)); err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
+		})
+	}
+	wg.Wait()
+	if p := failed.Load(); p != nil {
+		err = *p
+	} else {
+		err = ctx.Err()
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(release) }, nil
+}
+
 // stat times `fencepost stat` of the world, as a user runs it.
 func (s oursSide) stat(ctx context.Context) (time.Duration, error) {
 	t0 := time.Now()
@@ -640,6 +724,8 @@ func (r rawSide) post(ctx context.Context, url string, cfg config) error {
 }
 
 func (rawSide) stat(context.Context) (time.Duration, error) { return 0, nil }
+
+func (rawSide) hold(context.Context, string, config) (func(), error) { return func() {}, nil }
 
 func (r rawSide) drain(ctx context.Context, url string, cfg config) error {
 	nc, js, err := r.connect(url)
