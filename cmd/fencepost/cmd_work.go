@@ -174,26 +174,33 @@ func workLog(e *env) (*workEvents, *slog.Logger) {
 // a handler goes on writing under an epoch that is no longer the holder's.
 func execHandler(cmd, node string, grace time.Duration, stdout io.Writer) drain.Handler {
 	return func(ctx context.Context, m drain.Message) error {
-		c := exec.CommandContext(ctx, "sh", "-c", cmd)
-		c.SysProcAttr = handlerProcAttr()
-		c.Cancel = func() error { return stopGroup(c.Process.Pid, grace) }
-		c.WaitDelay = grace + time.Second // then Wait stops waiting for the command's pipes
-		c.Stdin = bytes.NewReader(m.Body)
-		c.Stdout, c.Stderr = stdout, os.Stderr
-		c.Env = append(os.Environ(),
-			"FENCEPOST_ID="+m.ID,
-			"FENCEPOST_EPOCH="+strconv.FormatUint(m.Fence.Epoch, 10),
-			"FENCEPOST_FROM="+m.From,
-			"FENCEPOST_SEQ="+strconv.FormatUint(m.Seq, 10),
-			"FENCEPOST_NODE="+node,
-			"FENCEPOST_DELIVERY="+strconv.Itoa(m.Delivery),
-			"FENCEPOST_REDELIVERED="+redelivered(m),
-		)
-		if err := c.Run(); err != nil {
-			return &execError{cmd: cmd, id: m.ID, seq: m.Seq, err: err}
-		}
-		return nil
+		return runHandler(ctx, cmd, node, grace, stdout, m)
 	}
+}
+
+// runHandler runs cmd for m as execHandler says, with env added to the
+// handler's environment, and returns an *execError if it failed.
+func runHandler(ctx context.Context, cmd, node string, grace time.Duration, stdout io.Writer, m drain.Message, env ...string) error {
+	c := exec.CommandContext(ctx, "sh", "-c", cmd)
+	c.SysProcAttr = handlerProcAttr()
+	c.Cancel = func() error { return stopGroup(c.Process.Pid, grace) }
+	c.WaitDelay = grace + time.Second // then Wait stops waiting for the command's pipes
+	c.Stdin = bytes.NewReader(m.Body)
+	c.Stdout, c.Stderr = stdout, os.Stderr
+	c.Env = append(os.Environ(),
+		"FENCEPOST_ID="+m.ID,
+		"FENCEPOST_EPOCH="+strconv.FormatUint(m.Fence.Epoch, 10),
+		"FENCEPOST_FROM="+m.From,
+		"FENCEPOST_SEQ="+strconv.FormatUint(m.Seq, 10),
+		"FENCEPOST_NODE="+node,
+		"FENCEPOST_DELIVERY="+strconv.Itoa(m.Delivery),
+		"FENCEPOST_REDELIVERED="+redelivered(m),
+	)
+	c.Env = append(c.Env, env...)
+	if err := c.Run(); err != nil {
+		return &execError{cmd: cmd, id: m.ID, seq: m.Seq, err: err}
+	}
+	return nil
 }
 
 // execError is a failed --exec command: its exit status, or why it did

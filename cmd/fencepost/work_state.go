@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -68,25 +66,8 @@ func execStateHandler(cmd, node string, grace time.Duration, stdout io.Writer) d
 		if err := os.WriteFile(writesPath, nil, 0o600); err != nil {
 			return fmt.Errorf("work --state: %w", err)
 		}
-		c := exec.CommandContext(ctx, "sh", "-c", cmd)
-		c.SysProcAttr = handlerProcAttr()
-		c.Cancel = func() error { return stopGroup(c.Process.Pid, grace) }
-		c.WaitDelay = grace + time.Second
-		c.Stdin = bytes.NewReader(m.Body)
-		c.Stdout, c.Stderr = stdout, os.Stderr
-		c.Env = append(os.Environ(),
-			"FENCEPOST_ID="+m.ID,
-			"FENCEPOST_EPOCH="+strconv.FormatUint(m.Fence.Epoch, 10),
-			"FENCEPOST_FROM="+m.From,
-			"FENCEPOST_SEQ="+strconv.FormatUint(m.Seq, 10),
-			"FENCEPOST_NODE="+node,
-			"FENCEPOST_DELIVERY="+strconv.Itoa(m.Delivery),
-			"FENCEPOST_REDELIVERED="+redelivered(m),
-			envState+"="+statePath,
-			envStateWrites+"="+writesPath,
-		)
-		if err := c.Run(); err != nil {
-			return &execError{cmd: cmd, id: m.ID, seq: m.Seq, err: err}
+		if err := runHandler(ctx, cmd, node, grace, stdout, m, envState+"="+statePath, envStateWrites+"="+writesPath); err != nil {
+			return err
 		}
 		out, err := os.ReadFile(writesPath)
 		if err != nil {
