@@ -40,9 +40,21 @@ func TestBarrier_StoredOnlyAtTheRevision(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// An R3 leader may answer busy (10164) right after a write it
+			// acknowledged, and nothing until the stream has a leader:
+			// both are asked again, for up to 10 s.
 			check := func(seq uint64, want jsapi.BarrierResult) {
 				t.Helper()
-				got, err := jsapi.Barrier(ctx, nc, "S", "s.barrier", "s.rec", seq)
+				var (
+					got jsapi.BarrierResult
+					err error
+				)
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+					got, err = jsapi.Barrier(ctx, nc, "S", "s.barrier", "s.rec", seq)
+					if err == nil && got != jsapi.BarrierBusy || time.Now().After(deadline) {
+						break
+					}
+				}
 				if err != nil {
 					t.Fatalf("barrier at %d: %v", seq, err)
 				}
