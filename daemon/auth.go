@@ -72,6 +72,7 @@ var Permissions = []Grant{
 	{"$KV.fp_<w>.o.>", pub, ownerOnly, "ownership records: claim, renew, release and seize are conditional writes of the record (not f.*: a forced seize first writes the id's force key, which only the operator may write)"},
 	{"$KV.fp_<w>.c.>", pub, ownerOnly, "delivery cursors: the fenced commit of a drain"},
 	{"$KV.fp_<w>.s.>", pub, ownerOnly, "per-id state: written in the fenced atomic batch of a commit, with the cursor (design 3.12)"},
+	{"$KV.fp_<w>.barrier", pub, ownerOnly, "the read barrier of a replicated world: a write conditional on a record's revision that confirms an answer decided on a read (owner, refusals; design invariant 8 point 6)"},
 	{"$KV.fp_<w>.l.>", pub, ownerOnly, "drain locks: one drain per id at a time"},
 	{"$KV.fp_<w>.n.>", pub, roleWide, "node leases: one write per node and renewal period keeps all its ids (the role-wide owner.creds, bound to no node: any node's lease)"},
 	{"$KV.fp_<w>.n.<node>", pub, nodeBound, "its own node lease, and no other node's: it cannot renew, retire or delete another node's lease (fencepostd retires lapsed ones)"},
