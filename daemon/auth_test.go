@@ -3,10 +3,10 @@ package daemon_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +19,7 @@ import (
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/daemon"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/server"
@@ -507,6 +508,29 @@ func TestAuth_OwnerKeepsState(t *testing.T) {
 	})
 	stop()
 	require.NoError(t, <-done)
+	require.Empty(t, o.violations(0))
+}
+
+// TestAuth_OwnerMayWriteTheBarrier: the read barrier that confirms an
+// answer on a replicated world (ownership, confirm.go) is an owner's
+// write to the world's barrier key; under --auth it is permitted, and
+// stored only at the record's revision. (The barrier runs on replicated
+// worlds only; the write and its permission are the same on this single
+// server.) Without the permission every owner and refusal on an R3 world
+// failed under --auth.
+func TestAuth_OwnerMayWriteTheBarrier(t *testing.T) {
+	a := startAuthed(t)
+	ctx := testutil.Ctx(t, 20*time.Second)
+	o := a.as(t, daemon.RoleOwner)
+	l, err := o.w.Ownership.Claim(ctx, "b-1", "node-a", time.Minute)
+	require.NoError(t, err)
+	nc := o.c.Conn()
+	res, err := jsapi.Barrier(ctx, nc, wire.BucketStream("default"), wire.BarrierSubject("default"), wire.RecordSubject("default", "b-1"), l.Revision)
+	require.NoError(t, err)
+	require.Equal(t, jsapi.BarrierStored, res)
+	res, err = jsapi.Barrier(ctx, nc, wire.BucketStream("default"), wire.BarrierSubject("default"), wire.RecordSubject("default", "b-1"), l.Revision-1)
+	require.NoError(t, err)
+	require.Equal(t, jsapi.BarrierMoved, res)
 	require.Empty(t, o.violations(0))
 }
 
