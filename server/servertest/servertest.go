@@ -161,16 +161,28 @@ func startCluster(t testing.TB, n int) ([]*Node, error) {
 	return nodes, nil
 }
 
-// URL is a client URL naming every node, for clients that fail over.
+// URL is a client URL naming every node, for clients that fail over. It
+// is made from the pinned ports, not from the running servers: a node's
+// Restart replaces its server while other goroutines ask for the URL.
 func (c *Cluster) URL() string {
 	u := ""
 	for i, n := range c.Nodes {
 		if i > 0 {
 			u += ","
 		}
-		u += n.ClientURL()
+		u += n.URL()
 	}
 	return u
+}
+
+// URL is the node's client URL, on its pinned port (the same across
+// Restart).
+func (n *Node) URL() string {
+	host := n.cfg.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return fmt.Sprintf("nats://%s:%d", host, n.cfg.Port)
 }
 
 func freePorts(t testing.TB, n int) []int {
