@@ -2,29 +2,24 @@ package ownership
 
 import (
 	"context"
-	"strings"
-
-	"github.com/fencepost/fencepost/internal/wire"
 )
 
-// CountHeld counts the ids of the world with a live lease: it lists the
-// record keys and asks Owner of each (a read through the stream leader).
-// An id whose record cannot be read is not counted. The answer is for a
-// summary (drain.Drainer.WorldStat), never for a decision.
+// CountHeld counts the ids of the world with a live lease, from one scan
+// of the records (ScanRecords: each record judged when it arrives, a
+// backing node lease read once per node). An id whose record cannot be
+// decoded is not counted. The answer is for a summary
+// (drain.Drainer.WorldStat), never for a decision.
+//
+// It asked Owner of every id before: a leader read each, and on a
+// replicated world a read barrier each (a bucket write per id); a world
+// stat at a million ids with 100,000 held took 22.6 s and 180 MB.
 func (s *Store) CountHeld(ctx context.Context) (int, error) {
-	keys, err := s.kv.ListKeysFiltered(ctx, wire.RecordPrefix+"*")
-	if err != nil {
-		return 0, err
-	}
 	n := 0
-	for key := range keys.Keys() {
-		id, err := wire.DecodeID(strings.TrimPrefix(key, wire.RecordPrefix)) // a key, not a subject
-		if err != nil {
-			continue
-		}
-		if st, err := s.Owner(ctx, id); err == nil && st.Held {
+	_, err := s.ScanRecords(ctx, func(l Listed) error {
+		if l.Err == nil && l.Held {
 			n++
 		}
-	}
-	return n, nil
+		return nil
+	})
+	return n, err
 }
