@@ -176,8 +176,13 @@ func (c *Cluster) URL() string {
 }
 
 // URL is the node's client URL, on its pinned port (the same across
-// Restart).
+// Restart). A Node made by hand around a started server (Node{Server: s},
+// as the partition tests do) has no pinned port and no Restart: its
+// server's URL.
 func (n *Node) URL() string {
+	if n.cfg.Port == 0 {
+		return n.ClientURL()
+	}
 	host := n.cfg.Host
 	if host == "" {
 		host = "127.0.0.1"
