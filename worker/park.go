@@ -77,12 +77,12 @@ func (wk *Worker) startHolding(ctx context.Context, wg *sync.WaitGroup, ss *owne
 	h.spawn()
 }
 
-// park parks the holding if it has nothing to do: what it owes is
-// committed (Flush), all it handed out is covered (Clean), and no work
-// came. It arranges to be woken when the idle release falls due. It says
-// whether it parked; the caller's goroutine must then end at once.
+// park parks the holding if it has nothing to do: the caller flushed what
+// it owed, all it handed out is covered (Clean), and no work came. It
+// arranges to be woken when the idle release falls due. It says whether
+// it parked; the caller's goroutine must then end at once.
 func (wk *Worker) park(ctx context.Context, h *holding) bool {
-	if err := h.drains.Flush(ctx); err != nil || !h.drains.Clean() {
+	if !h.drains.Clean() {
 		return false
 	}
 	h.mu.Lock()

@@ -57,11 +57,31 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
 	defer flush.Stop()
+	// flushNow commits what the holding owes; it says whether the holding
+	// was lost (then logged). A commit that failed otherwise is delivered
+	// again from the cursor (a nudge).
+	flushNow := func() (lost bool) {
+		err := h.drains.Flush(ctx)
+		if err == nil {
+			return false
+		}
+		if ctx.Err() == nil && (errors.Is(err, ownership.ErrFree) || errors.Is(err, ownership.ErrHeld) || errors.Is(err, ownership.ErrFenced)) {
+			wk.log.Info("lost an id", "event", "lost", "id", id, "epoch", h.lease.Epoch, "reason", err)
+			logged = true
+			return true
+		}
+		wk.log.Debug("commit of an id", "id", id, "error", err)
+		nudge(h) // deliver again from the cursor
+		return false
+	}
 	for {
 		msgs = msgs[:0]
 		linger.Reset(wk.parkAfter)
 		select {
 		case <-linger.C:
+			if flushNow() {
+				return
+			}
 			if wk.park(ctx, h) {
 				return true
 			}
@@ -69,14 +89,8 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 		case <-ctx.Done():
 			return
 		case <-flush.C:
-			if err := h.drains.Flush(ctx); err != nil {
-				if ctx.Err() == nil && (errors.Is(err, ownership.ErrFree) || errors.Is(err, ownership.ErrHeld) || errors.Is(err, ownership.ErrFenced)) {
-					wk.log.Info("lost an id", "event", "lost", "id", id, "epoch", h.lease.Epoch, "reason", err)
-					logged = true
-					return
-				}
-				wk.log.Debug("commit of an id", "id", id, "error", err)
-				nudge(h) // deliver again from the cursor
+			if flushNow() {
+				return
 			}
 			continue
 		case <-idle.C:
