@@ -70,7 +70,7 @@ func (s *Store) confirm(ctx context.Context, id string, v view) (bool, error) {
 // rev.
 func (s *Store) barrier(ctx context.Context, id, subject string, rev uint64) (bool, error) {
 	s.barriers.Add(1)
-	res, err := jsapi.Barrier(ctx, s.js.Conn(), wire.BucketStream(s.world), wire.BarrierSubject(s.world), subject, rev)
+	res, err := jsapi.Barrier(ctx, s.js, wire.BucketStream(s.world), wire.BarrierSubject(s.world), subject, rev)
 	if err != nil {
 		if s.debugOn(ctx) {
 			s.debug(ctx, "confirm", id, "subject", subject, "rev", rev, "error", err)

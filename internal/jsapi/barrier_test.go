@@ -50,7 +50,7 @@ func TestBarrier_StoredOnlyAtTheRevision(t *testing.T) {
 					err error
 				)
 				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-					got, err = jsapi.Barrier(ctx, nc, "S", "s.barrier", "s.rec", seq)
+					got, err = jsapi.Barrier(ctx, js, "S", "s.barrier", "s.rec", seq)
 					if err == nil && got != jsapi.BarrierBusy || time.Now().After(deadline) {
 						break
 					}
@@ -82,7 +82,7 @@ func TestBarrier_StoredOnlyAtTheRevision(t *testing.T) {
 			if n := info.CachedInfo().State.Msgs; n != 2 {
 				t.Fatalf("%d messages in the stream, want 2 (s.rec and the last barrier)", n)
 			}
-			if _, err := jsapi.Barrier(ctx, nc, "S", "nobody.barrier", "s.rec", a.Sequence); err == nil {
+			if _, err := jsapi.Barrier(ctx, js, "S", "nobody.barrier", "s.rec", a.Sequence); err == nil {
 				t.Fatal("a barrier on a subject of no stream was answered")
 			}
 		})
