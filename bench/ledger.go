@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/world"
 )
@@ -114,17 +115,17 @@ const (
 // follow consumes the world's bucket stream from its start until ctx ends,
 // the stream keeping history revisions per key.
 func (l *ledger) follow(ctx context.Context, w *world.World, history int64) error {
-	info, err := w.Bucket.Info(ctx)
+	info, err := handles.Of(w).Bucket.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("bench: bucket stream: %w", err)
 	}
 	if sc := info.Config; sc.MaxMsgsPerSubject < history {
 		sc.MaxMsgsPerSubject = history
-		if _, err := w.JS.UpdateStream(ctx, sc); err != nil {
+		if _, err := handles.Of(w).JS.UpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("bench: keep %d revisions per key in the bucket stream: %w", history, err)
 		}
 	}
-	cons, err := w.Bucket.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	cons, err := handles.Of(w).Bucket.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return fmt.Errorf("bench: follow the bucket stream: %w", err)
 	}
@@ -255,7 +256,7 @@ func (l *ledger) holders() map[string]recState {
 // caughtUp waits until the ledger processed the bucket stream up to its
 // last message at the time of the call.
 func (l *ledger) caughtUp(ctx context.Context, w *world.World) error {
-	info, err := w.Bucket.Info(ctx)
+	info, err := handles.Of(w).Bucket.Info(ctx)
 	if err != nil {
 		return err
 	}

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
@@ -292,7 +290,7 @@ func warmUp(ctx context.Context, w *client.World, ids []string, ready func() boo
 // delivered for the first time.
 func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl time.Duration, counter bool) (int64, error) {
 	const node = "bench-final"
-	info, err := w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(w.Name)))
+	ids, err := w.MailboxIDs(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("bench: final drain: %w", err)
 	}
@@ -309,11 +307,7 @@ func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl 
 		}
 		return nil
 	}
-	for subj, cnt := range info.State.Subjects {
-		id, err := wire.MailboxID(w.Name, subj)
-		if cnt == 0 || err != nil {
-			continue
-		}
+	for id := range ids {
 		// Committed messages not purged yet (the workers' sweep runs once
 		// a second) are not left to deliver.
 		if st, err := w.Drainer.Stat(ctx, id); err == nil && st.Depth == 0 {

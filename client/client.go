@@ -92,12 +92,12 @@ func (c *Client) Close() {
 //
 // A World opened by a user that may post but not read the world's streams
 // (a producer under fencepostd --auth) is open for posting only: Send and
-// Queue work; Ownership and Drainer are nil, and so are the embedded
-// world's KV, Bucket and Mailbox; Readable says why.
+// Queue work; Ownership and Drainer are nil (the embedded world is
+// PostOnly); Readable says why.
 type World struct {
 	*world.World
 	Ownership *ownership.Store
-	Queue     *queue.Queue   // send into mailboxes (World.Mailbox is the stream)
+	Queue     *queue.Queue   // send into mailboxes
 	Drainer   *drain.Drainer // drain, dead letters, stat
 
 	refused *NotPermittedError // open for posting only: the server's refusal of the stream info

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -103,7 +104,7 @@ func TestMetrics_CountOperations(t *testing.T) {
 	k, err := w.Ownership.Keep(l2)
 	require.NoError(t, err)
 	defer k.Close()
-	require.NoError(t, w.KV.Delete(ctx, wire.RecordKey("b")))
+	require.NoError(t, handles.Of(w).KV.Delete(ctx, wire.RecordKey("b")))
 	select {
 	case <-k.Done():
 	case <-time.After(5 * time.Second):

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
@@ -117,8 +118,8 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 	if err != nil {
 		return err
 	}
-	a := &auditor{d: d, kv: w.KV, own: own, maxTTL: w.Config.MaxTTL, epochs: map[string]uint64{}, count: count}
-	watch, err := w.KV.WatchFiltered(ctx, []string{wire.RecordPrefix + "*", wire.LockPrefix + "*", wire.WorldKey})
+	a := &auditor{d: d, kv: handles.Of(w).KV, own: own, maxTTL: w.Config.MaxTTL, epochs: map[string]uint64{}, count: count}
+	watch, err := handles.Of(w).KV.WatchFiltered(ctx, []string{wire.RecordPrefix + "*", wire.LockPrefix + "*", wire.WorldKey})
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/daemon"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
@@ -163,9 +164,9 @@ func TestAuth_ProducerPostsAndNothingElse(t *testing.T) {
 	require.Equal(t, op.w.Queue.Limit(), p.w.Queue.Limit())
 	require.Equal(t, op.w.Queue.MaxBody(), p.w.Queue.MaxBody())
 
-	before, err := op.w.Bucket.Info(ctx)
+	before, err := handles.Of(op.w).Bucket.Info(ctx)
 	require.NoError(t, err)
-	mbBefore, err := op.w.Mailbox.Info(ctx)
+	mbBefore, err := handles.Of(op.w).Mailbox.Info(ctx)
 	require.NoError(t, err)
 
 	nc, js := p.c.Conn(), p.c.JetStream()
@@ -214,10 +215,10 @@ func TestAuth_ProducerPostsAndNothingElse(t *testing.T) {
 	})
 
 	// Nothing was written: the bucket and the mailbox stream are as they were.
-	after, err := op.w.Bucket.Info(ctx)
+	after, err := handles.Of(op.w).Bucket.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, before.State.LastSeq, after.State.LastSeq, "no bucket write")
-	mbAfter, err := op.w.Mailbox.Info(ctx)
+	mbAfter, err := handles.Of(op.w).Mailbox.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, mbBefore.State, mbAfter.State, "mailboxes untouched")
 	st, err := op.w.Ownership.Owner(ctx, "held")
@@ -257,7 +258,7 @@ func TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset(t *testing.T) {
 	// what the commit covers.
 	op := a.as(t, daemon.RoleOperator)
 	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		info, err := op.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxSubject("default", "order-1")))
+		info, err := handles.Of(op.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxSubject("default", "order-1")))
 		if err != nil {
 			return err
 		}
@@ -289,25 +290,25 @@ func TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset(t *testing.T) {
 	require.Equal(t, 2, all.Acked)
 
 	require.Empty(t, o.violations(0), "holding and draining need nothing the owner lacks")
-	before, err := o.w.Bucket.Info(ctx)
+	before, err := handles.Of(o.w).Bucket.Info(ctx)
 	require.NoError(t, err)
 	_, err = p.w.Queue.Send(ctx, "order-2", []byte("keep me"))
 	require.NoError(t, err)
-	mbBefore, err := o.w.Mailbox.Info(ctx)
+	mbBefore, err := handles.Of(o.w).Mailbox.Info(ctx)
 	require.NoError(t, err)
 	_, err = o.w.Ownership.Claim(ctx, "held", "node-a", time.Minute)
 	require.NoError(t, err)
-	before, err = o.w.Bucket.Info(ctx)
+	before, err = handles.Of(o.w).Bucket.Info(ctx)
 	require.NoError(t, err)
 	o.refused(t, "force seize", wire.KeySubject("default", wire.ForceKey("held")), func(ctx context.Context) error {
 		_, err := o.w.Ownership.Seize(ctx, "held", "node-b", time.Minute, true)
 		return err
 	})
 	o.refused(t, "mailbox purge", "$JS.API.STREAM.PURGE.FP_MB_default", func(ctx context.Context) error {
-		return o.w.Mailbox.Purge(ctx)
+		return handles.Of(o.w).Mailbox.Purge(ctx)
 	})
 	o.refused(t, "message delete", "$JS.API.STREAM.MSG.DELETE.FP_MB_default", func(ctx context.Context) error {
-		return o.w.Mailbox.DeleteMsg(ctx, mbBefore.State.LastSeq)
+		return handles.Of(o.w).Mailbox.DeleteMsg(ctx, mbBefore.State.LastSeq)
 	})
 	o.refused(t, "dead letter purge", "$JS.API.STREAM.PURGE.FP_MB_default", func(ctx context.Context) error {
 		_, err := o.w.Drainer.PurgeDeadLetters(ctx, "order-2")
@@ -332,13 +333,13 @@ func TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset(t *testing.T) {
 		_, err := o.c.JetStream().UpdateStream(ctx, jetstream.StreamConfig{Name: "FP_MB_default", Subjects: []string{">"}})
 		return err
 	})
-	after, err := o.w.Bucket.Info(ctx)
+	after, err := handles.Of(o.w).Bucket.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, before.State.LastSeq, after.State.LastSeq, "records, epochs and cursors survive")
 	require.Equal(t, before.State.Msgs, after.State.Msgs)
 	// Nothing posted, and the mail nobody committed is all there (the
 	// purger may meanwhile have removed committed messages of a and b).
-	mbAfter, err := o.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxSubject("default", "order-2")))
+	mbAfter, err := handles.Of(o.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxSubject("default", "order-2")))
 	require.NoError(t, err)
 	require.Equal(t, mbBefore.State.LastSeq, mbAfter.State.LastSeq, "nothing posted")
 	require.EqualValues(t, 1, mbAfter.State.Subjects[wire.MailboxSubject("default", "order-2")], "the uncommitted message stays")
@@ -572,14 +573,14 @@ func TestAuth_OwnerForceSeizeRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "node-a", st.Node)
 	require.Equal(t, l.Epoch, st.Epoch)
-	_, err = o.w.KV.Get(ctx, wire.ForceKey("x"))
+	_, err = handles.Of(o.w).KV.Get(ctx, wire.ForceKey("x"))
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "no force key written")
 
 	op := a.as(t, daemon.RoleOperator)
 	l2, err := op.w.Ownership.Seize(ctx, "x", "ops", time.Minute, true)
 	require.NoError(t, err)
 	require.Equal(t, l.Epoch+1, l2.Epoch)
-	e, err := op.w.KV.Get(ctx, wire.ForceKey("x"))
+	e, err := handles.Of(op.w).KV.Get(ctx, wire.ForceKey("x"))
 	require.NoError(t, err)
 	require.Contains(t, string(e.Value()), `"node":"ops"`)
 }

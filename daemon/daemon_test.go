@@ -24,6 +24,7 @@ import (
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/daemon"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/server/servertest"
@@ -298,7 +299,7 @@ func TestDaemon_ShutdownUnderLoadLosesNothing(t *testing.T) {
 	s2 := startDaemon(t, dir)
 	_, w := connect(t, s2)
 	ctx := testutil.Ctx(t, 60*time.Second)
-	info, err := w.Mailbox.Info(ctx)
+	info, err := handles.Of(w).Mailbox.Info(ctx)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, int(info.State.Msgs), len(acked))
 	require.Equal(t, info.State.LastSeq, info.State.Msgs, "no gap: nothing stored was lost")

@@ -51,7 +51,7 @@ func (d *Daemon) purgeLoop(ctx context.Context) error {
 			if err != nil || w.Config.Purge != world.PurgeByServer {
 				continue
 			}
-			created := w.Bucket.CachedInfo().Created
+			created := w.Created()
 			seen[name] = true
 			if p := running[name]; p != nil {
 				select {

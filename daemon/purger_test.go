@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -26,13 +27,13 @@ func TestDaemon_PurgerRefusalsInMetrics(t *testing.T) {
 		_, err := w.Queue.Send(ctx, "a", []byte("x"))
 		require.NoError(t, err)
 	}
-	_, err = w.JS.Publish(ctx, wire.KeySubject("pw", wire.CursorPrefix+"*"), []byte(`{"v":1,"seq":1000000}`))
+	_, err = handles.Of(w).JS.Publish(ctx, wire.KeySubject("pw", wire.CursorPrefix+"*"), []byte(`{"v":1,"seq":1000000}`))
 	require.NoError(t, err)
-	_, err = w.JS.Publish(ctx, wire.KeySubject("pw", wire.CursorKey("a")), []byte(`{"v":1,"seq":`+strconv.Itoa(1003)+`}`))
+	_, err = handles.Of(w).JS.Publish(ctx, wire.KeySubject("pw", wire.CursorKey("a")), []byte(`{"v":1,"seq":`+strconv.Itoa(1003)+`}`))
 	require.NoError(t, err)
 	s.waitMetric(t, `fencepost_purger_bad_cursor_keys_total{world="pw"}`, 1)
 	s.waitMetric(t, `fencepost_purger_forged_cursors_total{world="pw"}`, 1)
-	info, err := w.Mailbox.Info(ctx)
+	info, err := handles.Of(w).Mailbox.Info(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, info.State.Msgs, "nothing purged")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
@@ -73,7 +74,7 @@ func (d *Daemon) retireNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w, err := wd.KV.Watch(ctx, wire.NodePrefix+"*")
+	w, err := handles.Of(wd).KV.Watch(ctx, wire.NodePrefix+"*")
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
@@ -166,7 +167,7 @@ func (d *Drainer) scan(ctx context.Context, runs []*run, g *sweep) error {
 		bySubj[r.subj] = r
 		r.deferPurge = true
 	}
-	cons, err := d.w.Mailbox.CreateConsumer(ctx, jetstream.ConsumerConfig{
+	cons, err := handles.Of(d.w).Mailbox.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		FilterSubject:     wire.MailboxFilter(d.world),
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		AckPolicy:         jetstream.AckNonePolicy,
@@ -181,7 +182,7 @@ func (d *Drainer) scan(ctx context.Context, runs []*run, g *sweep) error {
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_ = d.w.Mailbox.DeleteConsumer(dctx, cons.CachedInfo().Name)
+		_ = handles.Of(d.w).Mailbox.DeleteConsumer(dctx, cons.CachedInfo().Name)
 	}()
 	if cons.CachedInfo().NumPending == 0 {
 		return nil
@@ -334,7 +335,7 @@ func (d *Drainer) sweep(ctx context.Context, runs []*run, g sweep) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	if below > 1 {
-		if err := d.w.Mailbox.Purge(pctx, jetstream.WithPurgeSubject(wire.MailboxFilter(d.world)), jetstream.WithPurgeSequence(below)); err != nil {
+		if err := handles.Of(d.w).Mailbox.Purge(pctx, jetstream.WithPurgeSubject(wire.MailboxFilter(d.world)), jetstream.WithPurgeSequence(below)); err != nil {
 			d.log.Warn("drain: sweep of committed messages failed; the next drains purge them", "world", d.world, "below", below, "error", err)
 			below = 1
 		}
@@ -347,7 +348,7 @@ func (d *Drainer) sweep(ctx context.Context, runs []*run, g sweep) {
 	}
 	parallel(len(rest), func(i int) {
 		r := rest[i]
-		if err := d.w.Mailbox.Purge(pctx, jetstream.WithPurgeSubject(r.subj), jetstream.WithPurgeSequence(r.cur.Seq+1)); err != nil {
+		if err := handles.Of(d.w).Mailbox.Purge(pctx, jetstream.WithPurgeSubject(r.subj), jetstream.WithPurgeSequence(r.cur.Seq+1)); err != nil {
 			d.log.Warn("drain: purge of committed messages failed; the next commit retries", "world", d.world, "id", r.a.id, "error", err)
 		}
 	})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/server/servertest"
@@ -253,7 +254,7 @@ func BenchmarkDrainManyIDsHeld(b *testing.B) {
 // deliveries at once), then settles every commit; it returns how many
 // messages the handlers got.
 func deliverHeld(b *testing.B, e *benchEnv, holdings map[string]*drain.Holding, n, parallel int) int {
-	cons, err := e.w.Mailbox.OrderedConsumer(e.ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.MailboxFilter("bench")}})
+	cons, err := handles.Of(e.w).Mailbox.OrderedConsumer(e.ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.MailboxFilter("bench")}})
 	if err != nil {
 		b.Fatal(err)
 	}

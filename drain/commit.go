@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 )
@@ -139,7 +140,7 @@ func (r *run) purge(ctx context.Context) {
 	go func() {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		ch <- purgeResult{below, r.d.w.Mailbox.Purge(pctx, jetstream.WithPurgeSubject(r.subj), jetstream.WithPurgeSequence(below))}
+		ch <- purgeResult{below, handles.Of(r.d.w).Mailbox.Purge(pctx, jetstream.WithPurgeSubject(r.subj), jetstream.WithPurgeSequence(below))}
 	}()
 }
 
@@ -248,7 +249,7 @@ func (p *purgeLater) run(d *Drainer, subj string) {
 		}
 		p.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := d.w.Mailbox.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(below))
+		err := handles.Of(d.w).Mailbox.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(below))
 		cancel()
 		p.mu.Lock()
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/queue"
@@ -282,7 +283,7 @@ func (d *Drainer) Repost(ctx context.Context, q *queue.Queue, id string) (int, e
 			if seq == 0 {
 				continue
 			}
-			if err := d.w.Mailbox.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			if err := handles.Of(d.w).Mailbox.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 				return moved, fmt.Errorf("drain: reposted dead letter %d of %q but could not remove it: %w", dl.Seq, id, err)
 			}
 		}
@@ -369,12 +370,12 @@ func (d *Drainer) PurgeDeadLetters(ctx context.Context, id string) (uint64, erro
 		return 0, err
 	}
 	subj := wire.DeadLetterSubject(d.world, id)
-	info, err := d.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(subj))
+	info, err := handles.Of(d.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(subj))
 	if err != nil {
 		return 0, err
 	}
 	n := info.State.Subjects[subj]
-	if err := d.w.Mailbox.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+	if err := handles.Of(d.w).Mailbox.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
 		return 0, fmt.Errorf("drain: purge dead letters of %q: %w", id, err)
 	}
 	return n, nil

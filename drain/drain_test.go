@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/queue"
@@ -80,14 +81,14 @@ func newWorld(t *testing.T, env *testutil.Env, cfg world.Config, opts ...drain.O
 // whose purge ran are gone).
 func stored(t *testing.T, w *client.World, subj string) uint64 {
 	t.Helper()
-	info, err := w.Mailbox.Info(context.Background(), jetstream.WithSubjectFilter(subj))
+	info, err := handles.Of(w).Mailbox.Info(context.Background(), jetstream.WithSubjectFilter(subj))
 	require.NoError(t, err)
 	return info.State.Subjects[subj]
 }
 
 func bucketLastSeq(t *testing.T, w *client.World) uint64 {
 	t.Helper()
-	info, err := w.Bucket.Info(context.Background())
+	info, err := handles.Of(w).Bucket.Info(context.Background())
 	require.NoError(t, err)
 	return info.State.LastSeq
 }
@@ -437,7 +438,7 @@ func testDeadDrainer(t *testing.T, env *testutil.Env) {
 	ttl := 200 * time.Millisecond
 	dead, err := wire.EncodeLock(wire.Lock{Token: "dead-drainer", Node: "n1", Epoch: lease.Epoch, Expires: time.Now().Add(ttl)})
 	require.NoError(t, err)
-	_, err = w.KV.Create(ctx, wire.LockKey("a"), dead)
+	_, err = handles.Of(w).KV.Create(ctx, wire.LockKey("a"), dead)
 	require.NoError(t, err)
 
 	_, err = d.DrainLease(ctx, lease, (&recorder{}).handle)
@@ -493,7 +494,7 @@ func testStaleEpochLock(t *testing.T, env *testutil.Env) {
 	send(t, ctx, w, "a", "m3")
 	live, err := wire.EncodeLock(wire.Lock{Token: "other", Node: "n2", Epoch: seized.Epoch, Expires: time.Now().Add(time.Minute)})
 	require.NoError(t, err)
-	_, err = w.KV.Create(ctx, wire.LockKey("a"), live)
+	_, err = handles.Of(w).KV.Create(ctx, wire.LockKey("a"), live)
 	require.NoError(t, err)
 	_, err = dB.DrainLease(ctx, seized, rec.handle)
 	require.ErrorIs(t, err, drain.ErrContended)
@@ -593,7 +594,7 @@ func testDeepFailure(t *testing.T, env *testutil.Env) {
 		want++
 	}
 	require.Zero(t, stored(t, w, wire.MailboxSubject(w.Name, "deep")))
-	names := w.Mailbox.ConsumerNames(ctx)
+	names := handles.Of(w).Mailbox.ConsumerNames(ctx)
 	for range names.Name() {
 		t.Error("a consumer outlived the drain")
 	}
@@ -662,7 +663,7 @@ func testDrainAll(t *testing.T, env *testutil.Env) {
 		}
 	}
 	require.Equal(t, uint64(2), stored(t, w, wire.MailboxSubject(w.Name, "other")))
-	names := w.Mailbox.ConsumerNames(ctx)
+	names := handles.Of(w).Mailbox.ConsumerNames(ctx)
 	for range names.Name() {
 		t.Error("a consumer outlived the drain")
 	}

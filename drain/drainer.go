@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
@@ -99,7 +100,7 @@ type Drainer struct {
 // New returns the drainer of an open world, using its ownership store.
 func New(w *world.World, own *ownership.Store, opts ...Option) (*Drainer, error) {
 	d := &Drainer{
-		world: w.Name, cfg: w.Config, js: w.JS, nc: w.JS.Conn(), w: w, own: own,
+		world: w.Name, cfg: w.Config, js: handles.Of(w).JS, nc: handles.Of(w).JS.Conn(), w: w, own: own,
 		batch: DefaultBatch, lockTTL: DefaultLockTTL,
 		commitEvery: DefaultCommitEvery, commitInterval: DefaultCommitInterval,
 		backoffMin: DefaultBackoffMin, backoffMax: DefaultBackoffMax,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 )
 
@@ -31,7 +32,7 @@ type follower struct {
 }
 
 func (r *run) follow(ctx context.Context, from uint64) (*follower, error) {
-	cons, err := r.d.w.Mailbox.CreateConsumer(ctx, jetstream.ConsumerConfig{
+	cons, err := handles.Of(r.d.w).Mailbox.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		FilterSubject:     r.subj,
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       from,
@@ -44,7 +45,7 @@ func (r *run) follow(ctx context.Context, from uint64) (*follower, error) {
 	if err != nil {
 		return nil, fmt.Errorf("drain: read %s: %w", r.subj, err)
 	}
-	f := &follower{stream: r.d.w.Mailbox, name: cons.CachedInfo().Name, next: from, left: 1}
+	f := &follower{stream: handles.Of(r.d.w).Mailbox, name: cons.CachedInfo().Name, next: from, left: 1}
 	if f.iter, err = cons.Messages(jetstream.PullMaxMessages(2 * r.d.batch)); err != nil {
 		f.close()
 		return nil, fmt.Errorf("drain: read %s: %w", r.subj, err)

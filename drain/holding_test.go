@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -45,7 +46,7 @@ func TestHolding(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), bucketLastSeq(t, w)-before)
 	require.Equal(t, []string{"1", "2", "3", "4"}, rec.bodies())
-	e, err := w.KV.Get(ctx, wire.CursorKey("x"))
+	e, err := handles.Of(w).KV.Get(ctx, wire.CursorKey("x"))
 	require.NoError(t, err)
 	c, err := wire.DecodeCursor(e.Value())
 	require.NoError(t, err)
@@ -106,14 +107,14 @@ func TestDrain_CommitsWithinABatch(t *testing.T) {
 		done <- err
 	}()
 	second := <-reached
-	e, err := w.KV.Get(ctx, wire.CursorKey("x"))
+	e, err := handles.Of(w).KV.Get(ctx, wire.CursorKey("x"))
 	require.NoError(t, err, "nothing committed while the batch runs")
 	c, err := wire.DecodeCursor(e.Value())
 	require.NoError(t, err)
 	require.Equal(t, second, c.Seq, "the first two messages are committed mid-batch")
 	close(release)
 	require.NoError(t, <-done)
-	e, err = w.KV.Get(ctx, wire.CursorKey("x"))
+	e, err = handles.Of(w).KV.Get(ctx, wire.CursorKey("x"))
 	require.NoError(t, err)
 	c, err = wire.DecodeCursor(e.Value())
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 )
@@ -173,7 +174,7 @@ type idCounts struct {
 // id (the world's unroutable dead letters are not counted: they are the
 // world's, not an id's).
 func (d *Drainer) mailCounts(ctx context.Context) (map[string]*idCounts, int, error) {
-	info, err := d.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.WorldFilter(d.world)))
+	info, err := handles.Of(d.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.WorldFilter(d.world)))
 	if err != nil {
 		return nil, 0, fmt.Errorf("list: read the mailbox subjects of world %q: %w", d.world, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -54,7 +55,7 @@ func TestList(t *testing.T) {
 			require.Equal(t, 1, res.DeadLettered)
 			// A message on a mailbox subject whose token is no id's.
 			unroutable := strings.TrimSuffix(wire.MailboxSubject(w.Name, "x"), wire.EncodeID("x")) + "b3JkZXIuNDK"
-			_, err = w.JS.Publish(ctx, unroutable, []byte("lost"))
+			_, err = handles.Of(w).JS.Publish(ctx, unroutable, []byte("lost"))
 			require.NoError(t, err)
 
 			list := func(o drain.ListOptions) drain.ListPage {
@@ -173,7 +174,7 @@ func TestList_CorruptRecord(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	ctx := testutil.Ctx(t, time.Minute)
 	w, d := newWorld(t, env, world.Config{})
-	_, err := w.KV.Put(ctx, wire.RecordKey("bad"), []byte(`{"v":1,"node":"n1","epoch":0,"state":"held"}`))
+	_, err := handles.Of(w).KV.Put(ctx, wire.RecordKey("bad"), []byte(`{"v":1,"node":"n1","epoch":0,"state":"held"}`))
 	require.NoError(t, err)
 	send(t, ctx, w, "bad", "m")
 	for _, o := range []drain.ListOptions{{Limit: 10}, {Limit: 10, WithMail: true}} {

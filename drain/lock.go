@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
@@ -51,16 +52,16 @@ func (d *Drainer) acquire(ctx context.Context, a *authority) (l *heldLock, takeo
 	}
 	// Most drains find no lock: try to create it first, and read only when
 	// one is there.
-	if l.rev, err = d.w.KV.Create(ctx, l.key, data); err == nil {
+	if l.rev, err = handles.Of(d.w).KV.Create(ctx, l.key, data); err == nil {
 		return l, false, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, false, err
 	}
-	e, err := d.w.KV.Get(ctx, l.key)
+	e, err := handles.Of(d.w).KV.Get(ctx, l.key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		l.rev, err = d.w.KV.Create(ctx, l.key, data)
+		l.rev, err = handles.Of(d.w).KV.Create(ctx, l.key, data)
 	case err != nil:
 		return nil, false, err
 	default:
@@ -80,7 +81,7 @@ func (d *Drainer) acquire(ctx context.Context, a *authority) (l *heldLock, takeo
 		if cur.Epoch >= a.epoch && now.Before(cur.Expires.Add(d.skew)) && !overlong {
 			return nil, false, &ContendedError{ID: a.id, Node: cur.Node, Epoch: cur.Epoch, Expires: cur.Expires}
 		}
-		l.rev, err = d.w.KV.Update(ctx, l.key, data, e.Revision())
+		l.rev, err = handles.Of(d.w).KV.Update(ctx, l.key, data, e.Revision())
 		takeover = true
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
@@ -158,7 +159,7 @@ func (l *heldLock) renewOnce(ctx context.Context, start time.Time) (time.Time, e
 	if err != nil {
 		return time.Time{}, err
 	}
-	rev, err := l.d.w.KV.Update(ctx, l.key, data, l.rev)
+	rev, err := handles.Of(l.d.w).KV.Update(ctx, l.key, data, l.rev)
 	if err == nil {
 		l.val, l.rev = next, rev
 		return next.Expires, nil
@@ -210,13 +211,13 @@ func (l *heldLock) release(ctx context.Context, lapsed bool) {
 		v := l.val
 		v.Expires = time.Now().Add(-2 * l.d.skew)
 		if data, err := wire.EncodeLock(v); err == nil {
-			if _, err := l.d.w.KV.Update(ctx, l.key, data, l.rev); err != nil {
+			if _, err := handles.Of(l.d.w).KV.Update(ctx, l.key, data, l.rev); err != nil {
 				l.d.log.Debug("drain lock left lapsed", "world", l.d.world, "id", l.id, "error", err)
 			}
 		}
 		return
 	}
-	if err := l.d.w.KV.Delete(ctx, l.key, jetstream.LastRevision(l.rev)); err != nil {
+	if err := handles.Of(l.d.w).KV.Delete(ctx, l.key, jetstream.LastRevision(l.rev)); err != nil {
 		l.d.log.Debug("drain lock release", "world", l.d.world, "id", l.id, "error", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -40,7 +41,7 @@ func overwriteLock(t *testing.T, ctx context.Context, w *client.World, id string
 	t.Helper()
 	other, err := wire.EncodeLock(wire.Lock{Token: "other-drain", Node: "n9", Epoch: 1, Expires: time.Now().Add(time.Minute)})
 	require.NoError(t, err)
-	_, err = w.KV.Put(ctx, wire.LockKey(id), other)
+	_, err = handles.Of(w).KV.Put(ctx, wire.LockKey(id), other)
 	require.NoError(t, err)
 }
 
@@ -73,7 +74,7 @@ func TestDrain_LockKeptByTerm(t *testing.T) {
 		st, err := d.Stat(ctx, "a")
 		require.NoError(t, err)
 		require.Zero(t, st.Cursor, "a drain that lost its lock committed")
-		e, err := w.KV.Get(ctx, wire.LockKey("a"))
+		e, err := handles.Of(w).KV.Get(ctx, wire.LockKey("a"))
 		require.NoError(t, err, "the other drain's lock was removed")
 		l, err := wire.DecodeLock(e.Value())
 		require.NoError(t, err)
@@ -106,7 +107,7 @@ func TestDrain_LockKeptByTerm(t *testing.T) {
 		// Nobody took the lock: its handler was stopped mid-call, so it is
 		// written lapsed at the revision this drain wrote, and the next
 		// drain does not wait for its term; it labels m1 maybe seen.
-		e, err := w.KV.Get(ctx, wire.LockKey("a"))
+		e, err := handles.Of(w).KV.Get(ctx, wire.LockKey("a"))
 		require.NoError(t, err)
 		l, err := wire.DecodeLock(e.Value())
 		require.NoError(t, err)
@@ -162,7 +163,7 @@ func TestDrain_OverlongLockTakenOver(t *testing.T) {
 	plant := func(expires time.Time) {
 		lock, err := wire.EncodeLock(wire.Lock{Token: "planted", Node: "n1", Epoch: l.Epoch, Expires: expires})
 		require.NoError(t, err)
-		_, err = w.KV.Put(ctx, wire.LockKey("x"), lock)
+		_, err = handles.Of(w).KV.Put(ctx, wire.LockKey("x"), lock)
 		require.NoError(t, err)
 	}
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -38,11 +39,11 @@ func TestRedelivered_WithinHolding(t *testing.T) {
 	// than it takes), then takes writes again.
 	bucket := wire.BucketStream(w.Name)
 	setMax := func(n int32) {
-		s, err := w.JS.Stream(ctx, bucket)
+		s, err := handles.Of(w).JS.Stream(ctx, bucket)
 		require.NoError(t, err)
 		cfg := s.CachedInfo().Config
 		cfg.MaxMsgSize = n
-		_, err = w.JS.UpdateStream(ctx, cfg)
+		_, err = handles.Of(w).JS.UpdateStream(ctx, cfg)
 		require.NoError(t, err)
 	}
 	send(t, ctx, w, "x", "a", "b")

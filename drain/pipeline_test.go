@@ -16,6 +16,7 @@ import (
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -28,7 +29,7 @@ func mailboxMsgs(t *testing.T, ctx context.Context, w *client.World, id string, 
 	t.Helper()
 	var out []*jetstream.RawStreamMsg
 	for seq := after + 1; ; {
-		m, err := w.Mailbox.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(wire.MailboxSubject(w.Name, id)))
+		m, err := handles.Of(w).Mailbox.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(wire.MailboxSubject(w.Name, id)))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return out
 		}
@@ -162,7 +163,7 @@ func TestHolding_DeliverFailure(t *testing.T) {
 // consumer does, until ctx ends.
 func sweepFeed(t *testing.T, ctx context.Context, w *client.World, sw *drain.Sweeper) {
 	t.Helper()
-	cons, err := w.Mailbox.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+	cons, err := handles.Of(w).Mailbox.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{wire.MailboxFilter(w.Name)}, DeliverPolicy: jetstream.DeliverAllPolicy, HeadersOnly: true,
 	})
 	require.NoError(t, err)
@@ -201,7 +202,7 @@ func TestSweeper(t *testing.T) {
 		}
 	}
 	// A forged cursor for c, far above the last sequence: nothing purged.
-	_, err := w.KV.Put(ctx, wire.CursorKey("c"), []byte(`{"v":1,"seq":1000000}`))
+	_, err := handles.Of(w).KV.Put(ctx, wire.CursorKey("c"), []byte(`{"v":1,"seq":1000000}`))
 	require.NoError(t, err)
 	drainAll := func(id string) {
 		l, err := w.Ownership.Claim(ctx, id, "n-"+id, time.Minute)
@@ -213,7 +214,7 @@ func TestSweeper(t *testing.T) {
 	drainAll("a")
 	drainAll("b")
 	stored := func() uint64 {
-		info, err := w.Mailbox.Info(ctx)
+		info, err := handles.Of(w).Mailbox.Info(ctx)
 		require.NoError(t, err)
 		return info.State.Msgs
 	}
@@ -231,7 +232,7 @@ func TestSweeper(t *testing.T) {
 	require.Len(t, mailboxMsgs(t, ctx, w, "c", 0), 5, "the forged cursor purged nothing")
 
 	// Repair c's cursor and drain it: everything goes.
-	require.NoError(t, w.KV.Delete(ctx, wire.CursorKey("c")))
+	require.NoError(t, handles.Of(w).KV.Delete(ctx, wire.CursorKey("c")))
 	var rec recorder
 	l, err := w.Ownership.Claim(ctx, "c", "n-c", time.Minute)
 	require.NoError(t, err)
@@ -395,7 +396,7 @@ func TestHolding_UnknownCommitFencedOut(t *testing.T) {
 
 	// The commit of unknown outcome arrives now, with the old fence.
 	late := fencing.Fence{World: w.Name, ID: "x", Node: "n1", Epoch: l.Epoch, Revision: old}
-	_, err = w.JS.Publish(ctx, wire.KeySubject(w.Name, wire.CursorKey("x")), []byte(`{"v":1,"seq":1}`), late.Expect())
+	_, err = handles.Of(w).JS.Publish(ctx, wire.KeySubject(w.Name, wire.CursorKey("x")), []byte(`{"v":1,"seq":1}`), late.Expect())
 	require.Error(t, err, "a commit fenced before the rewrite was stored")
 	st, err := d.Stat(ctx, "x")
 	require.NoError(t, err)

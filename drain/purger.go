@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/world"
 )
@@ -118,7 +119,7 @@ func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error
 			o.onRefusal(r)
 		}
 	}
-	w, err := d.w.KV.Watch(ctx, wire.CursorPrefix+"*", jetstream.IgnoreDeletes())
+	w, err := handles.Of(d.w).KV.Watch(ctx, wire.CursorPrefix+"*", jetstream.IgnoreDeletes())
 	if err != nil {
 		return fmt.Errorf("drain: purger of %q: watch cursors: %w", d.world, err)
 	}
@@ -206,7 +207,7 @@ func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error
 		}
 		if top > lastSeq {
 			ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			info, err := d.w.Mailbox.Info(ictx)
+			info, err := handles.Of(d.w).Mailbox.Info(ictx)
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
@@ -246,7 +247,7 @@ func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error
 			e := purges[i]
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			err := d.w.Mailbox.Purge(pctx, jetstream.WithPurgeSubject(e.subj), jetstream.WithPurgeSequence(e.seq+1))
+			err := handles.Of(d.w).Mailbox.Purge(pctx, jetstream.WithPurgeSubject(e.subj), jetstream.WithPurgeSequence(e.seq+1))
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
 					d.log.Warn("drain: purger: purge of committed messages failed; retrying", "world", d.world, "subject", e.subj, "error", err)
@@ -290,9 +291,9 @@ func (d *Drainer) repairCursor(ctx context.Context, e cursorEntry, genuine map[s
 	g, restore := genuine[e.key]
 	var err error
 	if restore {
-		_, err = d.w.KV.Update(ctx, e.key, g.value, e.rev)
+		_, err = handles.Of(d.w).KV.Update(ctx, e.key, g.value, e.rev)
 	} else {
-		err = d.w.KV.Delete(ctx, e.key, jetstream.LastRevision(e.rev))
+		err = handles.Of(d.w).KV.Delete(ctx, e.key, jetstream.LastRevision(e.rev))
 	}
 	switch {
 	case err == nil && restore:

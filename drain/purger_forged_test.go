@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/server/servertest"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -49,7 +50,7 @@ func runPurger(t *testing.T, ctx context.Context, d *drain.Drainer, opts ...drai
 // cursorOf reads id's stored cursor: its seq, or -1 when absent or deleted.
 func cursorOf(t *testing.T, ctx context.Context, w *client.World, id string) int64 {
 	t.Helper()
-	e, err := w.KV.Get(ctx, wire.CursorKey(id))
+	e, err := handles.Of(w).KV.Get(ctx, wire.CursorKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return -1
 	}
@@ -61,7 +62,7 @@ func cursorOf(t *testing.T, ctx context.Context, w *client.World, id string) int
 
 func mailboxLastSeq(t *testing.T, ctx context.Context, w *client.World) uint64 {
 	t.Helper()
-	info, err := w.Mailbox.Info(ctx)
+	info, err := handles.Of(w).Mailbox.Info(ctx)
 	require.NoError(t, err)
 	return info.State.LastSeq
 }
@@ -80,7 +81,7 @@ func TestPurger_WildcardCursorKey(t *testing.T) {
 		send(t, ctx, w, "a", fmt.Sprint(i))
 		send(t, ctx, w, "b", fmt.Sprint(i))
 	}
-	_, err := w.JS.Publish(ctx, wire.KeySubject(w.Name, wire.CursorPrefix+"*"), []byte(`{"v":1,"seq":1000000}`))
+	_, err := handles.Of(w).JS.Publish(ctx, wire.KeySubject(w.Name, wire.CursorPrefix+"*"), []byte(`{"v":1,"seq":1000000}`))
 	require.NoError(t, err)
 	// A genuine commit after the forged key: once the purger followed it,
 	// it has seen the forged key too (the watch delivers in stream order).
@@ -137,7 +138,7 @@ func TestPurger_ForgedCursor(t *testing.T) {
 
 	forged := mailboxLastSeq(t, ctx, w) + 1000
 	for _, id := range []string{"a", "b"} {
-		_, err := w.JS.Publish(ctx, wire.KeySubject(w.Name, wire.CursorKey(id)), []byte(`{"v":1,"seq":`+strconv.FormatUint(forged, 10)+`}`))
+		_, err := handles.Of(w).JS.Publish(ctx, wire.KeySubject(w.Name, wire.CursorKey(id)), []byte(`{"v":1,"seq":`+strconv.FormatUint(forged, 10)+`}`))
 		require.NoError(t, err)
 	}
 	servertest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {

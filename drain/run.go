@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
@@ -215,7 +216,7 @@ func (d *Drainer) readCursorAt(ctx context.Context, id string) (wire.Cursor, uin
 	var m *jetstream.RawStreamMsg
 	var err error
 	if d.cfg.Replicas == 1 {
-		m, err = d.w.Bucket.GetLastMsgForSubject(ctx, subj)
+		m, err = handles.Of(d.w).Bucket.GetLastMsgForSubject(ctx, subj)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			err = jsapi.ErrNotFound
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
@@ -89,14 +90,14 @@ var statListMax = 100_000
 func (d *Drainer) WorldStat(ctx context.Context) (WorldStat, error) {
 	var ws WorldStat
 	// The dead-letter subjects (few, usually) are listed in any case.
-	dl, err := d.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.DeadLetterFilter(d.world)))
+	dl, err := handles.Of(d.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.DeadLetterFilter(d.world)))
 	if err != nil {
 		return ws, err
 	}
 	if dl.State.NumSubjects > uint64(statListMax) {
 		return d.countedWorldStat(ctx, dl.State)
 	}
-	info, err := d.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.WorldFilter(d.world)))
+	info, err := handles.Of(d.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.WorldFilter(d.world)))
 	if err != nil {
 		return ws, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
@@ -538,7 +539,7 @@ func (d *Drainer) DeleteState(ctx context.Context, id, node string) ([]string, e
 	}
 	for k, seq := range below {
 		subj := wire.KeySubject(d.world, wire.StateKey(id, k))
-		if err := d.w.Bucket.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(seq)); err != nil {
+		if err := handles.Of(d.w).Bucket.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(seq)); err != nil {
 			d.log.Warn("drain: the delete marker of a state key stays (it counts against the id's keys until a delete purges it)", "world", d.world, "id", id, "key", k, "error", err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
@@ -57,11 +58,11 @@ func (c *counter) bodies() []string {
 func storedState(t *testing.T, w *client.World, id string) map[string]string {
 	t.Helper()
 	ctx := testutil.Ctx(t, 10*time.Second)
-	info, err := w.Bucket.Info(ctx, jetstream.WithSubjectFilter(wire.StateFilter(w.Name, id)))
+	info, err := handles.Of(w).Bucket.Info(ctx, jetstream.WithSubjectFilter(wire.StateFilter(w.Name, id)))
 	require.NoError(t, err)
 	out := map[string]string{}
 	for subj := range info.State.Subjects {
-		m, err := jsapi.LeaderGet(ctx, w.JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: subj})
+		m, err := jsapi.LeaderGet(ctx, handles.Of(w).JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: subj})
 		require.NoError(t, err)
 		if jsapi.IsMarker(m.Header) {
 			continue
@@ -75,7 +76,7 @@ func storedState(t *testing.T, w *client.World, id string) map[string]string {
 
 func storedCursor(t *testing.T, w *client.World, id string) uint64 {
 	t.Helper()
-	m, err := jsapi.LeaderGet(testutil.Ctx(t, 10*time.Second), w.JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: wire.KeySubject(w.Name, wire.CursorKey(id))})
+	m, err := jsapi.LeaderGet(testutil.Ctx(t, 10*time.Second), handles.Of(w).JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: wire.KeySubject(w.Name, wire.CursorKey(id))})
 	if errors.Is(err, jsapi.ErrNotFound) {
 		return 0
 	}
@@ -373,7 +374,7 @@ func TestState_OldWorldRefused(t *testing.T) {
 	ctx := testutil.Ctx(t, time.Minute)
 	w, _ := newWorld(t, env, world.Config{})
 	js := env.Client.JetStream()
-	cfg := w.Bucket.CachedInfo().Config
+	cfg := handles.Of(w).Bucket.CachedInfo().Config
 	cfg.AllowAtomicPublish = false
 	_, err := js.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
@@ -629,7 +630,7 @@ func TestState_SharedBatch(t *testing.T) {
 	require.Equal(t, before+5, bucketLastSeq(t, w), "one batch of five messages")
 	require.Equal(t, before+5, ay.Sequence)
 	require.Equal(t, before+3, ax.Sequence, "x's cursor is the third message")
-	cx, err := jsapi.LeaderGet(ctx, w.JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: wire.KeySubject(w.Name, wire.CursorKey("x"))})
+	cx, err := jsapi.LeaderGet(ctx, handles.Of(w).JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: wire.KeySubject(w.Name, wire.CursorKey("x"))})
 	require.NoError(t, err)
 	require.Equal(t, ax.Sequence, cx.Sequence)
 	require.Equal(t, uint64(5), storedCursor(t, w, "x"))
@@ -790,7 +791,7 @@ func TestState_ReadOnlyCommitPlain(t *testing.T) {
 	plain := func(before uint64) {
 		t.Helper()
 		require.Equal(t, before+1, bucketLastSeq(t, w), "one cursor write")
-		m, err := jsapi.LeaderGet(ctx, w.JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{Seq: before + 1})
+		m, err := jsapi.LeaderGet(ctx, handles.Of(w).JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{Seq: before + 1})
 		require.NoError(t, err)
 		require.Empty(t, m.Header.Get(jsapi.HeaderBatchID), "a batch for a commit without writes")
 	}
@@ -821,7 +822,7 @@ func TestState_ReadOnlyCommitPlain(t *testing.T) {
 	_, err = d.DrainLease(ctx, l, read, drain.WithState())
 	require.NoError(t, err)
 	require.Equal(t, before+3, bucketLastSeq(t, w), "lock, cursor, lock release")
-	m, err := jsapi.LeaderGet(ctx, w.JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: wire.KeySubject(w.Name, wire.CursorKey("x"))})
+	m, err := jsapi.LeaderGet(ctx, handles.Of(w).JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: wire.KeySubject(w.Name, wire.CursorKey("x"))})
 	require.NoError(t, err)
 	require.Greater(t, m.Sequence, before)
 	require.Empty(t, m.Header.Get(jsapi.HeaderBatchID), "a batch for a commit without writes")

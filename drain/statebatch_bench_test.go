@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/server/servertest"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -117,7 +118,7 @@ func BenchmarkStateHoldings(b *testing.B) {
 				}
 			}
 			select {
-			case <-w.JS.PublishAsyncComplete():
+			case <-handles.Of(w).JS.PublishAsyncComplete():
 			case <-time.After(time.Minute):
 				b.Fatal("posts not acknowledged")
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 )
@@ -117,7 +118,7 @@ func (s *Sweeper) Swept() uint64 { return s.swept.Load() }
 // ends.
 func (s *Sweeper) Run(ctx context.Context, every time.Duration) error {
 	d := s.d
-	w, err := d.w.KV.Watch(ctx, wire.CursorPrefix+"*")
+	w, err := handles.Of(d.w).KV.Watch(ctx, wire.CursorPrefix+"*")
 	if err != nil {
 		return fmt.Errorf("drain: sweep of %q: watch cursors: %w", d.world, err)
 	}
@@ -197,7 +198,7 @@ func (s *Sweeper) sweep(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	err := s.d.w.Mailbox.Purge(pctx, jetstream.WithPurgeSubject(wire.MailboxFilter(s.d.world)), jetstream.WithPurgeSequence(mark))
+	err := handles.Of(s.d.w).Mailbox.Purge(pctx, jetstream.WithPurgeSubject(wire.MailboxFilter(s.d.world)), jetstream.WithPurgeSequence(mark))
 	s.rest = restAfter(start, time.Now())
 	if err != nil {
 		if ctx.Err() == nil {
@@ -257,7 +258,7 @@ func (s *Sweeper) judgeCursors(ctx context.Context) error {
 	}
 	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	info, err := s.d.w.Mailbox.Info(ictx)
+	info, err := handles.Of(s.d.w).Mailbox.Info(ictx)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
@@ -34,7 +35,7 @@ type Sweep struct {
 // in proportion to the ids with mail.
 func (d *Drainer) SweepUnroutable(ctx context.Context) (Sweep, error) {
 	var res Sweep
-	info, err := d.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(d.world)))
+	info, err := handles.Of(d.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(d.world)))
 	if err != nil {
 		return res, fmt.Errorf("drain: list the mailboxes of %q: %w", d.world, err)
 	}
@@ -97,7 +98,7 @@ func (d *Drainer) moveAside(ctx context.Context, m *jetstream.RawStreamMsg, reas
 	if err := d.storeDead(ctx, wire.UnroutableSubject(d.world), m, meta); err != nil {
 		return err
 	}
-	if err := d.w.Mailbox.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := handles.Of(d.w).Mailbox.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("moved message %d aside but could not remove it: %w", m.Sequence, err)
 	}
 	d.log.Warn("drain: unroutable message moved to the world's dead letters",
@@ -117,7 +118,7 @@ func (d *Drainer) moveAside(ctx context.Context, m *jetstream.RawStreamMsg, reas
 // message it cannot move is logged and left; the next start of the
 // follower tries again.
 func (d *Drainer) FollowUnroutable(ctx context.Context) error {
-	cons, err := d.w.Mailbox.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+	cons, err := handles.Of(d.w).Mailbox.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{wire.MailboxFilter(d.world)},
 		HeadersOnly:    true,
 	})
@@ -155,7 +156,7 @@ func (d *Drainer) FollowUnroutable(ctx context.Context) error {
 		case <-cc.Closed():
 			return fmt.Errorf("drain: following the mailboxes of %q stopped", d.world)
 		case b := <-found:
-			m, err := d.w.Mailbox.GetMsg(ctx, b.seq)
+			m, err := handles.Of(d.w).Mailbox.GetMsg(ctx, b.seq)
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				continue // moved or removed already
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -52,7 +53,7 @@ func raw(t *testing.T, ctx context.Context, w *client.World, subj, body string, 
 	for i := 0; i+1 < len(hdr); i += 2 {
 		m.Header[hdr[i]] = append(m.Header[hdr[i]], hdr[i+1]) // as sent: no case folding
 	}
-	ack, err := w.World.JS.PublishMsg(ctx, m)
+	ack, err := handles.Of(w).JS.PublishMsg(ctx, m)
 	require.NoError(t, err)
 	return ack.Sequence
 }
@@ -190,7 +191,7 @@ func testUnroutable(t *testing.T, env *testutil.Env) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(len(bad)), ws.Unroutable, "moved messages stay counted")
 	require.Zero(t, ws.DeadLetters)
-	info, err := world.Inspect(ctx, w.World.JS, w.Name, world.InspectOptions{})
+	info, err := world.Inspect(ctx, handles.Of(w).JS, w.Name, world.InspectOptions{})
 	require.NoError(t, err)
 	require.Equal(t, uint64(len(bad)), info.Unroutable)
 	require.Equal(t, uint64(1), info.Depth)
@@ -260,7 +261,7 @@ func testUnroutableFull(t *testing.T, env *testutil.Env) {
 	require.NoError(t, err)
 	require.Len(t, un, 2)
 	for _, dl := range un { // make room: an operator removes what was read
-		require.NoError(t, w.Mailbox.DeleteMsg(ctx, dl.Seq))
+		require.NoError(t, handles.Of(w).Mailbox.DeleteMsg(ctx, dl.Seq))
 	}
 	sw, err = d.SweepUnroutable(ctx)
 	require.NoError(t, err)

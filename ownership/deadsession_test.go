@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -50,7 +51,7 @@ func TestTakeover_DeadSessionReadOnce(t *testing.T) {
 
 		// A reset starts epochs at 1 again: a's new session is at the
 		// epoch b saw dead, and its claim is live.
-		require.NoError(t, world.Reset(ctx, w.JS, w.Name))
+		require.NoError(t, world.Reset(ctx, handles.Of(w).JS, w.Name))
 		ss2, err := a.Ownership.AcquireSession(ctx, "a", time.Minute)
 		require.NoError(t, err)
 		defer ss2.Close()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -25,7 +26,7 @@ func TestOwnership_EpochsExhausted(t *testing.T) {
 	put := func(id string, r wire.Record) uint64 {
 		b, err := wire.EncodeRecord(r)
 		require.NoError(t, err)
-		rev, err := w.KV.Put(ctx, wire.RecordKey(id), b)
+		rev, err := handles.Of(w).KV.Put(ctx, wire.RecordKey(id), b)
 		require.NoError(t, err)
 		return rev
 	}
@@ -48,7 +49,7 @@ func TestOwnership_EpochsExhausted(t *testing.T) {
 			require.NotErrorIs(t, err, wire.ErrCorruptRecord)
 			require.Contains(t, err.Error(), "epochs exhausted")
 			require.Contains(t, err.Error(), "18446744073709551615")
-			e, err := w.KV.Get(ctx, wire.RecordKey(tc.id))
+			e, err := handles.Of(w).KV.Get(ctx, wire.RecordKey(tc.id))
 			require.NoError(t, err)
 			require.Equal(t, tc.rev, e.Revision(), "the refusal wrote the record")
 			st, err := w.Ownership.Owner(ctx, tc.id)
@@ -60,11 +61,11 @@ func TestOwnership_EpochsExhausted(t *testing.T) {
 	t.Run("node lease", func(t *testing.T) {
 		b, err := wire.EncodeRecord(wire.Record{Node: "nl", Epoch: math.MaxUint64, State: wire.StateHeld, TTLms: 1000, Acquired: past, Expires: past.Add(time.Second)})
 		require.NoError(t, err)
-		rev, err := w.KV.Put(ctx, wire.NodeKey("nl"), b)
+		rev, err := handles.Of(w).KV.Put(ctx, wire.NodeKey("nl"), b)
 		require.NoError(t, err)
 		_, err = w.Ownership.OpenSession(ctx, "nl", 0)
 		require.ErrorIs(t, err, ownership.ErrEpochsExhausted)
-		e, err := w.KV.Get(ctx, wire.NodeKey("nl"))
+		e, err := handles.Of(w).KV.Get(ctx, wire.NodeKey("nl"))
 		require.NoError(t, err)
 		require.Equal(t, rev, e.Revision())
 	})

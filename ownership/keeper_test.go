@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -77,7 +78,7 @@ func TestKeeper_SelfFence(t *testing.T) {
 			k, err := w.Ownership.Keep(l)
 			require.NoError(t, err)
 			defer k.Close()
-			require.NoError(t, w.KV.Delete(ctx, wire.RecordKey("del")))
+			require.NoError(t, handles.Of(w).KV.Delete(ctx, wire.RecordKey("del")))
 			waitDone(t, k.Done(), 5*time.Second)
 			require.Equal(t, fencing.CauseRecordMissing, k.Cause())
 			require.ErrorIs(t, context.Cause(k.Context()), fencing.CauseRecordMissing)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -56,10 +57,10 @@ func TestScanRecords(t *testing.T) {
 			_, err := ss.Claim(ctx, id)
 			require.NoError(t, err)
 		}
-		require.NoError(t, w.KV.Delete(ctx, wire.RecordKey("deleted")))
-		_, err = w.KV.Put(ctx, wire.RecordKey("corrupt"), []byte(`{"v":2}`))
+		require.NoError(t, handles.Of(w).KV.Delete(ctx, wire.RecordKey("deleted")))
+		_, err = handles.Of(w).KV.Put(ctx, wire.RecordKey("corrupt"), []byte(`{"v":2}`))
 		require.NoError(t, err)
-		_, err = w.KV.Put(ctx, wire.RecordPrefix+"b3JkZXIuNDK", []byte(`{}`)) // non-zero trailing bits: no id's key
+		_, err = handles.Of(w).KV.Put(ctx, wire.RecordPrefix+"b3JkZXIuNDK", []byte(`{}`)) // non-zero trailing bits: no id's key
 		require.NoError(t, err)
 		time.Sleep(20 * time.Millisecond) // "short" lapses
 

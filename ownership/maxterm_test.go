@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -28,7 +29,7 @@ func TestOwnership_TermAboveMaxTTL_IsLapsed(t *testing.T) {
 		t.Helper()
 		b, err := wire.EncodeRecord(r)
 		require.NoError(t, err)
-		rev, err := w.KV.Put(ctx, key, b)
+		rev, err := handles.Of(w).KV.Put(ctx, key, b)
 		require.NoError(t, err)
 		return rev
 	}
@@ -66,7 +67,7 @@ func TestOwnership_TermAboveMaxTTL_IsLapsed(t *testing.T) {
 		l, err := w.Ownership.Claim(ctx, "backed", "honest", time.Second)
 		require.NoError(t, err)
 		require.Equal(t, uint64(8), l.Epoch)
-		e, err := w.KV.Get(ctx, wire.NodeKey("mallory-n"))
+		e, err := handles.Of(w).KV.Get(ctx, wire.NodeKey("mallory-n"))
 		require.NoError(t, err)
 		nl, err := wire.DecodeRecord(e.Value())
 		require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -39,11 +40,11 @@ func suite(t *testing.T, fn func(t *testing.T, env *testutil.Env, w *client.Worl
 func lastSeq(t *testing.T, w *client.World) uint64 {
 	t.Helper()
 	ctx := context.Background()
-	info, err := w.Bucket.Info(ctx)
+	info, err := handles.Of(w).Bucket.Info(ctx)
 	require.NoError(t, err)
 	barrier := wire.BarrierSubject(w.Name)
 	for q := info.State.LastSeq; q > 0; q-- {
-		m, err := w.Bucket.GetMsg(ctx, q)
+		m, err := handles.Of(w).Bucket.GetMsg(ctx, q)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // removed: a barrier or a key's earlier write
 		}
@@ -190,7 +191,7 @@ func TestEpoch_AfterRecordDeleted(t *testing.T) {
 		}
 		// Another writer deletes the record: the epoch history is gone, yet
 		// the next claim must not start again at 1.
-		require.NoError(t, w.KV.Delete(ctx, wire.RecordKey("del")))
+		require.NoError(t, handles.Of(w).KV.Delete(ctx, wire.RecordKey("del")))
 		l, err := s.Claim(ctx, "del", "b", time.Minute)
 		require.NoError(t, err)
 		require.Greater(t, l.Epoch, last)
@@ -198,7 +199,7 @@ func TestEpoch_AfterRecordDeleted(t *testing.T) {
 		// (it is a rollup), and the epochs go on. (Only an operator's
 		// stream purge of the record's subject, a per-id reset outside the
 		// protocol, can remove the history: docs/security.md.)
-		require.ErrorContains(t, w.KV.Purge(ctx, wire.RecordKey("del")), "rollup not permitted")
+		require.ErrorContains(t, handles.Of(w).KV.Purge(ctx, wire.RecordKey("del")), "rollup not permitted")
 		require.NoError(t, s.Release(ctx, "del", "b"))
 		l2, err := s.Claim(ctx, "del", "c", time.Minute)
 		require.NoError(t, err)
@@ -425,7 +426,7 @@ func TestIDs_RoundTrip(t *testing.T) {
 		// again until it caught up.
 		var got []string
 		testutil.WaitFor(t, 10*time.Second, "a key listing with every id", func() bool {
-			keys, err := w.KV.ListKeys(ctx)
+			keys, err := handles.Of(w).KV.ListKeys(ctx)
 			require.NoError(t, err)
 			got = got[:0]
 			for k := range keys.Keys() {
@@ -454,7 +455,7 @@ func TestRecord_GarbageAndUnknownVersion(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "bad-" + tc.name
-			rev, err := w.KV.Put(ctx, wire.RecordKey(id), []byte(tc.value))
+			rev, err := handles.Of(w).KV.Put(ctx, wire.RecordKey(id), []byte(tc.value))
 			require.NoError(t, err)
 			ops := map[string]error{}
 			_, ops["claim"] = s.Claim(ctx, id, "a", time.Minute)
@@ -468,7 +469,7 @@ func TestRecord_GarbageAndUnknownVersion(t *testing.T) {
 				require.Contains(t, err.Error(), tc.want, op)
 				require.Contains(t, err.Error(), fmt.Sprintf("%q", id), "%s: the error does not name the id", op)
 			}
-			e, err := w.KV.Get(ctx, wire.RecordKey(id))
+			e, err := handles.Of(w).KV.Get(ctx, wire.RecordKey(id))
 			require.NoError(t, err)
 			require.Equal(t, rev, e.Revision(), "the bad record was overwritten")
 		})

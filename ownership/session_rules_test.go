@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -52,13 +53,13 @@ func TestSeize_EveryForcedPathWritesTheForceKey(t *testing.T) {
 
 			_, err = seize(t, ctx, w, id, "taker-"+name, false)
 			require.ErrorIs(t, err, ownership.ErrLive)
-			_, err = w.KV.Get(ctx, wire.ForceKey(id))
+			_, err = handles.Of(w).KV.Get(ctx, wire.ForceKey(id))
 			require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "an unforced seize wrote the force key")
 
 			l, err := seize(t, ctx, w, id, "forcer-"+name, true)
 			require.NoError(t, err)
 			require.Equal(t, held.Epoch+1, l.Epoch)
-			e, err := w.KV.Get(ctx, wire.ForceKey(id))
+			e, err := handles.Of(w).KV.Get(ctx, wire.ForceKey(id))
 			require.NoError(t, err, "a forced seize through %s wrote no force key", name)
 			f, err := wire.DecodeForce(e.Value())
 			require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -71,7 +72,7 @@ func TestSession_BacksIDs(t *testing.T) {
 		l2, err := s.Claim(ctx, "a", "n2", time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, leases["a"].Epoch+1, l2.Epoch)
-		nl, err := w.KV.Get(ctx, wire.NodeKey("n1"))
+		nl, err := handles.Of(w).KV.Get(ctx, wire.NodeKey("n1"))
 		require.NoError(t, err)
 		rec, err := wire.DecodeRecord(nl.Value())
 		require.NoError(t, err)
@@ -80,7 +81,7 @@ func TestSession_BacksIDs(t *testing.T) {
 		l3, err := s.Seize(ctx, "b.c", "n2", time.Minute, false)
 		require.NoError(t, err)
 		require.Equal(t, leases["b.c"].Epoch+1, l3.Epoch)
-		nl, err = w.KV.Get(ctx, wire.NodeKey("n1"))
+		nl, err = handles.Of(w).KV.Get(ctx, wire.NodeKey("n1"))
 		require.NoError(t, err)
 		require.Equal(t, nlRev, nl.Revision(), "a retired session is retired once")
 
@@ -148,10 +149,10 @@ func TestSession_SelfFence(t *testing.T) {
 		do    func(t *testing.T, w *client.World, ss *ownership.Session)
 	}{
 		{"node lease deleted", fencing.CauseRecordMissing, func(t *testing.T, w *client.World, ss *ownership.Session) {
-			require.NoError(t, w.KV.Delete(testutil.Ctx(t, time.Minute), wire.NodeKey(ss.Node())))
+			require.NoError(t, handles.Of(w).KV.Delete(testutil.Ctx(t, time.Minute), wire.NodeKey(ss.Node())))
 		}},
 		{"node lease replaced", fencing.CauseRecordMismatch, func(t *testing.T, w *client.World, ss *ownership.Session) {
-			_, err := w.KV.Put(testutil.Ctx(t, time.Minute), wire.NodeKey(ss.Node()), []byte(`{"v":1,"node":"x","epoch":99,"state":"free","ttl_ms":0,"acquired":"0001-01-01T00:00:00Z","expires":"0001-01-01T00:00:00Z"}`))
+			_, err := handles.Of(w).KV.Put(testutil.Ctx(t, time.Minute), wire.NodeKey(ss.Node()), []byte(`{"v":1,"node":"x","epoch":99,"state":"free","ttl_ms":0,"acquired":"0001-01-01T00:00:00Z","expires":"0001-01-01T00:00:00Z"}`))
 			require.NoError(t, err)
 		}},
 	} {
@@ -280,7 +281,7 @@ func TestSession_RetireRefusesLateRenewal(t *testing.T) {
 	now := time.Now()
 	late, err := wire.EncodeRecord(wire.Record{Node: "old", Epoch: ss.Epoch(), State: wire.StateHeld, TTLms: ttl.Milliseconds(), Acquired: now, Expires: now.Add(ttl)})
 	require.NoError(t, err)
-	_, err = w.KV.Update(ctx, wire.NodeKey("old"), late, last.Revision)
+	_, err = handles.Of(w).KV.Update(ctx, wire.NodeKey("old"), late, last.Revision)
 	require.ErrorIs(t, err, jetstream.ErrKeyRevisionMismatch, "the late renewal revived the retired session")
 	st, err := w.Ownership.Guard(ctx, "x", "new", l.Epoch)
 	require.NoError(t, err)
@@ -308,13 +309,13 @@ func TestSession_SeizeFollowsStoreRules(t *testing.T) {
 	_, err = ss.Seize(ctx, "x", false)
 	var live *ownership.LiveError
 	require.ErrorAs(t, err, &live)
-	_, err = w.KV.Get(ctx, wire.ForceKey("x"))
+	_, err = handles.Of(w).KV.Get(ctx, wire.ForceKey("x"))
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "an unforced seize wrote the force key")
 
 	seized, err := ss.Seize(ctx, "x", true)
 	require.NoError(t, err)
 	require.Equal(t, l.Epoch+1, seized.Epoch)
-	e, err := w.KV.Get(ctx, wire.ForceKey("x"))
+	e, err := handles.Of(w).KV.Get(ctx, wire.ForceKey("x"))
 	require.NoError(t, err, "a session's forced seize must write the force key")
 	f, err := wire.DecodeForce(e.Value())
 	require.NoError(t, err)

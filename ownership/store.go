@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/world"
@@ -60,8 +61,8 @@ func New(w *world.World, opts ...Option) (*Store, error) {
 	s := &Store{
 		world:   w.Name,
 		cfg:     w.Config,
-		kv:      w.KV,
-		js:      w.JS,
+		kv:      handles.Of(w).KV,
+		js:      handles.Of(w).JS,
 		skew:    DefaultMaxSkew,
 		drift:   DefaultMaxDrift,
 		metrics: nopObserver{},

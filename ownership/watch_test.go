@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -81,7 +82,7 @@ func TestWatch_OneID(t *testing.T) {
 		_, err = s.Claim(ctx, "x", "d", time.Minute)
 		require.NoError(t, err)
 		expect(t, ch, ownership.EventClaimed, "x", "d")
-		require.NoError(t, w.KV.Delete(ctx, wire.RecordKey("x")))
+		require.NoError(t, handles.Of(w).KV.Delete(ctx, wire.RecordKey("x")))
 		expect(t, ch, ownership.EventDeleted, "x", "d")
 
 		cancel()
@@ -153,7 +154,7 @@ func TestWatch_Reset(t *testing.T) {
 		require.NoError(t, err)
 		all := watch(t, ctx, w, "")
 		one := watch(t, ctx, w, "b")
-		require.NoError(t, world.Reset(ctx, w.JS, w.Name))
+		require.NoError(t, world.Reset(ctx, handles.Of(w).JS, w.Name))
 		expect(t, all, ownership.EventDeleted, "a", "n1")
 		expect(t, all, ownership.EventDeleted, "b", "n2")
 		expect(t, one, ownership.EventDeleted, "b", "n2")

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -33,7 +34,7 @@ func TestLimits(t *testing.T) {
 func stored(t *testing.T, w *client.World, id string) uint64 {
 	t.Helper()
 	subj := wire.MailboxSubject(w.Name, id)
-	info, err := w.Mailbox.Info(testutil.Ctx(t, 10*time.Second), jetstream.WithSubjectFilter(subj))
+	info, err := handles.Of(w).Mailbox.Info(testutil.Ctx(t, 10*time.Second), jetstream.WithSubjectFilter(subj))
 	require.NoError(t, err)
 	return info.State.Subjects[subj]
 }
@@ -46,7 +47,7 @@ func testBodyExactly(t *testing.T, env *testutil.Env) {
 	ctx := testutil.Ctx(t, time.Minute)
 	w := env.World(t, world.Config{MaxBody: 100, MaxHeaders: 400})
 	require.Equal(t, int32(500), w.Config.MaxMsgSize)
-	require.Equal(t, int32(500), w.Mailbox.CachedInfo().Config.MaxMsgSize, "the broker's limit is body plus header room")
+	require.Equal(t, int32(500), handles.Of(w).Mailbox.CachedInfo().Config.MaxMsgSize, "the broker's limit is body plus header room")
 	q := w.Queue
 	require.Equal(t, 100, q.MaxBody())
 	require.Equal(t, 400, q.MaxHeaders())
@@ -122,7 +123,7 @@ func testFullKinds(t *testing.T, env *testutil.Env) {
 	w = env.World(t, world.Config{MaxBody: 100, MaxBytes: 1000})
 	require.Equal(t, int64(1000), w.Queue.MaxBytes())
 	require.Equal(t, world.Defaults.MaxMsgsPerMailbox, w.Queue.Limit(), "max_bytes is not folded into the count")
-	require.Equal(t, int64(1000), w.Mailbox.CachedInfo().Config.MaxBytes)
+	require.Equal(t, int64(1000), handles.Of(w).Mailbox.CachedInfo().Config.MaxBytes)
 	posted := 0
 	for ; posted < 20; posted++ {
 		if _, err = w.Queue.Send(ctx, "a", make([]byte, 100)); err != nil {
@@ -135,7 +136,7 @@ func testFullKinds(t *testing.T, env *testutil.Env) {
 	require.ErrorContains(t, err, "max_bytes of 1000 bytes")
 	require.Greater(t, posted, 1)
 	require.Less(t, posted, 10)
-	info, err := w.Mailbox.Info(ctx)
+	info, err := handles.Of(w).Mailbox.Info(ctx)
 	require.NoError(t, err)
 	require.LessOrEqual(t, info.State.Bytes, uint64(1000))
 	require.Equal(t, uint64(posted), info.State.Msgs)
@@ -186,7 +187,7 @@ func testLegacyWorld(t *testing.T, env *testutil.Env) {
 
 	// A reset makes the stream again with the same limits.
 	require.NoError(t, env.Client.ResetWorld(ctx, name))
-	info, err := w.Mailbox.Info(ctx)
+	info, err := handles.Of(w).Mailbox.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(10), info.Config.MaxMsgsPerSubject)
 	require.Equal(t, int32(100), info.Config.MaxMsgSize)

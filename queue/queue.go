@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/world"
 )
@@ -39,16 +40,16 @@ type Posted struct {
 // opened for posting only, world.OpenToPost).
 func New(w *world.World) *Queue {
 	limit, maxBytes := w.Config.MailboxMsgs(), w.Config.MaxBytes
-	if w.Mailbox == nil {
-		return &Queue{world: w.Name, js: w.JS, maxBody: int(w.Config.MaxBody), maxHeaders: int(w.Config.MaxHeaders), limit: limit, maxBytes: maxBytes}
+	if handles.Of(w).Mailbox == nil {
+		return &Queue{world: w.Name, js: handles.Of(w).JS, maxBody: int(w.Config.MaxBody), maxHeaders: int(w.Config.MaxHeaders), limit: limit, maxBytes: maxBytes}
 	}
-	if info := w.Mailbox.CachedInfo(); info != nil {
+	if info := handles.Of(w).Mailbox.CachedInfo(); info != nil {
 		if info.Config.MaxMsgsPerSubject > 0 {
 			limit = info.Config.MaxMsgsPerSubject
 		}
 		maxBytes = max(info.Config.MaxBytes, 0)
 	}
-	return &Queue{world: w.Name, js: w.JS, maxBody: int(w.Config.MaxBody), maxHeaders: int(w.Config.MaxHeaders), limit: limit, maxBytes: maxBytes}
+	return &Queue{world: w.Name, js: handles.Of(w).JS, maxBody: int(w.Config.MaxBody), maxHeaders: int(w.Config.MaxHeaders), limit: limit, maxBytes: maxBytes}
 }
 
 // Limit is the number of messages one mailbox holds before Send reports

@@ -516,16 +516,8 @@ func (r *run) finalDrain(ctx context.Context) bool {
 		}
 		ictx, icancel := context.WithTimeout(ctx, 5*time.Second)
 		defer icancel()
-		info, err := r.w.Mailbox.Info(ictx, jetstream.WithSubjectFilter(wire.MailboxFilter(r.w.Name)))
-		if err != nil {
-			return false
-		}
-		for _, n := range info.State.Subjects {
-			if n > 0 {
-				return false
-			}
-		}
-		return true
+		ids, err := r.w.MailboxIDs(ictx)
+		return err == nil && len(ids) == 0
 	})
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 )
@@ -73,13 +74,13 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 	// worker). A start sequence read once is the same on every reset.
 	occ := jetstream.OrderedConsumerConfig{FilterSubjects: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if wk.sweep == nil {
-		info, err := wk.w.Mailbox.Info(ctx)
+		info, err := handles.Of(wk.w).Mailbox.Info(ctx)
 		if err != nil {
 			return fmt.Errorf("worker: follow posts: %w", err)
 		}
 		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, info.State.LastSeq+1
 	}
-	cons, err := wk.w.Mailbox.OrderedConsumer(ctx, occ)
+	cons, err := handles.Of(wk.w).Mailbox.OrderedConsumer(ctx, occ)
 	if err != nil {
 		return fmt.Errorf("worker: follow posts: %w", err)
 	}
@@ -233,7 +234,7 @@ func (wk *Worker) wants(id string) bool { return wk.ids == nil || wk.ids[id] }
 // scan offers every id whose mailbox holds messages.
 func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 	wk.scans.Add(1)
-	info, err := wk.w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(wk.w.Name)))
+	info, err := handles.Of(wk.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(wk.w.Name)))
 	if err != nil {
 		if ctx.Err() == nil {
 			wk.log.Warn("scan of the mailboxes failed", "error", err)

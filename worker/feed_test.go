@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
 	"github.com/fencepost/fencepost/world"
@@ -41,10 +42,10 @@ func TestFeed_ResetBeforeFirstMessage(t *testing.T) {
 
 	// Remove the worker's consumer (the only one on the mailbox stream):
 	// its client notices and makes it again.
-	names := w.Mailbox.ConsumerNames(ctx)
+	names := handles.Of(w).Mailbox.ConsumerNames(ctx)
 	var removed int
 	for name := range names.Name() {
-		require.NoError(t, w.Mailbox.DeleteConsumer(ctx, name))
+		require.NoError(t, handles.Of(w).Mailbox.DeleteConsumer(ctx, name))
 		removed++
 	}
 	require.Equal(t, 1, removed)
@@ -52,7 +53,7 @@ func TestFeed_ResetBeforeFirstMessage(t *testing.T) {
 	require.NoError(t, err)
 	testutil.WaitFor(t, time.Minute, "the consumer made again", func() bool {
 		n := 0
-		for range w.Mailbox.ConsumerNames(ctx).Name() {
+		for range handles.Of(w).Mailbox.ConsumerNames(ctx).Name() {
 			n++
 		}
 		return n == 1

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
@@ -50,9 +51,9 @@ func TestWorker_SelfFenceStopsDrains(t *testing.T) {
 			}
 			key := wire.NodeKey("n")
 			if tc.cause == fencing.CauseRecordMissing {
-				require.NoError(t, w.KV.Delete(ctx, key))
+				require.NoError(t, handles.Of(w).KV.Delete(ctx, key))
 			} else {
-				_, err := w.KV.Put(ctx, key, []byte(`{"v":1,"node":"n","epoch":77,"state":"held","ttl_ms":60000,"acquired":"2026-01-01T00:00:00Z","expires":"2099-01-01T00:00:00Z"}`))
+				_, err := handles.Of(w).KV.Put(ctx, key, []byte(`{"v":1,"node":"n","epoch":77,"state":"held","ttl_ms":60000,"acquired":"2026-01-01T00:00:00Z","expires":"2099-01-01T00:00:00Z"}`))
 				require.NoError(t, err)
 			}
 			select {

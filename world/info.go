@@ -57,7 +57,7 @@ func Inspect(ctx context.Context, js jetstream.JetStream, name string, opts Insp
 		opts.Now = time.Now()
 	}
 	info := Info{Name: name, Config: w.Config}
-	bi, err := w.Bucket.Info(ctx)
+	bi, err := w.h.Bucket.Info(ctx)
 	if err != nil {
 		return Info{}, fmt.Errorf("world %q: bucket stream info: %w", name, err)
 	}
@@ -77,7 +77,7 @@ func Inspect(ctx context.Context, js jetstream.JetStream, name string, opts Insp
 // subject state of the dead-letter filter, usually small) and the oldest
 // mailbox message (one get of the first message on the mailbox filter).
 func (info *Info) mailboxCounts(ctx context.Context, w *World, now time.Time) error {
-	mi, err := w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.DeadLetterFilter(w.Name)))
+	mi, err := w.h.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.DeadLetterFilter(w.Name)))
 	if err != nil {
 		return fmt.Errorf("world %q: mailbox stream info: %w", w.Name, err)
 	}
@@ -88,7 +88,7 @@ func (info *Info) mailboxCounts(ctx context.Context, w *World, now time.Time) er
 	if info.Depth == 0 {
 		return nil
 	}
-	m, err := w.Mailbox.GetMsg(ctx, info.Mailbox.FirstSeq, jetstream.WithGetMsgSubject(wire.MailboxFilter(w.Name)))
+	m, err := w.h.Mailbox.GetMsg(ctx, info.Mailbox.FirstSeq, jetstream.WithGetMsgSubject(wire.MailboxFilter(w.Name)))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil // drained since the stream info
 	}
@@ -144,7 +144,7 @@ func sub(a, b uint64) uint64 {
 func (info *Info) recordCounts(ctx context.Context, w *World, now time.Time) error {
 	recPrefix := wire.KeySubject(w.Name, wire.RecordPrefix)
 	nodePrefix := wire.KeySubject(w.Name, wire.NodePrefix)
-	cons, err := w.Bucket.CreateConsumer(ctx, jetstream.ConsumerConfig{
+	cons, err := w.h.Bucket.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		FilterSubjects:    []string{recPrefix + "*", nodePrefix + "*"},
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
 		AckPolicy:         jetstream.AckNonePolicy,
@@ -158,7 +158,7 @@ func (info *Info) recordCounts(ctx context.Context, w *World, now time.Time) err
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_ = w.Bucket.DeleteConsumer(dctx, cons.CachedInfo().Name)
+		_ = w.h.Bucket.DeleteConsumer(dctx, cons.CachedInfo().Name)
 	}()
 	records := map[string]wire.Record{} // held records by subject
 	nodes := map[string]*wire.Record{}  // node leases by node name
@@ -209,4 +209,30 @@ func (info *Info) countRecord(m jetstream.Msg, recPrefix string, records map[str
 	if r.State == wire.StateHeld {
 		records[m.Subject()] = r
 	}
+}
+
+// MailboxIDs returns the ids whose mailboxes hold messages, with how many
+// each holds (committed messages the purger has not removed yet included;
+// dead letters and unroutable subjects excluded).
+func (w *World) MailboxIDs(ctx context.Context) (map[string]uint64, error) {
+	info, err := w.h.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(w.Name)))
+	if err != nil {
+		return nil, fmt.Errorf("world %q: mailbox stream: %w", w.Name, err)
+	}
+	ids := make(map[string]uint64, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		if id, err := wire.MailboxID(w.Name, subj); err == nil && n > 0 {
+			ids[id] = n
+		}
+	}
+	return ids, nil
+}
+
+// Created is when the world's bucket was created: a world removed and
+// added again under its name has another.
+func (w *World) Created() time.Time {
+	if w.h.Bucket == nil {
+		return time.Time{}
+	}
+	return w.h.Bucket.CachedInfo().Created
 }

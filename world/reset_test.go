@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -38,11 +39,11 @@ func TestReset_ClearsDedupeWindow(t *testing.T) {
 
 			first, dup := post("a")
 			require.False(t, dup)
-			before, err := w.Mailbox.Info(ctx)
+			before, err := handles.Of(w).Mailbox.Info(ctx)
 			require.NoError(t, err)
 
 			require.NoError(t, world.Reset(ctx, js, w.Name))
-			info, err := w.Mailbox.Info(ctx)
+			info, err := handles.Of(w).Mailbox.Info(ctx)
 			require.NoError(t, err)
 			require.Zero(t, info.State.Msgs, "the reset drops the mailboxes")
 
@@ -50,10 +51,10 @@ func TestReset_ClearsDedupeWindow(t *testing.T) {
 			require.False(t, dup, "a message id used before the reset is not a duplicate after it (seq %d)", second)
 			require.Greater(t, second, first, "mailbox sequences continue across a reset")
 
-			info, err = w.Mailbox.Info(ctx, jetstream.WithSubjectFilter(subj))
+			info, err = handles.Of(w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(subj))
 			require.NoError(t, err)
 			require.Equal(t, uint64(1), info.State.Subjects[subj], "the message is stored")
-			m, err := w.Mailbox.GetLastMsgForSubject(ctx, subj)
+			m, err := handles.Of(w).Mailbox.GetLastMsgForSubject(ctx, subj)
 			require.NoError(t, err)
 			require.Equal(t, "b", string(m.Data))
 			require.Equal(t, second, m.Sequence)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 )
@@ -40,19 +41,19 @@ func settingsValue(cfg Config) ([]byte, error) {
 // PublishSettings writes w's settings entry when it is missing or differs
 // from w.Config. It needs the permission to write the key (an operator's).
 func PublishSettings(ctx context.Context, w *World) error {
-	if w.KV == nil {
+	if w.h.KV == nil {
 		return fmt.Errorf("world %q: opened for posting only: cannot write its settings entry", w.Name)
 	}
 	want, err := settingsValue(w.Config)
 	if err != nil {
 		return err
 	}
-	e, err := w.KV.Get(ctx, wire.WorldKey)
+	e, err := w.h.KV.Get(ctx, wire.WorldKey)
 	for wait := 10 * time.Millisecond; errors.Is(err, nats.ErrNoResponders) && ctx.Err() == nil && wait < 2*time.Second; wait *= 2 {
 		// A bucket just created on a cluster: its replicas may not answer
 		// direct gets yet (seen in CI as "no responders").
 		time.Sleep(wait)
-		e, err = w.KV.Get(ctx, wire.WorldKey)
+		e, err = w.h.KV.Get(ctx, wire.WorldKey)
 	}
 	switch {
 	case err == nil && string(e.Value()) == string(want):
@@ -60,7 +61,7 @@ func PublishSettings(ctx context.Context, w *World) error {
 	case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
 		return fmt.Errorf("world %q: read its settings entry: %w", w.Name, err)
 	}
-	if _, err := w.KV.Put(ctx, wire.WorldKey, want); err != nil {
+	if _, err := w.h.KV.Put(ctx, wire.WorldKey, want); err != nil {
 		return fmt.Errorf("world %q: write its settings entry: %w", w.Name, err)
 	}
 	return nil
@@ -96,5 +97,5 @@ func OpenToPost(ctx context.Context, js jetstream.JetStream, name string) (*Worl
 	if err != nil {
 		return nil, err
 	}
-	return &World{Name: name, Config: cfg, JS: js, PostOnly: true}, nil
+	return &World{Name: name, Config: cfg, PostOnly: true, h: handles.Handles{JS: js}}, nil
 }

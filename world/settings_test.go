@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -27,9 +28,9 @@ func TestOpenToPost_SettingsEntry(t *testing.T) {
 	pw, err := world.OpenToPost(ctx, js, w.Name)
 	require.NoError(t, err)
 	require.True(t, pw.PostOnly)
-	require.Nil(t, pw.KV)
-	require.Nil(t, pw.Bucket)
-	require.Nil(t, pw.Mailbox)
+	require.Nil(t, handles.Of(pw).KV)
+	require.Nil(t, handles.Of(pw).Bucket)
+	require.Nil(t, handles.Of(pw).Mailbox)
 	require.Equal(t, w.Config, pw.Config)
 	q := queue.New(pw)
 	require.EqualValues(t, 7, q.Limit())
@@ -43,19 +44,19 @@ func TestOpenToPost_SettingsEntry(t *testing.T) {
 	require.NoError(t, err, "the reset wrote the entry again")
 	require.Equal(t, w.Config, pw.Config)
 
-	require.NoError(t, w.KV.Delete(ctx, wire.WorldKey))
+	require.NoError(t, handles.Of(w).KV.Delete(ctx, wire.WorldKey))
 	_, err = world.OpenToPost(ctx, js, w.Name)
 	require.ErrorIs(t, err, world.ErrNoSettings, "a delete marker")
-	require.NoError(t, w.Bucket.Purge(ctx, jetstream.WithPurgeSubject(wire.KeySubject(w.Name, wire.WorldKey))))
+	require.NoError(t, handles.Of(w).Bucket.Purge(ctx, jetstream.WithPurgeSubject(wire.KeySubject(w.Name, wire.WorldKey))))
 	_, err = world.OpenToPost(ctx, js, w.Name)
 	require.ErrorIs(t, err, world.ErrNoSettings, "no entry at all")
 	require.NoError(t, world.PublishSettings(ctx, w.World))
 	_, err = world.OpenToPost(ctx, js, w.Name)
 	require.NoError(t, err)
-	seq, err := w.Bucket.Info(ctx)
+	seq, err := handles.Of(w).Bucket.Info(ctx)
 	require.NoError(t, err)
 	require.NoError(t, world.PublishSettings(ctx, w.World))
-	again, err := w.Bucket.Info(ctx)
+	again, err := handles.Of(w).Bucket.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, seq.State.LastSeq, again.State.LastSeq, "an entry that is up to date is not written again")
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -24,7 +25,7 @@ func TestCreate_BucketAllowsAtomic(t *testing.T) {
 	require.True(t, w.AllowsState())
 
 	// An old world: the bucket without allow_atomic.
-	cfg := w.Bucket.CachedInfo().Config
+	cfg := handles.Of(w).Bucket.CachedInfo().Config
 	cfg.AllowAtomicPublish = false
 	_, err = js.UpdateStream(ctx, cfg)
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
@@ -38,19 +39,24 @@ func (e *UnknownWorldError) Is(target error) bool { return target == ErrUnknownW
 // other settings.
 var ErrWorldExists = errors.New("world: exists with other settings")
 
-// World is an open world: its settings and the JetStream handles behind it.
+// World is an open world: its name and settings. The JetStream handles
+// behind it are fencepost's own business (internal/handles): a program
+// works with a world through typed operations.
 type World struct {
-	Name    string
-	Config  Config
-	KV      jetstream.KeyValue  // ownership records, cursors, locks, node leases
-	Bucket  jetstream.Stream    // the stream behind KV
-	Mailbox jetstream.Stream    // mailboxes and dead letters
-	JS      jetstream.JetStream // the context the world was opened with
+	Name   string
+	Config Config
 
-	// PostOnly: opened by OpenToPost, from the settings entry alone. KV,
-	// Bucket and Mailbox are nil; the world serves posting and nothing else.
+	// PostOnly: opened by OpenToPost, from the settings entry alone. The
+	// world serves posting and nothing else.
 	PostOnly bool
+
+	h handles.Handles
 }
+
+// Handles gives fencepost's own packages the JetStream handles behind the
+// world (handles.Of). Its argument's type is internal: a program outside
+// fencepost cannot call it.
+func (w *World) Handles(handles.Key) *handles.Handles { return &w.h }
 
 // Create makes a world with cfg (zero fields take defaults). Creating a world
 // that exists with the same settings is not an error; with other settings it
@@ -158,7 +164,7 @@ var ErrNoState = errors.New("world: the bucket does not allow atomic batches (a 
 // AllowsState says whether the world's bucket takes the atomic batches that
 // per-id state is committed with.
 func (w *World) AllowsState() bool {
-	return w.Bucket != nil && w.Bucket.CachedInfo().Config.AllowAtomicPublish
+	return w.h.Bucket != nil && w.h.Bucket.CachedInfo().Config.AllowAtomicPublish
 }
 
 // mailboxConfig is the mailbox stream of a world: one subject per id for
@@ -227,7 +233,7 @@ func Open(ctx context.Context, js jetstream.JetStream, name string) (*World, err
 	if err != nil {
 		return nil, fmt.Errorf("world %q: bind bucket: %w", name, err)
 	}
-	return &World{Name: name, Config: cfg, KV: kv, Bucket: bucket, Mailbox: mailbox, JS: js}, nil
+	return &World{Name: name, Config: cfg, h: handles.Handles{KV: kv, Bucket: bucket, Mailbox: mailbox, JS: js}}, nil
 }
 
 // Reset drops every record, epoch, cursor, lock, node lease, mailbox and dead
@@ -263,7 +269,7 @@ func Reset(ctx context.Context, js jetstream.JetStream, name string) error {
 	// fails can leave a cursor covering a message posted later (a world
 	// re-created by `world add` after a failed reset starts its sequences
 	// at 1 again). What a failure leaves is committed mail delivered again.
-	if err := w.Bucket.Purge(ctx); err != nil {
+	if err := w.h.Bucket.Purge(ctx); err != nil {
 		return fmt.Errorf("world %q: purge bucket: %w", name, err)
 	}
 	// The purge took the settings entry with it: producers that may not
@@ -272,10 +278,10 @@ func Reset(ctx context.Context, js jetstream.JetStream, name string) error {
 		return err
 	}
 	// Watchers see no purge: tell them (ownership.Watch).
-	if _, err := w.KV.Put(ctx, wire.ResetKey, []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
+	if _, err := w.h.KV.Put(ctx, wire.ResetKey, []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
 		return fmt.Errorf("world %q: note the reset for watchers: %w", name, err)
 	}
-	info, err := w.Mailbox.Info(ctx)
+	info, err := w.h.Mailbox.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("world %q: mailbox stream: %w", name, err)
 	}
@@ -285,7 +291,7 @@ func Reset(ctx context.Context, js jetstream.JetStream, name string) error {
 		if _, err := js.UpdateStream(ctx, sealed); err != nil {
 			return fmt.Errorf("world %q: seal the mailbox stream: %w", name, err)
 		}
-		if info, err = w.Mailbox.Info(ctx); err != nil {
+		if info, err = w.h.Mailbox.Info(ctx); err != nil {
 			return fmt.Errorf("world %q: mailbox stream: %w", name, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -21,7 +22,7 @@ func TestCreate_BucketRefusesRollups(t *testing.T) {
 	ctx := testutil.Ctx(t, 10*time.Second)
 	_, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
 	require.NoError(t, err)
-	info, err := w.Bucket.Info(ctx)
+	info, err := handles.Of(w).Bucket.Info(ctx)
 	require.NoError(t, err)
 	require.False(t, info.Config.AllowRollup)
 
@@ -34,7 +35,7 @@ func TestCreate_BucketRefusesRollups(t *testing.T) {
 	st, err := w.Ownership.Owner(ctx, "a")
 	require.NoError(t, err)
 	require.True(t, st.Held, "the record survives")
-	after, err := w.Bucket.Info(ctx)
+	after, err := handles.Of(w).Bucket.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, info.State.LastSeq, after.State.LastSeq, "nothing written")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -97,7 +98,7 @@ func TestCLI_Claim_EpochsExhausted(t *testing.T) {
 	past := time.Now().Add(-time.Hour)
 	b, err := wire.EncodeRecord(wire.Record{Epoch: math.MaxUint64, State: wire.StateFree, Acquired: past, Expires: past})
 	require.NoError(t, err)
-	_, err = w.KV.Put(ctx, wire.RecordKey("x"), b)
+	_, err = handles.Of(w).KV.Put(ctx, wire.RecordKey("x"), b)
 	require.NoError(t, err)
 	r := cli(t, env.URL, w.Name, "claim", "x", "--node", "n1")
 	require.Equal(t, 1, r.code, "%q %q", r.out, r.err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/server"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -34,17 +35,17 @@ func takeSnapshot(t *testing.T, c *client.Client, w *client.World) snapshot {
 	t.Helper()
 	ctx := testutil.Ctx(t, 10*time.Second)
 	s := snapshot{Streams: map[string]jetstream.StreamInfo{}, Keys: map[string]string{}}
-	for _, st := range []jetstream.Stream{w.Bucket, w.Mailbox} {
+	for _, st := range []jetstream.Stream{handles.Of(w).Bucket, handles.Of(w).Mailbox} {
 		info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
 		require.NoError(t, err)
 		info.Created, info.TimeStamp, info.Cluster = time.Time{}, time.Time{}, nil
 		info.State.FirstTime, info.State.LastTime = time.Time{}, time.Time{}
 		s.Streams[info.Config.Name] = *info
 	}
-	keys, err := w.KV.ListKeys(ctx)
+	keys, err := handles.Of(w).KV.ListKeys(ctx)
 	require.NoError(t, err)
 	for k := range keys.Keys() {
-		e, err := w.KV.Get(ctx, k)
+		e, err := handles.Of(w).KV.Get(ctx, k)
 		require.NoError(t, err)
 		s.Keys[k] = fmt.Sprintf("%s @%d", e.Value(), e.Revision())
 	}

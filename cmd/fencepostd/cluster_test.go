@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/server/servertest"
@@ -159,7 +160,7 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 		if w, err = c.World(ctx, "default"); err != nil {
 			return err
 		}
-		return allCurrent(ctx, w.Mailbox, w.Bucket)
+		return allCurrent(ctx, handles.Of(w).Mailbox, handles.Of(w).Bucket)
 	})
 	require.Equal(t, 3, w.Config.Replicas, "the default world of a cluster has 3 replicas")
 	phase("cluster formed, world ready")
@@ -221,7 +222,7 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 
 	// Kill the member that leads the mailbox stream: the worst one to lose.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	si, err := w.Mailbox.Info(ctx)
+	si, err := handles.Of(w).Mailbox.Info(ctx)
 	cancel()
 	require.NoError(t, err)
 	victim := -1
@@ -322,7 +323,7 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 	servertest.CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		return allCurrent(ctx, w.Mailbox, w.Bucket)
+		return allCurrent(ctx, handles.Of(w).Mailbox, handles.Of(w).Bucket)
 	})
 	phase("killed member caught up")
 
@@ -330,7 +331,7 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 	// posts without pause. The member hands over (lame duck), exits 0 and
 	// comes back; every message the sender saw posted is drained.
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
-	si, err = w.Mailbox.Info(ctx)
+	si, err = handles.Of(w).Mailbox.Info(ctx)
 	cancel()
 	require.NoError(t, err)
 	leader := -1
@@ -383,7 +384,7 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 	servertest.CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		return allCurrent(ctx, w.Mailbox, w.Bucket)
+		return allCurrent(ctx, handles.Of(w).Mailbox, handles.Of(w).Bucket)
 	})
 	after := nSent.Load()
 	servertest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {

@@ -33,11 +33,26 @@ var layoutLiterals = []string{`fp.`, `.mb.`, `.dl.`, `$KV.`, `KV_`, `FP_MB_`}
 // in the header of a fenced write, and may use RecordSubject.
 var ownershipOnly = []string{"RecordKey", "RecordSubject", "NodeKey", "ForceKey", "EncodeRecord"}
 
+// handlesUsers are the packages whose non-test files may take a world's
+// JetStream handles (internal/handles), and why. Every other package
+// works through their typed operations (issue 13: world exposes typed
+// operations, not JetStream handles).
+var handlesUsers = map[string]string{
+	"world":     "opens the streams and keeps the handles",
+	"ownership": "writes the ownership records and node leases",
+	"drain":     "reads the mailboxes, commits cursors, writes dead letters and locks",
+	"queue":     "publishes into the mailbox stream",
+	"worker":    "its one consumer of every mailbox (design 3.10)",
+	"daemon":    "fencepostd's audit and node-lease retirement watch the bucket as it is written",
+	"bench":     "the ledger follows the bucket stream's history to check every commit",
+}
+
 // TestLayout_OwnedByWire fails the build when a subject, stream or bucket
 // name is spelled outside internal/wire, when a record shape (a struct
 // with a `json:"v"` field) is declared outside it, or when a package other
-// than ownership touches ownership record keys. Issue 13: one package owns
-// the layout.
+// than ownership touches ownership record keys, or when a package not in
+// handlesUsers takes a world's JetStream handles. Issue 13: one package
+// owns the layout.
 func TestLayout_OwnedByWire(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -79,6 +94,11 @@ func checkLayoutFile(t *testing.T, path, rel string) {
 		t.Fatal(err)
 	}
 	pkgDir := filepath.ToSlash(filepath.Dir(rel))
+	for _, imp := range f.Imports {
+		if imp.Path.Value == `"github.com/fencepost/fencepost/internal/handles"` && handlesUsers[pkgDir] == "" && !strings.HasPrefix(pkgDir, "internal/") {
+			t.Errorf("%s: %s takes a world's JetStream handles: use the typed operations of world, drain, ownership or queue (or add the package to handlesUsers with the reason)", fset.Position(imp.Pos()), pkgDir)
+		}
+	}
 	ast.Inspect(f, func(n ast.Node) bool {
 		switch n := n.(type) {
 		case *ast.BasicLit:

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/server/servertest"
@@ -708,7 +709,7 @@ func finalDrain(t testing.TB, d *deployment, rec *history.Recorder, mbIDs []stri
 	empty := waitUntil(sc.Final, func() bool {
 		ictx, icancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer icancel()
-		info, err := w.Mailbox.Info(ictx, jetstream.WithSubjectFilter(wire.MailboxFilter(d.world)))
+		info, err := handles.Of(w).Mailbox.Info(ictx, jetstream.WithSubjectFilter(wire.MailboxFilter(d.world)))
 		if err != nil {
 			return false
 		}
