@@ -157,9 +157,9 @@ func bucketSettings(ctx context.Context, js jetstream.JetStream, name string) er
 }
 
 // ErrNoState: the world's bucket does not take atomic batches (a world
-// created before per-id state): run `fencepost world add` with its
-// settings again (Create), which turns them on.
-var ErrNoState = errors.New("world: the bucket does not allow atomic batches (a world created before per-id state); run `fencepost world add` for it again to turn them on")
+// created before per-id state). Create with the world's settings (the
+// CLI's `world add`) turns them on.
+var ErrNoState = errors.New("world: the bucket does not allow atomic batches (a world created before per-id state)")
 
 // AllowsState says whether the world's bucket takes the atomic batches that
 // per-id state is committed with.

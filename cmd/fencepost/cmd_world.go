@@ -97,7 +97,8 @@ func runWorld(e *env, args []string) int {
 
 // worldAdd creates a world: created, or exists when it is there with the
 // settings asked (an error naming those that differ). Only the settings
-// whose flags were given are compared.
+// whose flags were given are compared. An existing world made before
+// per-id state gets its bucket's atomic batches turned on (world.Create).
 func worldAdd(e *env, name string, cfg world.Config) int {
 	ctx, cancel := e.ctx()
 	defer cancel()
@@ -113,6 +114,13 @@ func worldAdd(e *env, name string, cfg world.Config) int {
 	if w, err := world.Open(ctx, js, name); err == nil {
 		if diff := settingsDiff(w.Config, want, givenSettings(e.given)); diff != "" {
 			return e.fail(fmt.Errorf("%w: world %q: it has %s; remove it first (world rm) to change them", world.ErrWorldExists, name, diff))
+		}
+		if !w.AllowsState() {
+			// A world created before per-id state: Create with its own
+			// settings turns its bucket's atomic batches on.
+			if w, err = world.Create(ctx, js, name, w.Config); err != nil {
+				return e.fail(err)
+			}
 		}
 		e.emit("exists", append([]field{f("world", name)}, settingFields(w.Config)...)...)
 		return exitOK

@@ -64,7 +64,7 @@ func (e *env) fail(err error) int {
 // errorOut prints an error: on stderr as text, on stdout as an object with
 // --json so that scripts read one stream.
 func (e *env) errorOut(word string, err error) {
-	msg := err.Error() + hint(err)
+	msg := err.Error() + hint(err, e.world)
 	if e.json {
 		e.emit(word, f("error", msg))
 		return
@@ -73,14 +73,17 @@ func (e *env) errorOut(word string, err error) {
 }
 
 // hint is what the user can do about err, if the CLI knows: the packages'
-// errors say what happened, the CLI says which command helps.
-func hint(err error) string {
+// errors say what happened, the CLI says which command helps. name is
+// the --world name.
+func hint(err error, name string) string {
 	var unknown *world.UnknownWorldError
 	switch {
 	case errors.As(err, &unknown) && unknown.Missing != "":
 		return fmt.Sprintf("; recreate it with `fencepost world add %s`", unknown.Name)
 	case errors.As(err, &unknown):
 		return fmt.Sprintf("; create it with `fencepost world add %s`", unknown.Name)
+	case errors.Is(err, world.ErrNoState):
+		return fmt.Sprintf("; run `fencepost world add %s` again: it keeps the world's settings and turns them on", name)
 	case errors.Is(err, nats.ErrNoServers):
 		return "; is fencepostd running? (--server or NATS_URL says where; the default is nats://127.0.0.1:4222)"
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
@@ -163,4 +164,31 @@ func TestCLI_WorkState_PythonBalance(t *testing.T) {
 	})
 	vals, _ := stateOf(t, env.URL, w.Name, "acct-1")
 	require.Equal(t, map[string]string{"balance": "75", "n": "3"}, vals)
+}
+
+// TestCLI_Work_StateOnOldWorld: `work --state` on a world whose bucket does
+// not take atomic batches (one created before per-id state) is refused,
+// and the CLI's hint names the command that turns them on; running it
+// lets the same work start. The library's error carries no CLI advice.
+func TestCLI_Work_StateOnOldWorld(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	cw := env.World(t, world.Config{})
+	ctx := testutil.Ctx(t, 10*time.Second)
+	js := env.Client.JetStream()
+	cfg := handles.Of(cw).Bucket.CachedInfo().Config
+	cfg.AllowAtomicPublish = false
+	_, err := js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	r := cli(t, env.URL, cw.Name, "work", "--node", "n1", "--all", "--state", "--exec", "cat")
+	require.Equal(t, 1, r.code, "%q %q", r.out, r.err)
+	require.Contains(t, r.err, "does not allow atomic batches")
+	require.Contains(t, r.err, "run `fencepost world add "+cw.Name+"` again")
+	require.NotContains(t, world.ErrNoState.Error(), "fencepost world add")
+
+	r = cli(t, env.URL, cw.Name, "world", "add", cw.Name)
+	require.Equal(t, 0, r.code, "%q %q", r.out, r.err)
+	w, err := world.Open(ctx, js, cw.Name)
+	require.NoError(t, err)
+	require.True(t, w.AllowsState())
 }
