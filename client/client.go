@@ -12,6 +12,7 @@ import (
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/mailbox"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/world"
@@ -92,20 +93,23 @@ func (c *Client) Close() {
 //
 // A World opened by a user that may post but not read the world's streams
 // (a producer under fencepostd --auth) is open for posting only: Send and
-// Queue work; Ownership and Drainer are nil (the embedded world is
-// PostOnly); Readable says why.
+// Queue work; Ownership, Drainer and Mailboxes are nil (the embedded
+// world is PostOnly); Readable says why.
 type World struct {
 	*world.World
 	Ownership *ownership.Store
 	Queue     *queue.Queue   // send into mailboxes
-	Drainer   *drain.Drainer // drain, dead letters, stat
+	Drainer   *drain.Drainer // deliver: drain, drain all, hold
+	// Mailboxes administers the mailboxes: stat, list, dead letters,
+	// repost, an id's stored state.
+	Mailboxes *mailbox.Admin
 
 	refused *NotPermittedError // open for posting only: the server's refusal of the stream info
 }
 
 // ErrPostOnly is wrapped by Readable's error: the world is open for posting
 // only.
-var ErrPostOnly = errors.New("world open for posting only")
+var ErrPostOnly = errors.New("client: world open for posting only")
 
 // Readable is nil when the world was opened in full. For a world open for
 // posting only it is an error that wraps ErrPostOnly and the server's
@@ -178,7 +182,11 @@ func (c *Client) bind(w *world.World) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &World{World: w, Ownership: own, Queue: queue.New(w), Drainer: dr}, nil
+	mb, err := mailbox.New(w, own, mailbox.WithLogger(c.opts.log))
+	if err != nil {
+		return nil, err
+	}
+	return &World{World: w, Ownership: own, Queue: queue.New(w), Drainer: dr, Mailboxes: mb}, nil
 }
 
 // ResetWorld drops every record, epoch and mailbox of a world.

@@ -11,7 +11,7 @@ import (
 )
 
 // ErrNotPermitted is wrapped by every NotPermittedError.
-var ErrNotPermitted = errors.New("not permitted")
+var ErrNotPermitted = errors.New("client: not permitted")
 
 // NotPermittedError says that the server refused a publish or a
 // subscription of this client: the NATS user's permissions do not allow

@@ -288,7 +288,7 @@ var ErrServerStopped = errors.New("fencepostd: NATS stopped unexpectedly")
 // authority lapsed (SPEC section 5); fencepostd exits with code 3. No actor
 // of this package holds leases yet: the code is reserved for those that
 // will.
-var ErrSelfFence = errors.New("self-fence")
+var ErrSelfFence = errors.New("fencepostd: self-fence")
 
 // Run runs the daemon's actors until ctx ends (then it stops cleanly and
 // returns nil) or one of them fails (it stops and returns that error). It
