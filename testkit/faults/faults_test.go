@@ -33,8 +33,14 @@ func ciScenarios() []scenario {
 	partMinority := part("partition-minority", 0, PartMinority, PartMinority)
 	flapLeader := part("partition-flap-leader", 5*time.Second, PartFlap, PartFlap)
 	flapLeader.FlapLeader = true
+	// Per-id state (issue 17): owners counting each id's messages in its
+	// state, killed, stopped past their ttl, their ids force-seized while
+	// live, and the server crashed once; every counter must end exact.
+	counter := mk("counter", ServerInterval, false, OwnerKill, OwnerSeize, OwnerStop, OwnerSeize, ServerCrash, OwnerKill, OwnerStop, OwnerSeize, OwnerKill, OwnerStop)
+	counter.Counter = true
 	scs := []scenario{
 		owners,
+		counter,
 		mk("proxy", Single, true, ProxyCut, ProxyLatency, ProxyRefuse, ProxyCut, ProxyLatency, ProxyRefuse, ProxyCut, ProxyLatency, ProxyRefuse),
 		mk("server-sync-always", ServerAlways, false, ServerCrash, ServerCrash, ServerCrash),
 		mk("server-sync-interval", ServerInterval, false, ServerCrash, ServerCrash, ServerCrash),

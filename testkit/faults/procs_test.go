@@ -60,7 +60,8 @@ func natsOpts() client.Option {
 }
 
 // ownerMain is an owner process: a worker.Worker serving FP_IDS of FP_WORLD
-// as FP_NODE, reporting every delivery and every stored commit on fd 3 (one
+// as FP_NODE (with FP_STATE=true, counting each id's messages in its state:
+// counting), reporting every delivery and every stored commit on fd 3 (one
 // write per line, made before the handler returns and before the drain goes
 // on after a commit), and a line "F <cause>" when the worker stops. It exits
 // 3 after a self-fence, as `fencepost work` does.
@@ -117,7 +118,11 @@ func ownerMain() int {
 	obs := drain.WithCommitObserver(func(cm drain.Commit) {
 		write(fmt.Sprintf("C\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", cm.ID, cm.Node, cm.Epoch, cm.Revision, cm.Cursor, cm.StreamSeq, realNow().UnixNano()))
 	})
-	wk, err := cw.NewWorker(worker.Config{Node: node, TTL: ttl, IDs: ids, Log: quiet.With("node", node), DrainOptions: []drain.Option{obs}}, h)
+	cfg := worker.Config{Node: node, TTL: ttl, IDs: ids, Log: quiet.With("node", node), DrainOptions: []drain.Option{obs}}
+	if os.Getenv("FP_STATE") == "true" { // a counter round: count in the id's state
+		cfg.State, h = true, counting(h).Handler()
+	}
+	wk, err := cw.NewWorker(cfg, h)
 	if err != nil {
 		write("F\tworker: " + err.Error() + "\n")
 		return 1

@@ -99,6 +99,12 @@ type scenario struct {
 	// so a stale holder may deliver (counted, not failed); every other
 	// check holds as always.
 	BeyondBounds bool
+	// Counter: the owners and the final drain run a state handler that
+	// counts each id's messages in its state (counter_test.go); at the end
+	// every counter must equal the messages stored for its id. Stale
+	// deliveries of a holder displaced by a forced seize (OwnerSeize) are
+	// counted apart; every other check holds as always.
+	Counter bool
 }
 
 // outcome is what one run measured.
@@ -119,6 +125,15 @@ type outcome struct {
 	Partition       partitionFigures
 	isolations      []isolation
 	ownerLives      map[int]time.Duration // longest life of an owner process, by slot
+	// Counter rounds: the counters, the forced seizes, and the stale
+	// deliveries of seized holders (counted apart, SeizedStale) and of any
+	// other (StaleOthers: violations, with StaleExamples).
+	Counters      counterFigures
+	seizes        []seized
+	SeizeFailures int
+	SeizedStale   int
+	StaleOthers   int
+	StaleExamples []string
 }
 
 type deployment struct {
@@ -335,7 +350,7 @@ func run(t testing.TB, sc scenario) outcome {
 		}
 		return env
 	}
-	own := startOwners(t, rec, sc.Owners, sc.TTL, slotEnv, "FP_WORLD="+d.world, "FP_IDS="+strings.Join(mbIDs, ","), fmt.Sprintf("FP_WORK=%v", sc.Work))
+	own := startOwners(t, rec, sc.Owners, sc.TTL, slotEnv, "FP_WORLD="+d.world, "FP_IDS="+strings.Join(mbIDs, ","), fmt.Sprintf("FP_WORK=%v", sc.Work), fmt.Sprintf("FP_STATE=%v", sc.Counter))
 	ownersStopped := false
 	defer func() {
 		if !ownersStopped {
@@ -451,6 +466,18 @@ func run(t testing.TB, sc scenario) outcome {
 					t.Errorf("owner %s (%d deliveries) woke up past its ttl and did not self-fence", p.node, p.active.Load())
 				}
 			}
+		case OwnerSeize:
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ss, err := seizeOwner(sctx, d, mbIDs)
+			cancel()
+			if err != nil {
+				res.SeizeFailures++
+				t.Logf("%s: forced seize: %v", sc.Name, err)
+			}
+			if len(ss) > 0 {
+				note(kind)
+				res.seizes = append(res.seizes, ss...)
+			}
 		case ProxyCut:
 			note(kind)
 			d.proxy.CutAll()
@@ -554,6 +581,18 @@ func run(t testing.TB, sc scenario) outcome {
 
 	h := rec.History()
 	res.Report = history.Check(h)
+	res.StaleOthers = res.Report.StaleDeliveries
+	if sc.Counter {
+		res.StaleOthers, res.StaleExamples, res.SeizedStale = staleOfSeized(h, res.Report, res.seizes)
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		var err error
+		res.Counters, err = checkCounters(cctx, d, h, mbIDs)
+		cancel()
+		if err != nil {
+			t.Errorf("%s: counters: %v", sc.Name, err)
+		}
+		lap("check counters")
+	}
 	if len(res.isolations) > 0 {
 		res.Notes = append(res.Notes, takeoverNote(h, res.isolations))
 	}
@@ -698,7 +737,11 @@ func finalDrain(t testing.TB, d *deployment, rec *history.Recorder, mbIDs []stri
 	obs := drain.WithCommitObserver(func(cm drain.Commit) {
 		rec.Commit(history.Commit{ID: cm.ID, Node: cm.Node, Epoch: cm.Epoch, Revision: cm.Revision, Cursor: cm.Cursor, StreamSeq: cm.StreamSeq, At: time.Now()})
 	})
-	wk, err := w.NewWorker(worker.Config{Node: "final", TTL: sc.TTL, IDs: mbIDs, Log: quiet, DrainOptions: []drain.Option{obs}}, h)
+	cfg := worker.Config{Node: "final", TTL: sc.TTL, IDs: mbIDs, Log: quiet, DrainOptions: []drain.Option{obs}}
+	if sc.Counter {
+		cfg.State, h = true, counting(h).Handler()
+	}
+	wk, err := w.NewWorker(cfg, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -784,7 +827,18 @@ func verify(t testing.TB, sc scenario, res outcome) {
 	for _, n := range res.Notes {
 		t.Logf("%s: %s", sc.Name, n)
 	}
-	stale := rep.StaleDeliveries
+	stale := res.StaleOthers
+	if sc.Counter {
+		c := res.Counters
+		t.Logf("%s: counters: %d checked, %d off, summing to %d for %d messages stored (%d posted); %d forced seizes (%d failed), %d stale deliveries of seized holders (counted apart), %d other stale deliveries",
+			sc.Name, c.Checked, c.Off, c.Counted, c.Stored, rep.Posted, len(res.seizes), res.SeizeFailures, res.SeizedStale, res.StaleOthers)
+		if c.Off != 0 || c.Checked != sc.IDs || c.Counted != int64(c.Stored) {
+			t.Errorf("%s: %d counters off of %d checked (want %d), summing to %d for %d messages stored:\n  %s", sc.Name, c.Off, c.Checked, sc.IDs, c.Counted, c.Stored, strings.Join(c.Examples, "\n  "))
+		}
+		if res.StaleOthers != 0 {
+			t.Errorf("%s: %d stale deliveries not of a seized holder:\n  %s", sc.Name, res.StaleOthers, strings.Join(res.StaleExamples, "\n  "))
+		}
+	}
 	if sc.BeyondBounds {
 		// What breaks beyond the clock bounds, shown and counted; the
 		// fenced commit (stale commits) and everything else must hold.

@@ -28,6 +28,11 @@ func soakScenarios(round time.Duration) []scenario {
 		mk("cluster", Cluster, false, NodeKill, OwnerKill, OwnerStop, NodeKill, OwnerKill),
 		mk("mixed-always", ServerAlways, true, OwnerStop, ProxyCut, OwnerKill, ServerCrash, ProxyLatency, OwnerStop, ProxyRefuse, OwnerKill),
 	}
+	// Per-id state (issue 17): the owners and the final drain count each
+	// id's messages in its state; every counter must end exact.
+	counter := mk("counter", ServerInterval, true, OwnerKill, OwnerSeize, OwnerStop, ProxyCut, OwnerSeize, ServerCrash, OwnerKill, OwnerStop, OwnerSeize, ProxyRefuse)
+	counter.Counter = true
+	scs = append(scs, counter)
 	parts := mk("partitions", ClusterRoutes, false, PartMinority, OwnerKill, PartIsolate, OwnerStop, PartFlap, PartMinority, PartFlap)
 	parts.Cut, parts.MinorityOf = 6*time.Second, "mailbox" // the mailbox leader only, as CI before read barriers (docs/reliability.md section 6: not yet run with the bucket leader)
 	scs = append(scs, parts)
@@ -75,6 +80,9 @@ func TestSoak(t *testing.T) {
 		total                            = outcome{Faults: map[string]int{}, Takeovers: map[string]int{}}
 		rounds, linOK, linBad, linUnsure int
 		staleBeyond, delivBeyond         int // stale deliveries in rounds beyond the clock bounds (counted apart: not failures there)
+		counters                         counterFigures
+		counterRounds, seizes            int
+		staleSeized                      int // stale deliveries of holders displaced by a forced seize (counted apart)
 		dupPct                           []string
 	)
 	scs := soakScenarios(roundFor)
@@ -108,10 +116,20 @@ func TestSoak(t *testing.T) {
 		tr.Takeovers += r.Takeovers
 		tr.Lost += r.Lost
 		tr.Unexpected += r.Unexpected
-		if sc.BeyondBounds {
+		switch {
+		case sc.BeyondBounds:
 			staleBeyond += r.StaleDeliveries
 			delivBeyond += r.Deliveries
-		} else {
+		case sc.Counter:
+			tr.StaleDeliveries += res.StaleOthers
+			staleSeized += res.SeizedStale
+			counterRounds++
+			seizes += len(res.seizes)
+			counters.Checked += res.Counters.Checked
+			counters.Off += res.Counters.Off
+			counters.Counted += res.Counters.Counted
+			counters.Stored += res.Counters.Stored
+		default:
 			tr.StaleDeliveries += r.StaleDeliveries
 		}
 		tr.StaleCommits += r.StaleCommits
@@ -139,14 +157,21 @@ func TestSoak(t *testing.T) {
 			linUnsure++
 		}
 		dupPct = append(dupPct, fmt.Sprintf("%.2f", r.DuplicatePct()))
-		fmt.Printf("SOAK after %d rounds (%v, last round ok=%v): %s | beyond the clock bounds: %d stale deliveries of %d\n", rounds, time.Since(start).Round(time.Second), ok, soakSummary(total, linOK, linBad, linUnsure), staleBeyond, delivBeyond)
+		fmt.Printf("SOAK after %d rounds (%v, last round ok=%v): %s | beyond the clock bounds: %d stale deliveries of %d | %s\n", rounds, time.Since(start).Round(time.Second), ok, soakSummary(total, linOK, linBad, linUnsure), staleBeyond, delivBeyond, counterSummary(counterRounds, counters, seizes, staleSeized))
 		for _, n := range res.Notes {
 			fmt.Printf("SOAK round %d: %s\n", rounds, n)
 		}
 	}
 	total.Duration = time.Since(start)
-	fmt.Printf("SOAK SUMMARY\n  command: go test -run TestSoak -timeout 0 -v ./testkit/faults/ -soak %v\n  rounds: %d (%v each of faults, rotating %s)\n  duration: %v\n  %s\n  beyond the clock bounds (not failures): %d stale deliveries of %d deliveries\n  duplicates per round (%%): %s\n",
-		d, rounds, roundFor, names(scs), total.Duration.Round(time.Second), soakSummary(total, linOK, linBad, linUnsure), staleBeyond, delivBeyond, strings.Join(dupPct, " "))
+	fmt.Printf("SOAK SUMMARY\n  command: go test -run TestSoak -timeout 0 -v ./testkit/faults/ -soak %v\n  rounds: %d (%v each of faults, rotating %s)\n  duration: %v\n  %s\n  beyond the clock bounds (not failures): %d stale deliveries of %d deliveries\n  %s\n  duplicates per round (%%): %s\n",
+		d, rounds, roundFor, names(scs), total.Duration.Round(time.Second), soakSummary(total, linOK, linBad, linUnsure), staleBeyond, delivBeyond, counterSummary(counterRounds, counters, seizes, staleSeized), strings.Join(dupPct, " "))
+}
+
+// counterSummary: the counter rounds' figures (their stale deliveries
+// other than a seized holder's are in the summary's stale deliveries).
+func counterSummary(rounds int, c counterFigures, seizes, staleSeized int) string {
+	return fmt.Sprintf("counter rounds %d: counters checked %d, off %d (summing to %d for %d messages stored); ids force-seized %d, stale deliveries of seized holders %d (counted apart)",
+		rounds, c.Checked, c.Off, c.Counted, c.Stored, seizes, staleSeized)
 }
 
 func names(scs []scenario) string {
