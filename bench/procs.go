@@ -52,6 +52,16 @@ type GapStats struct {
 	// (the rest is the new holder's first drain getting to its handler).
 	ClaimP50 float64 `json:"claim_p50_ms"`
 	ClaimP99 float64 `json:"claim_p99_ms"`
+	// The gaps split by what the id's first delivery under a newer epoch
+	// was. Pending: a message posted before the fault, so the gap is the
+	// takeover's delay. Idle: one posted after it (the id had no mail
+	// waiting, as most of zipf's ids): the gap above also counts the wait
+	// for that post, so here it runs from the later of the fault and the
+	// post instead.
+	PendingSamples int     `json:"pending_samples"`
+	PendingP99     float64 `json:"pending_p99_ms"`
+	IdleSamples    int     `json:"idle_samples"`
+	IdleP99        float64 `json:"idle_p99_ms"`
 }
 
 type gapSample struct {
@@ -61,6 +71,7 @@ type gapSample struct {
 	kind  string
 	fault int   // index in procSet.faults
 	first int64 // the first delivery under a newer epoch, unix nanos; 0: none yet
+	sent  int64 // when the message of that delivery was posted, unix nanos
 }
 
 // proc is one owner process.
@@ -206,7 +217,7 @@ func (ps *procSet) onLine(p *proc, line string) {
 		}
 		ps.s.deliverAt(idx, l.n, int64(l.sent), int64(l.at))
 		ps.led.delivery(l.id, l.seq, l.epoch, int64(l.at), l.n != 0)
-		ps.observe(l.id, l.epoch, int64(l.at))
+		ps.observe(l.id, l.epoch, int64(l.sent), int64(l.at))
 	}
 }
 
@@ -232,12 +243,12 @@ func (ps *procSet) exited(p *proc) {
 }
 
 // observe records a delivery for the open takeover gaps of id.
-func (ps *procSet) observe(id string, epoch uint64, at int64) {
+func (ps *procSet) observe(id string, epoch uint64, sent, at int64) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	for _, g := range ps.gaps[id] {
 		if epoch > g.epoch && at >= g.at && (g.first == 0 || at < g.first) {
-			g.first = at
+			g.first, g.sent = at, sent
 		}
 	}
 }
@@ -433,6 +444,7 @@ func (ps *procSet) gapStats() map[string]GapStats {
 	defer ps.mu.Unlock()
 	byKind := map[string][]float64{}
 	claims := map[string][]float64{}
+	pending, idle := map[string][]float64{}, map[string][]float64{}
 	out := map[string]GapStats{}
 	claimed := func(g *gapSample) (float64, bool) {
 		ps.led.mu.Lock()
@@ -469,6 +481,14 @@ func (ps *procSet) gapStats() map[string]GapStats {
 		ms := float64(g.first-g.at) / 1e6
 		byKind[g.kind] = append(byKind[g.kind], ms)
 		byKind["all"] = append(byKind["all"], ms)
+		if g.sent < g.at {
+			pending[g.kind] = append(pending[g.kind], ms)
+			pending["all"] = append(pending["all"], ms)
+		} else {
+			wait := float64(g.first-g.sent) / 1e6
+			idle[g.kind] = append(idle[g.kind], wait)
+			idle["all"] = append(idle["all"], wait)
+		}
 		if c, ok := claimed(g); ok {
 			claims[g.kind] = append(claims[g.kind], c)
 			claims["all"] = append(claims["all"], c)
@@ -481,6 +501,8 @@ func (ps *procSet) gapStats() map[string]GapStats {
 		st := out[k]
 		st.P50, st.P99, st.Max = quantile(v, 0.50), quantile(v, 0.99), quantile(v, 1)
 		st.ClaimP50, st.ClaimP99 = quantile(claims[k], 0.50), quantile(claims[k], 0.99)
+		st.PendingSamples, st.PendingP99 = len(pending[k]), quantile(pending[k], 0.99)
+		st.IdleSamples, st.IdleP99 = len(idle[k]), quantile(idle[k], 0.99)
 		out[k] = st
 	}
 	return out
