@@ -66,7 +66,7 @@ func checkCounters(ctx context.Context, w *client.World, s *side, rep *Report) e
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		st, err := w.Drainer.ReadState(ctx, id)
+		st, err := w.Mailboxes.ReadState(ctx, id)
 		if err != nil {
 			return fmt.Errorf("bench: the counter of %q: %w", id, err)
 		}

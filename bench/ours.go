@@ -310,7 +310,7 @@ func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl 
 	for id := range ids {
 		// Committed messages not purged yet (the workers' sweep runs once
 		// a second) are not left to deliver.
-		if st, err := w.Drainer.Stat(ctx, id); err == nil && st.Depth == 0 {
+		if st, err := w.Mailboxes.Stat(ctx, id); err == nil && st.Depth == 0 {
 			continue
 		}
 		deadline := time.Now().Add(2*ttl + 35*time.Second)

@@ -2,7 +2,8 @@
 // connect, open a world, post into mailboxes (World.Send) and serve them
 // with a worker (World.NewWorker). The world's stores are there for
 // everything else: World.Ownership (claims, leases, fences), World.Queue
-// (sends), World.Drainer (drains, stat, dead letters, per-id state).
+// (sends), World.Drainer (drains), World.Mailboxes (stat, listing, dead
+// letters, repost, per-id state).
 //
 //	c, err := client.Connect("nats://127.0.0.1:4222")
 //	w, err := c.World(ctx, "default")

@@ -62,7 +62,7 @@ func ExampleWorld_NewStateWorker() {
 		}
 	}
 	for { // wait until the three deposits are committed (example only)
-		st, err := w.Drainer.ReadState(ctx, "acct-1")
+		st, err := w.Mailboxes.ReadState(ctx, "acct-1")
 		if err != nil {
 			panic(err)
 		}

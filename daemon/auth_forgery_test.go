@@ -253,7 +253,7 @@ func TestAttack_ProducerWildcardPostMovedAside(t *testing.T) {
 	require.Contains(t, string(m.Data), `"seq"`, "admitted by the server: stored")
 	op := a.as(t, daemon.RoleOperator)
 	servertest.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
-		dls, err := op.w.Drainer.Unroutable(ctx, 10)
+		dls, err := op.w.Mailboxes.Unroutable(ctx, 10)
 		if err != nil {
 			return err
 		}

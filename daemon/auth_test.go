@@ -158,6 +158,7 @@ func TestAuth_ProducerPostsAndNothingElse(t *testing.T) {
 	require.True(t, p.w.PostOnly)
 	require.Nil(t, p.w.Ownership, "a producer's world has no ownership store")
 	require.Nil(t, p.w.Drainer)
+	require.Nil(t, p.w.Mailboxes)
 	_, err = p.w.NewWorker(worker.Config{Node: "evil"}, func(context.Context, drain.Message) error { return nil })
 	require.ErrorIs(t, err, client.ErrPostOnly)
 	require.Equal(t, op.w.Config, p.w.Config, "the settings entry holds the world's settings")
@@ -251,7 +252,7 @@ func TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Acked)
 	require.Equal(t, []string{"m0", "m1", "m2"}, got)
-	st, err := o.w.Drainer.Stat(ctx, "order-1")
+	st, err := o.w.Mailboxes.Stat(ctx, "order-1")
 	require.NoError(t, err)
 	require.Zero(t, st.Depth)
 	// The owner purged nothing (it may not); fencepostd's purger removes
@@ -311,7 +312,7 @@ func TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset(t *testing.T) {
 		return handles.Of(o.w).Mailbox.DeleteMsg(ctx, mbBefore.State.LastSeq)
 	})
 	o.refused(t, "dead letter purge", "$JS.API.STREAM.PURGE.FP_MB_default", func(ctx context.Context) error {
-		_, err := o.w.Drainer.PurgeDeadLetters(ctx, "order-2")
+		_, err := o.w.Mailboxes.PurgeDeadLetters(ctx, "order-2")
 		return err
 	})
 	// A rollup would wipe every record: the owner may publish to the
@@ -441,7 +442,7 @@ func TestAuth_OwnerRunsAWorkerAndDeadLetters(t *testing.T) {
 		mu.Lock()
 		n := len(got)
 		mu.Unlock()
-		dl, err := o.w.Drainer.DeadLetters(ctx, "bad", 10)
+		dl, err := o.w.Mailboxes.DeadLetters(ctx, "bad", 10)
 		if err != nil {
 			return err
 		}
@@ -457,18 +458,18 @@ func TestAuth_OwnerRunsAWorkerAndDeadLetters(t *testing.T) {
 	// An owner's repost is refused before it posts anything (it used to
 	// post, then fail to remove: every message twice).
 	o.refused(t, "owner repost", "$JS.API.STREAM.MSG.DELETE.FP_MB_default", func(ctx context.Context) error {
-		_, err := o.w.Drainer.Repost(ctx, o.w.Queue, "bad")
+		_, err := o.w.Mailboxes.Repost(ctx, o.w.Queue, "bad")
 		return err
 	})
-	st, err := o.w.Drainer.Stat(ctx, "bad")
+	st, err := o.w.Mailboxes.Stat(ctx, "bad")
 	require.NoError(t, err)
 	require.Zero(t, st.Depth, "a refused repost wrote to the mailbox")
 	require.Equal(t, uint64(1), st.DeadLetters)
 	op := a.as(t, daemon.RoleOperator)
-	n, err := op.w.Drainer.Repost(ctx, op.w.Queue, "bad")
+	n, err := op.w.Mailboxes.Repost(ctx, op.w.Queue, "bad")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	_, err = op.w.Drainer.PurgeDeadLetters(ctx, "bad")
+	_, err = op.w.Mailboxes.PurgeDeadLetters(ctx, "bad")
 	require.NoError(t, err)
 	require.Empty(t, op.violations(0))
 }
@@ -498,7 +499,7 @@ func TestAuth_OwnerKeepsState(t *testing.T) {
 		require.NoError(t, err)
 	}
 	servertest.CheckFor(t, 15*time.Second, 50*time.Millisecond, func() error {
-		st, err := o.w.Drainer.ReadState(ctx, "acct")
+		st, err := o.w.Mailboxes.ReadState(ctx, "acct")
 		if err != nil {
 			return err
 		}

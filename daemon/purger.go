@@ -6,15 +6,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/metrics"
+	"github.com/fencepost/fencepost/purge"
 	"github.com/fencepost/fencepost/world"
 )
 
 // purgeScan is how often the purge loop looks for worlds.
 const purgeScan = 2 * time.Second
 
-// purgeLoop runs a purger (drain.PurgeCommitted) for every world whose
+// purgeLoop runs a purger (purge.Purger.PurgeCommitted) for every world whose
 // config says purge=server, the worlds fencepostd --auth creates: their
 // owners may not call the purge API, so the server removes what their
 // commits cover (docs/security.md). It looks for new, removed and
@@ -64,7 +64,7 @@ func (d *Daemon) purgeLoop(ctx context.Context) error {
 					<-p.done
 				}
 			}
-			dr, err := d.drainer(w)
+			pg, err := d.purgerOf(w)
 			if err != nil {
 				continue
 			}
@@ -74,15 +74,15 @@ func (d *Daemon) purgeLoop(ctx context.Context) error {
 			go func() {
 				defer close(p.done)
 				d.log.Info("purger: removing committed messages for the owners", "world", name)
-				refused := drain.OnRefusal(func(r drain.Refusal) {
+				refused := purge.OnRefusal(func(r purge.Refusal) {
 					switch r {
-					case drain.RefusedBadKey:
+					case purge.RefusedBadKey:
 						pm.BadCursorKey(name)
-					case drain.RefusedForged:
+					case purge.RefusedForged:
 						pm.ForgedCursor(name)
 					}
 				})
-				if err := dr.PurgeCommitted(pctx, refused); err != nil {
+				if err := pg.PurgeCommitted(pctx, refused); err != nil {
 					d.log.Warn("purger stopped; restarting", "world", name, "err", err)
 				}
 			}()

@@ -4,8 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/purge"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -14,7 +13,7 @@ import (
 const sweepInterval = 10 * time.Second
 
 // sweepLoop gives every unroutable message of every world a fate
-// (drain.FollowUnroutable): a message a producer stored on a mailbox
+// (purge.Purger.FollowUnroutable): a message a producer stored on a mailbox
 // subject that no id encodes to is moved, with the reason, to the world's
 // unroutable dead letters, logged at WARN and counted in the metrics. Each
 // world has one follower, which reads the headers of every message posted
@@ -44,14 +43,10 @@ type follower struct {
 	done chan struct{} // closed when it ended
 }
 
-// drainer is fencepostd's drainer of world w (for its purger and sweep):
-// its logger, its metrics.
-func (d *Daemon) drainer(w *world.World) (*drain.Drainer, error) {
-	own, err := ownership.New(w, ownership.WithLogger(d.log))
-	if err != nil {
-		return nil, err
-	}
-	return drain.New(w, own, drain.WithLogger(d.log), drain.WithMetrics(d.metrics))
+// purgerOf is fencepostd's purger of world w (for the purge loop and the
+// unroutable followers): its logger, its metrics.
+func (d *Daemon) purgerOf(w *world.World) (*purge.Purger, error) {
+	return purge.New(w, purge.WithLogger(d.log), purge.WithMetrics(d.metrics))
 }
 
 // follow starts a follower of unroutable messages for every world that has
@@ -91,7 +86,7 @@ func (d *Daemon) follow(ctx context.Context, running map[string]follower) {
 		if err != nil {
 			continue
 		}
-		dr, err := d.drainer(w)
+		pg, err := d.purgerOf(w)
 		if err != nil {
 			continue
 		}
@@ -101,7 +96,7 @@ func (d *Daemon) follow(ctx context.Context, running map[string]follower) {
 		go func() {
 			defer close(f.done)
 			defer stop()
-			if err := dr.FollowUnroutable(fctx); err != nil && fctx.Err() == nil {
+			if err := pg.FollowUnroutable(fctx); err != nil && fctx.Err() == nil {
 				d.log.Warn("following a world for unroutable messages stopped; starting again later", "world", name, "err", err)
 			}
 		}()

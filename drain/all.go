@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 )
@@ -37,7 +37,7 @@ func (d *Drainer) DrainAll(ctx context.Context, leases []*ownership.Lease, h Han
 	defer d.observe(time.Now(), &total)
 	runs := make([]*run, len(leases))
 	errs := make([]error, len(leases))
-	parallel(len(leases), func(i int) {
+	store.Parallel(DefaultParallel, len(leases), func(i int) {
 		l := leases[i]
 		a := &authority{id: l.ID, node: l.Node, epoch: l.Epoch, ttl: l.TTL, until: l.ValidUntil(), priorUntil: l.PriorUntil}
 		runs[i], errs[i] = d.begin(ctx, a, h, opts, d.cfg.Replicas > 1)
@@ -55,7 +55,7 @@ func (d *Drainer) DrainAll(ctx context.Context, leases []*ownership.Lease, h Han
 	var g sweep
 	scanErr := d.scan(ctx, live, &g)
 	results := make([]Result, len(leases))
-	parallel(len(leases), func(i int) {
+	store.Parallel(DefaultParallel, len(leases), func(i int) {
 		if r := runs[i]; r != nil {
 			results[i], errs[i] = r.finishAll(ctx, scanErr)
 		}
@@ -123,26 +123,6 @@ func (d *Drainer) readCursors(ctx context.Context, runs []*run, errs []error) {
 		}
 	}
 	flush()
-}
-
-// parallel runs fn(0..n-1) on DefaultParallel goroutines and waits.
-func parallel(n int, fn func(i int)) {
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range min(DefaultParallel, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				fn(i)
-			}
-		}()
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
 }
 
 // sweep is what the scan saw, for the one purge that removes what the
@@ -256,13 +236,13 @@ func (r *run) scanOne(m *jetstream.RawStreamMsg) {
 		if err := r.deadLetter(r.ctx, m, delivery, herr.Error()); err != nil {
 			// Keep the count, and go on alone: handle tries the
 			// dead-lettering again without another call.
-			r.scanFail = &wire.Cursor{Seq: r.scanNext.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
+			r.scanFail = &wire.Cursor{Seq: r.scanNext.Seq, Head: m.Sequence, Failures: delivery, Error: store.Clip(herr.Error())}
 			r.diverted = true
 			return
 		}
 		r.scanNext, r.scanDead = wire.Cursor{Seq: m.Sequence}, r.scanDead+1
 	default:
-		r.scanFail = &wire.Cursor{Seq: r.scanNext.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
+		r.scanFail = &wire.Cursor{Seq: r.scanNext.Seq, Head: m.Sequence, Failures: delivery, Error: store.Clip(herr.Error())}
 		r.diverted = true
 	}
 }
@@ -297,7 +277,7 @@ func (r *run) finishAll(ctx context.Context, scanErr error) (Result, error) {
 	if err == nil && r.ctx.Err() == nil && (r.diverted || r.d.cfg.Replicas > 1) {
 		r.deferPurge = false // it purges its own commits from here on
 		if r.scanFail != nil {
-			err = sleep(r.ctx, r.d.backoff(r.scanFail.Failures))
+			err = store.Sleep(r.ctx, r.d.backoff(r.scanFail.Failures))
 		}
 		if err == nil {
 			err = r.loop(r.ctx)
@@ -346,7 +326,7 @@ func (d *Drainer) sweep(ctx context.Context, runs []*run, g sweep) {
 			rest = append(rest, r)
 		}
 	}
-	parallel(len(rest), func(i int) {
+	store.Parallel(DefaultParallel, len(rest), func(i int) {
 		r := rest[i]
 		if err := handles.Of(d.w).Mailbox.Purge(pctx, jetstream.WithPurgeSubject(r.subj), jetstream.WithPurgeSequence(r.cur.Seq+1)); err != nil {
 			d.log.Warn("drain: purge of committed messages failed; the next commit retries", "world", d.world, "id", r.a.id, "error", err)

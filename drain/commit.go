@@ -11,8 +11,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/world"
 )
 
 // commit writes the cursor with the fence and then purges what it covers.
@@ -60,7 +62,7 @@ func (r *run) commit(ctx context.Context, next wire.Cursor, acked, dead int) err
 			}
 			break
 		}
-		if !wrongLastSequence(err) {
+		if !store.WrongLastSequence(err) {
 			return r.commitError(next, err)
 		}
 		if attempt >= maxCommitAttempts {
@@ -73,7 +75,7 @@ func (r *run) commit(ctx context.Context, next wire.Cursor, acked, dead int) err
 			return err
 		}
 		if attempt > 1 {
-			if err := sleep(ctx, time.Duration(attempt)*time.Millisecond); err != nil {
+			if err := store.Sleep(ctx, time.Duration(attempt)*time.Millisecond); err != nil {
 				return err
 			}
 		}
@@ -108,6 +110,12 @@ func (r *run) commitError(next wire.Cursor, err error) error {
 	r.uncertain = true
 	return &UnknownError{ID: r.a.id, Cursor: next.Seq, Err: err}
 }
+
+// serverPurges says whether the world's committed messages are removed by
+// fencepostd's purger (purge.Purger.PurgeCommitted) rather than by the
+// drains: in such a world owners have no permission to purge
+// (docs/security.md).
+func (d *Drainer) serverPurges() bool { return d.cfg.Purge == world.PurgeByServer }
 
 // purge removes the committed messages from the mailbox. It is cleanup
 // only: delivery resumes after the cursor, so a purge that fails (or never
@@ -171,13 +179,6 @@ func (r *run) finishPurge(ctx context.Context) {
 	if r.purging != nil {
 		r.purged(<-r.purging)
 	}
-}
-
-// wrongLastSequence: the fence's expectation failed (10071; 10164 on a
-// replicated stream while another write to the record is in flight).
-func wrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // purgeLater is the purge of a holding's committed messages: it runs after

@@ -16,7 +16,13 @@
 // handler its id's state (Message.State, StateHandler) and commits the
 // writes the handler staged together with the cursor, in one atomic batch
 // in which every message carries the fence: a message's effect on its
-// id's state is applied exactly once (ReadState, DeleteState; design 3.12).
+// id's state is applied exactly once (design 3.12).
+//
+// drain is delivery only. Reading and repairing mailboxes beside it (stat,
+// listing, dead letters, repost, an id's stored state) is package
+// mailbox's; fencepostd's purging (committed messages in purge=server
+// worlds, unroutable messages) is package purge's. A worker's Sweeper,
+// which removes what its holdings committed, is delivery's and stays here.
 //
 // docs/design.md section 3 gives the safety argument, docs/wire.md
 // "Mailboxes" the layout.

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
@@ -50,7 +49,6 @@ var mailboxCases = []mailboxCase{
 	{"Send_Dedupe", testDedupe},
 	{"Send_Full_StoresNothing", testFull},
 	{"Send_TooLarge", testTooLarge},
-	{"Stat", testStat},
 }
 
 func TestMailbox(t *testing.T) {
@@ -78,13 +76,11 @@ func newWorld(t *testing.T, env *testutil.Env, cfg world.Config, opts ...drain.O
 }
 
 // stored is the number of messages on id's mailbox subject (committed ones
-// whose purge ran are gone).
-func stored(t *testing.T, w *client.World, subj string) uint64 {
-	t.Helper()
-	info, err := handles.Of(w).Mailbox.Info(context.Background(), jetstream.WithSubjectFilter(subj))
-	require.NoError(t, err)
-	return info.State.Subjects[subj]
-}
+// whose purge ran are gone); send posts bodies from "tester".
+var (
+	stored = testutil.Stored
+	send   = testutil.Send
+)
 
 func bucketLastSeq(t *testing.T, w *client.World) uint64 {
 	t.Helper()
@@ -118,14 +114,6 @@ func (r *recorder) bodies() []string {
 		out[i] = string(m.Body)
 	}
 	return out
-}
-
-func send(t *testing.T, ctx context.Context, w *client.World, id string, bodies ...string) {
-	t.Helper()
-	for _, b := range bodies {
-		_, err := w.Queue.Send(ctx, id, []byte(b), queue.WithFrom("tester"))
-		require.NoError(t, err)
-	}
 }
 
 func testFourProducers(t *testing.T, env *testutil.Env) {
@@ -189,7 +177,7 @@ func testFourProducers(t *testing.T, env *testutil.Env) {
 		require.Equal(t, each, next[p])
 	}
 	require.Zero(t, stored(t, w, wire.MailboxSubject(w.Name, id)), "mailbox empty")
-	st, err := d.Stat(ctx, id)
+	st, err := w.Mailboxes.Stat(ctx, id)
 	require.NoError(t, err)
 	require.Zero(t, st.Depth)
 	require.Equal(t, lastSeq, st.Cursor)
@@ -244,7 +232,7 @@ func testDeadLetter(t *testing.T, env *testutil.Env) {
 	require.Equal(t, 1, res.DeadLettered)
 	require.Zero(t, stored(t, w, wire.MailboxSubject(w.Name, "a")))
 
-	dls, err := d.DeadLetters(ctx, "a", 0)
+	dls, err := w.Mailboxes.DeadLetters(ctx, "a", 0)
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	dl := dls[0]
@@ -258,10 +246,10 @@ func testDeadLetter(t *testing.T, env *testutil.Env) {
 	require.False(t, dl.Posted.IsZero())
 
 	// Repost puts it back at the end of the mailbox with a fresh count.
-	n, err := d.Repost(ctx, w.Queue, "a")
+	n, err := w.Mailboxes.Repost(ctx, w.Queue, "a")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	dls, err = d.DeadLetters(ctx, "a", 0)
+	dls, err = w.Mailboxes.DeadLetters(ctx, "a", 0)
 	require.NoError(t, err)
 	require.Empty(t, dls)
 	var back recorder
@@ -276,10 +264,10 @@ func testDeadLetter(t *testing.T, env *testutil.Env) {
 	send(t, ctx, w, "a", "poison")
 	_, err = d.DrainLease(ctx, lease, rec.handle)
 	require.NoError(t, err)
-	purged, err := d.PurgeDeadLetters(ctx, "a")
+	purged, err := w.Mailboxes.PurgeDeadLetters(ctx, "a")
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), purged)
-	dls, err = d.DeadLetters(ctx, "a", 0)
+	dls, err = w.Mailboxes.DeadLetters(ctx, "a", 0)
 	require.NoError(t, err)
 	require.Empty(t, dls)
 }
@@ -486,7 +474,7 @@ func testStaleEpochLock(t *testing.T, env *testutil.Env) {
 	close(wake)
 	errA := <-doneA
 	require.Error(t, errA, "the stale drain commits nothing")
-	st, err := dB.Stat(ctx, "a")
+	st, err := w.Mailboxes.Stat(ctx, "a")
 	require.NoError(t, err)
 	require.Zero(t, st.Depth)
 
@@ -534,7 +522,7 @@ func testPausedDrainer(t *testing.T, env *testutil.Env) {
 		return err
 	})
 	require.Equal(t, []string{"m1"}, rec.bodies())
-	cursorAfterB, err := dB.Stat(ctx, "a")
+	cursorAfterB, err := w.Mailboxes.Stat(ctx, "a")
 	require.NoError(t, err)
 
 	close(wake)
@@ -542,7 +530,7 @@ func testPausedDrainer(t *testing.T, env *testutil.Env) {
 	var ce *drain.ContendedError
 	require.ErrorAs(t, err, &ce, "got %v", err)
 	require.True(t, ce.Lost)
-	st, err := dB.Stat(ctx, "a")
+	st, err := w.Mailboxes.Stat(ctx, "a")
 	require.NoError(t, err)
 	require.Equal(t, cursorAfterB.Cursor, st.Cursor, "the paused drain moved nothing")
 	require.Equal(t, uint64(1), st.Depth, "m2 still waits")
@@ -714,7 +702,7 @@ func testMax(t *testing.T, env *testutil.Env) {
 
 func testDedupe(t *testing.T, env *testutil.Env) {
 	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{})
+	w, _ := newWorld(t, env, world.Config{})
 	p1, err := w.Queue.Send(ctx, "a", []byte("once"), queue.WithMsgID("k-1"))
 	require.NoError(t, err)
 	require.False(t, p1.Duplicate)
@@ -723,7 +711,7 @@ func testDedupe(t *testing.T, env *testutil.Env) {
 	require.True(t, p2.Duplicate)
 	require.Equal(t, p1.Seq, p2.Seq)
 	require.Equal(t, uint64(1), stored(t, w, wire.MailboxSubject(w.Name, "a")))
-	st, err := d.Stat(ctx, "a")
+	st, err := w.Mailboxes.Stat(ctx, "a")
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), st.Depth)
 }
@@ -761,25 +749,6 @@ func testTooLarge(t *testing.T, env *testutil.Env) {
 	// Just under the limit goes through.
 	_, err = w.Queue.Send(ctx, "a", make([]byte, 4096-1024))
 	require.NoError(t, err)
-}
-
-func testStat(t *testing.T, env *testutil.Env) {
-	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{})
-	before := time.Now()
-	send(t, ctx, w, "a", "1", "2", "3")
-	send(t, ctx, w, "b", "1")
-	_, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
-	require.NoError(t, err)
-	st, err := d.Stat(ctx, "a")
-	require.NoError(t, err)
-	require.Equal(t, uint64(3), st.Depth)
-	require.WithinDuration(t, before, st.Oldest, 5*time.Second)
-	require.True(t, st.Owner.Held)
-	require.Equal(t, "n1", st.Owner.Node)
-	ws, err := d.WorldStat(ctx)
-	require.NoError(t, err)
-	require.Equal(t, drain.WorldStat{IDs: 2, Depth: 4, Owned: 1}, ws)
 }
 
 // A restart of the server between drains loses no posted message and

@@ -60,7 +60,7 @@ func ExampleStateHandler() {
 		if err := w.Ownership.Release(ctx, "x", "node-a"); err != nil {
 			panic(err)
 		}
-		st, err := w.Drainer.ReadState(ctx, "x")
+		st, err := w.Mailboxes.ReadState(ctx, "x")
 		if err != nil {
 			panic(err)
 		}

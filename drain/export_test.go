@@ -5,6 +5,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
@@ -64,14 +65,6 @@ var LeaveToSweeps = leaveToSweeps
 // RestAfter is restAfter.
 var RestAfter = restAfter
 
-// SetStatListMax sets the most subjects WorldStat lists, for the test's
-// duration.
-func SetStatListMax(t interface{ Cleanup(func()) }, n int) {
-	old := statListMax
-	statListMax = n
-	t.Cleanup(func() { statListMax = old })
-}
-
 // SharedBatch sends parts (each one id's commit: StateCommitMsgs) as the
 // shared batches do when they meet behind a batch in flight: in one batch.
 func SharedBatch(d *Drainer, parts [][]*nats.Msg) []jetstream.PubAckFuture {
@@ -93,15 +86,15 @@ func SharedBatch(d *Drainer, parts [][]*nats.Msg) []jetstream.PubAckFuture {
 // StateCommitMsgs is the batch of a state commit of f.ID: writes (a nil
 // value deletes) and the cursor at seq, each with the fence.
 func StateCommitMsgs(d *Drainer, f fencing.Fence, seq uint64, writes map[string][]byte) []*nats.Msg {
-	var w []stateWrite
+	var w []store.StateWrite
 	for k, v := range writes {
-		w = append(w, stateWrite{k, v})
+		w = append(w, store.StateWrite{Key: k, Value: v})
 	}
 	data, err := wire.EncodeCursor(wire.Cursor{Seq: seq})
 	if err != nil {
 		panic(err)
 	}
-	return d.stateMsgs(f, wire.KeySubject(d.world, wire.CursorKey(f.ID)), data, w)
+	return store.StateMsgs(d.world, f, wire.KeySubject(d.world, wire.CursorKey(f.ID)), data, w)
 }
 
 // Unshared makes state commits batches of their own (the comparison of

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 )
@@ -74,7 +75,7 @@ type sentCommit struct {
 	last  lastCommit
 	fence fencing.Fence
 	// writes: the state writes sent in the same batch (state.go).
-	writes []stateWrite
+	writes []store.StateWrite
 	// the answer, once answered took it
 	done bool
 	pa   *jetstream.PubAck
@@ -389,7 +390,7 @@ func (h *Holding) settle(ctx context.Context) error {
 		return nil
 	}
 	h.live = false
-	if !wrongLastSequence(err) {
+	if !store.WrongLastSequence(err) {
 		// Read the cursor again (what it covers is not known), after
 		// fencing out the commit if it is still on its way.
 		h.known, h.owed, h.touch = false, nil, true

@@ -71,7 +71,7 @@ func TestDrain_LockKeptByTerm(t *testing.T) {
 		})
 		requireLost(t, err)
 		require.Equal(t, 1, calls)
-		st, err := d.Stat(ctx, "a")
+		st, err := w.Mailboxes.Stat(ctx, "a")
 		require.NoError(t, err)
 		require.Zero(t, st.Cursor, "a drain that lost its lock committed")
 		e, err := handles.Of(w).KV.Get(ctx, wire.LockKey("a"))
@@ -100,7 +100,7 @@ func TestDrain_LockKeptByTerm(t *testing.T) {
 		// The lock was written after begun: its authority, term less the
 		// clock margin, cannot have run out earlier.
 		require.GreaterOrEqual(t, at.Sub(begun), ttl-skew-time.Millisecond, "stopped before the lock's authority ran out")
-		st, err := d.Stat(ctx, "a")
+		st, err := w.Mailboxes.Stat(ctx, "a")
 		require.NoError(t, err)
 		require.Zero(t, st.Cursor)
 		require.Equal(t, uint64(1), st.Depth)
@@ -138,7 +138,7 @@ func TestDrain_LockKeptByTerm(t *testing.T) {
 		_, err = d.DrainLease(ctx, lease, rec.handle)
 		requireLost(t, err)
 		require.Equal(t, []string{"m1"}, rec.bodies())
-		st, err := d.Stat(ctx, "a")
+		st, err := w.Mailboxes.Stat(ctx, "a")
 		require.NoError(t, err)
 		require.Zero(t, st.Cursor, "committed on a fence read after the lock changed hands")
 	})

@@ -87,14 +87,14 @@ func WithClockSkew(skew time.Duration) Option {
 }
 
 // Observer is told of drain outcomes: drain durations, dead letters moved
-// and failed, fenced commits, unroutable messages moved. Package metrics
-// implements it for Prometheus (*metrics.Set).
+// and failed, fenced commits. Package metrics implements it for
+// Prometheus (*metrics.Set). (Unroutable messages moved aside are
+// fencepostd's purger's: purge.Observer.)
 type Observer interface {
 	Drained(world string, d time.Duration)
 	DeadLettered(world string, n int)
 	DeadLetterFailed(world string)
 	FencedCommit(world string)
-	UnroutableMoved(world string, n int)
 }
 
 // WithMetrics tells o of this drainer's outcomes (nil: nobody is told).
@@ -114,7 +114,6 @@ func (nopObserver) Drained(string, time.Duration) {}
 func (nopObserver) DeadLettered(string, int)      {}
 func (nopObserver) DeadLetterFailed(string)       {}
 func (nopObserver) FencedCommit(string)           {}
-func (nopObserver) UnroutableMoved(string, int)   {}
 
 // Commit is a cursor write the broker stored, as an observer sees it.
 type Commit struct {

@@ -92,7 +92,7 @@ func TestHolding_Deliver(t *testing.T) {
 	require.Equal(t, []string{"1", "2", "3", "4"}, rec.bodies())
 	require.NoError(t, h.Flush(ctx))
 	require.Equal(t, uint64(1), bucketLastSeq(t, w)-before, "one cursor write")
-	st, err := d.Stat(ctx, "x")
+	st, err := w.Mailboxes.Stat(ctx, "x")
 	require.NoError(t, err)
 	require.Equal(t, all[3].Sequence, st.Cursor, "the commit sent without waiting is stored")
 	require.Zero(t, st.Depth)
@@ -319,7 +319,7 @@ func TestHolding_CommitsCoalesced(t *testing.T) {
 	require.True(t, h.FlushBy().IsZero())
 	writes := bucketLastSeq(t, w) - before
 	require.True(t, writes >= 1 && writes <= 5, "%d cursor writes for 5 deliveries", writes)
-	st, err := d.Stat(ctx, "x")
+	st, err := w.Mailboxes.Stat(ctx, "x")
 	require.NoError(t, err)
 	require.Zero(t, st.Depth, "every delivered message committed after Flush")
 
@@ -343,7 +343,7 @@ func TestHolding_CommitsCoalesced(t *testing.T) {
 func TestHolding_CursorNeverBack(t *testing.T) {
 	var mu sync.Mutex
 	var commits []drain.Commit
-	ctx, w, d, ss, _, h := holdX(t, drain.WithBackoff(time.Millisecond, time.Millisecond),
+	ctx, w, _, ss, _, h := holdX(t, drain.WithBackoff(time.Millisecond, time.Millisecond),
 		drain.WithCommitObserver(func(c drain.Commit) { mu.Lock(); commits = append(commits, c); mu.Unlock() }))
 	defer ss.Close()
 	_, err := h.Drain(ctx, func(context.Context, drain.Message) error { return nil })
@@ -366,7 +366,7 @@ func TestHolding_CursorNeverBack(t *testing.T) {
 	for i := 1; i < len(commits); i++ {
 		require.GreaterOrEqual(t, commits[i].Cursor, commits[i-1].Cursor, "cursor moved back: %+v", commits)
 	}
-	st, err := d.Stat(ctx, "x")
+	st, err := w.Mailboxes.Stat(ctx, "x")
 	require.NoError(t, err)
 	require.Equal(t, msgs[0].Sequence, st.Cursor, "a committed, b waiting for its next delivery")
 }
@@ -378,7 +378,7 @@ func TestHolding_CursorNeverBack(t *testing.T) {
 // move the cursor back behind the run's. The lost answer is simulated
 // (ForgetCommitOutcome); the late commit is a real fenced write.
 func TestHolding_UnknownCommitFencedOut(t *testing.T) {
-	ctx, w, d, ss, l, h := holdX(t)
+	ctx, w, _, ss, l, h := holdX(t)
 	defer ss.Close()
 	var err error
 	send(t, ctx, w, "x", "a", "b")
@@ -398,7 +398,7 @@ func TestHolding_UnknownCommitFencedOut(t *testing.T) {
 	late := fencing.Fence{World: w.Name, ID: "x", Node: "n1", Epoch: l.Epoch, Revision: old}
 	_, err = handles.Of(w).JS.Publish(ctx, wire.KeySubject(w.Name, wire.CursorKey("x")), []byte(`{"v":1,"seq":1}`), late.Expect())
 	require.Error(t, err, "a commit fenced before the rewrite was stored")
-	st, err := d.Stat(ctx, "x")
+	st, err := w.Mailboxes.Stat(ctx, "x")
 	require.NoError(t, err)
 	require.Equal(t, rec.msgs[2].Seq, st.Cursor, "the cursor moved back")
 }

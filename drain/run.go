@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/queue"
@@ -74,7 +71,7 @@ type run struct {
 	// st: the id's state, for a run with state (state.go); resend: the
 	// writes of a commit sent again (Holding.settle), instead of st's.
 	st     *stateBook
-	resend []stateWrite
+	resend []store.StateWrite
 }
 
 // lastCommit is a commit that handle left to its caller.
@@ -186,12 +183,12 @@ func (r *run) fenceTakeover(ctx context.Context) error {
 // loadCursor reads the id's cursor through the bucket stream's leader, and
 // then, for a run with state, the state stored with it.
 func (r *run) loadCursor(ctx context.Context) error {
-	c, at, err := r.d.readCursorAt(ctx, r.a.id)
+	c, at, err := store.ReadCursor(ctx, r.d.w, r.a.id)
 	if err != nil {
 		return err
 	}
 	if r.st != nil {
-		st, err := r.d.loadState(ctx, r.a.id, at)
+		st, err := store.LoadState(ctx, r.d.w, r.a.id, at)
 		if err != nil {
 			return err
 		}
@@ -199,44 +196,6 @@ func (r *run) loadCursor(ctx context.Context) error {
 	}
 	r.cur, r.res.Cursor = c, c.Seq
 	return nil
-}
-
-// readCursor reads id's cursor through the bucket stream's leader (on a
-// single replica, the direct get it answers is the same read without the
-// JetStream API queue); an absent (or deleted) cursor is zero.
-func (d *Drainer) readCursor(ctx context.Context, id string) (wire.Cursor, error) {
-	c, _, err := d.readCursorAt(ctx, id)
-	return c, err
-}
-
-// readCursorAt is readCursor, and the stream sequence of the cursor's
-// message (0: none).
-func (d *Drainer) readCursorAt(ctx context.Context, id string) (wire.Cursor, uint64, error) {
-	subj := wire.KeySubject(d.world, wire.CursorKey(id))
-	var m *jetstream.RawStreamMsg
-	var err error
-	if d.cfg.Replicas == 1 {
-		m, err = handles.Of(d.w).Bucket.GetLastMsgForSubject(ctx, subj)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			err = jsapi.ErrNotFound
-		}
-	} else {
-		m, err = jsapi.LeaderGet(ctx, d.nc, wire.BucketStream(d.world), jsapi.GetRequest{LastFor: subj})
-	}
-	if errors.Is(err, jsapi.ErrNotFound) {
-		return wire.Cursor{}, 0, nil
-	}
-	if err != nil {
-		return wire.Cursor{}, 0, err
-	}
-	if jsapi.IsMarker(m.Header) {
-		return wire.Cursor{}, m.Sequence, nil
-	}
-	c, err := wire.DecodeCursor(m.Data)
-	if err != nil {
-		return wire.Cursor{}, 0, fmt.Errorf("drain: cursor of %q (key %s): %w; it is left as it is", id, wire.CursorKey(id), err)
-	}
-	return c, m.Sequence, nil
 }
 
 // loop reads and handles batches until the mailbox is empty or the limit
@@ -282,7 +241,7 @@ func (r *run) loop(ctx context.Context) error {
 			// The replica that answered lags the leader: read again.
 			f.close()
 			f = nil
-			if err := sleep(ctx, 2*time.Millisecond); err != nil {
+			if err := store.Sleep(ctx, 2*time.Millisecond); err != nil {
 				return err
 			}
 			continue
@@ -445,7 +404,7 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 			}
 			return false, context.Cause(ctx)
 		}
-		fail := wire.Cursor{Seq: next.Seq, Head: m.Sequence, Failures: delivery, Error: clip(herr.Error())}
+		fail := wire.Cursor{Seq: next.Seq, Head: m.Sequence, Failures: delivery, Error: store.Clip(herr.Error())}
 		if delivery >= r.d.cfg.MaxDeliveries {
 			if err := r.deadLetter(ctx, m, delivery, herr.Error()); err != nil {
 				// Keep the count, so that no drain calls the handler
@@ -458,7 +417,7 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 		if err := r.commit(ctx, fail, acked, dead); err != nil {
 			return false, err
 		}
-		return true, sleep(ctx, r.d.backoff(delivery))
+		return true, store.Sleep(ctx, r.d.backoff(delivery))
 	}
 	if next.Seq == r.cur.Seq {
 		return false, nil
@@ -533,7 +492,7 @@ func (r *run) sender(m *jetstream.RawStreamMsg) string {
 	from, ok := queue.Sender(m.Header)
 	if !ok {
 		r.d.log.Warn("drain: message with an invalid sender; delivered without it",
-			"world", r.d.world, "id", r.a.id, "seq", m.Sequence, "from", clip(queue.HeaderValue(m.Header, queue.HeaderFrom)))
+			"world", r.d.world, "id", r.a.id, "seq", m.Sequence, "from", store.Clip(queue.HeaderValue(m.Header, queue.HeaderFrom)))
 	}
 	return from
 }
@@ -544,37 +503,4 @@ func (d *Drainer) backoff(delivery int) time.Duration {
 		b *= 2
 	}
 	return min(b, d.backoffMax)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
-}
-
-// clip makes an error text fit a header and a cursor: one line, control
-// characters replaced, at most wire.MaxErrorBytes on a rune boundary.
-func clip(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, "?"))
-	if len(s) <= wire.MaxErrorBytes {
-		return s
-	}
-	cut := wire.MaxErrorBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
 }

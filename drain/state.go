@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/fencing"
-	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
@@ -225,21 +223,15 @@ type stateBook struct {
 	dirty map[string]struct{}
 }
 
-// stateWrite is one write of a batch; value nil: delete.
-type stateWrite struct {
-	key   string
-	value []byte
-}
-
 // set starts the book from the stored state, as read with cursor at.
-func (b *stateBook) set(st stateRead, at uint64) {
+func (b *stateBook) set(st store.StateRead, at uint64) {
 	b.known, b.storedAt = true, at
-	b.stored, b.view, b.dirty, b.size = st.values, make(map[string][]byte, len(st.values)), map[string]struct{}{}, 0
-	b.gone = make(map[string]struct{}, len(st.gone))
-	for k := range st.gone {
+	b.stored, b.view, b.dirty, b.size = st.Values, make(map[string][]byte, len(st.Values)), map[string]struct{}{}, 0
+	b.gone = make(map[string]struct{}, len(st.Gone))
+	for k := range st.Gone {
 		b.gone[k] = struct{}{}
 	}
-	for k, v := range st.values {
+	for k, v := range st.Values {
 		b.view[k] = v
 		b.size += wire.StateSize(k, v)
 	}
@@ -270,41 +262,41 @@ func (b *stateBook) ack(s *State) {
 
 // writes is what the next batch carries: every dirty key with its value
 // in the view, sorted.
-func (b *stateBook) writes() []stateWrite {
+func (b *stateBook) writes() []store.StateWrite {
 	if b == nil || len(b.dirty) == 0 {
 		return nil
 	}
-	w := make([]stateWrite, 0, len(b.dirty))
+	w := make([]store.StateWrite, 0, len(b.dirty))
 	for k := range b.dirty {
-		w = append(w, stateWrite{k, b.view[k]})
+		w = append(w, store.StateWrite{Key: k, Value: b.view[k]})
 	}
-	slices.SortFunc(w, func(x, y stateWrite) int { return strings.Compare(x.key, y.key) })
+	slices.SortFunc(w, func(x, y store.StateWrite) int { return strings.Compare(x.Key, y.Key) })
 	return w
 }
 
 // stored takes a batch's writes as stored with the cursor at; a batch
 // older than what the book already took is ignored (a later one carried
 // all of its keys).
-func (b *stateBook) confirm(w []stateWrite, at uint64) {
+func (b *stateBook) confirm(w []store.StateWrite, at uint64) {
 	if b == nil || !b.known || at <= b.storedAt {
 		return
 	}
 	b.storedAt = at
 	for _, x := range w {
-		if x.value == nil {
-			delete(b.stored, x.key)
+		if x.Value == nil {
+			delete(b.stored, x.Key)
 		} else {
-			b.stored[x.key] = x.value
+			b.stored[x.Key] = x.Value
 		}
-		if _, dirty := b.dirty[x.key]; !dirty {
+		if _, dirty := b.dirty[x.Key]; !dirty {
 			// The view of a clean key is the stored value (a batch sent
 			// again after the book was read afresh: Holding.settle).
-			b.setView(x.key, x.value)
+			b.setView(x.Key, x.Value)
 			continue
 		}
-		v, ok := b.view[x.key]
-		if ok == (x.value != nil) && bytes.Equal(v, x.value) {
-			delete(b.dirty, x.key)
+		v, ok := b.view[x.Key]
+		if ok == (x.Value != nil) && bytes.Equal(v, x.Value) {
+			delete(b.dirty, x.Key)
 		}
 	}
 }
@@ -321,227 +313,31 @@ func (b *stateBook) setView(key string, value []byte) {
 	}
 }
 
-// stateMsgs is a state batch: the writes, then the cursor, each with the
-// fence.
-func (d *Drainer) stateMsgs(f fencing.Fence, cursorSubj string, cursor []byte, w []stateWrite) []*nats.Msg {
-	msgs := make([]*nats.Msg, 0, len(w)+1)
-	for _, x := range w {
-		m := nats.NewMsg(wire.KeySubject(d.world, wire.StateKey(f.ID, x.key)))
-		if x.value == nil {
-			m.Header.Set(kvOperation, kvDelete)
-		} else {
-			m.Data = x.value
-		}
-		f.Apply(m)
-		msgs = append(msgs, m)
-	}
-	m := nats.NewMsg(cursorSubj)
-	m.Data = cursor
-	f.Apply(m)
-	return append(msgs, m)
-}
-
-// A KV delete marker's header.
-const (
-	kvOperation = "KV-Operation"
-	kvDelete    = "DEL"
-)
-
-// publishCommit writes the cursor with the fence: alone, or with the
-// state's writes in one atomic batch.
-func (d *Drainer) publishCommit(ctx context.Context, f fencing.Fence, cursorSubj string, cursor []byte, w []stateWrite) (*jetstream.PubAck, error) {
-	if len(w) == 0 {
-		return d.js.Publish(ctx, cursorSubj, cursor, f.Expect())
-	}
-	return jsapi.PublishBatch(ctx, d.js, d.stateMsgs(f, cursorSubj, cursor, w))
-}
-
-// publishCommitAsync is publishCommit without waiting for the answer;
+// publishCommitAsync is store.PublishCommit without waiting for the answer;
 // shared: through the shared batches (statebatch.go), behind the
 // holding's other commits in the queue.
-func (d *Drainer) publishCommitAsync(f fencing.Fence, cursorSubj string, cursor []byte, w []stateWrite, shared bool) (jetstream.PubAckFuture, error) {
+func (d *Drainer) publishCommitAsync(f fencing.Fence, cursorSubj string, cursor []byte, w []store.StateWrite, shared bool) (jetstream.PubAckFuture, error) {
 	if shared && !unshared {
-		return d.states.send(d, d.stateMsgs(f, cursorSubj, cursor, w)), nil
+		return d.states.send(d, store.StateMsgs(d.world, f, cursorSubj, cursor, w)), nil
 	}
 	if len(w) > 0 {
-		return jsapi.PublishBatchAsync(d.js, d.stateMsgs(f, cursorSubj, cursor, w))
+		return jsapi.PublishBatchAsync(d.js, store.StateMsgs(d.world, f, cursorSubj, cursor, w))
 	}
 	return d.js.PublishAsync(cursorSubj, cursor, f.Expect())
 }
 
-// publish is a run's commit write (publishCommit). A holding's run with
+// publish is a run's commit write (store.PublishCommit). A holding's run with
 // state sends its first attempt through the shared batches, behind any
 // commit of its holding still queued there; a retry (the first one
 // answered, refused) and a commit sent again from Holding.settle go on
 // their own.
-func (r *run) publish(ctx context.Context, cursor []byte, w []stateWrite, attempt int) (*jetstream.PubAck, error) {
+func (r *run) publish(ctx context.Context, cursor []byte, w []store.StateWrite, attempt int) (*jetstream.PubAck, error) {
 	// A drain on the lock path (no holding: nothing of its id is ever
 	// queued) sends a commit without writes as a plain fenced write.
 	if r.st != nil && r.resend == nil && attempt == 1 && !unshared && (len(w) > 0 || r.bg != nil) {
-		p := &sentCommit{ack: r.d.states.send(r.d, r.d.stateMsgs(r.a.fence, r.cursorSubj, cursor, w))}
+		p := &sentCommit{ack: r.d.states.send(r.d, store.StateMsgs(r.d.world, r.a.fence, r.cursorSubj, cursor, w))}
 		p.wait(commitTimeout, r.d.nc)
 		return p.pa, p.err
 	}
-	return r.d.publishCommit(ctx, r.a.fence, r.cursorSubj, cursor, w)
-}
-
-// stateRead is an id's state as read: its values, and the keys deleted
-// whose delete marker is still in the bucket (with its stream sequence).
-type stateRead struct {
-	values map[string][]byte
-	gone   map[string]uint64
-}
-
-// loadState reads id's state, as stored with its last cursor (whose
-// stream sequence the caller read through the leader: cursorAt, 0 when
-// the id has no cursor). One multi-last direct get of the state keys and
-// the cursor: the server answers it from one view of the stream. On a
-// replicated world a replica may lag: the answer counts only if its
-// cursor is the one the leader has (or later), since every state write
-// is stored with or before a cursor write of the same id.
-func (d *Drainer) loadState(ctx context.Context, id string, cursorAt uint64) (stateRead, error) {
-	stream := wire.BucketStream(d.world)
-	csubj := wire.KeySubject(d.world, wire.CursorKey(id))
-	for attempt := 1; ; attempt++ {
-		b, err := jsapi.DirectGet(ctx, d.nc, stream, jsapi.GetRequest{MultiLast: []string{wire.StateFilter(d.world, id), csubj}, Batch: wire.MaxStateSubjects + 1})
-		if err != nil {
-			return stateRead{}, fmt.Errorf("drain: read the state of %q: %w", id, err)
-		}
-		if b.Pending > 0 {
-			return stateRead{}, fmt.Errorf("drain: the state of %q has more than %d keys (deleted ones included; `fencepost state ID --delete` purges them): %w", id, wire.MaxStateSubjects, ErrInvalidState)
-		}
-		st := stateRead{values: map[string][]byte{}, gone: map[string]uint64{}}
-		var at uint64
-		for _, m := range b.Msgs {
-			if m.Subject == csubj {
-				at = m.Sequence
-				continue
-			}
-			key, err := wire.StateKeyOf(d.world, id, m.Subject)
-			if err != nil {
-				return stateRead{}, fmt.Errorf("drain: the state of %q holds %s, which no fencepost wrote (it is left as it is): %w", id, m.Subject, err)
-			}
-			if jsapi.IsMarker(m.Header) {
-				st.gone[key] = m.Sequence
-			} else {
-				st.values[key] = m.Data
-			}
-		}
-		if at >= cursorAt {
-			return st, nil
-		}
-		if attempt >= 100 {
-			return stateRead{}, fmt.Errorf("drain: the state of %q: the replicas' answers stayed behind the leader's cursor (sequence %d, read %d)", id, cursorAt, at)
-		}
-		if err := sleep(ctx, 5*time.Millisecond); err != nil {
-			return stateRead{}, err
-		}
-	}
-}
-
-// IDState is an id's state as stored, with the cursor it was stored with
-// (the last message whose effect it holds).
-type IDState struct {
-	ID     string
-	Cursor uint64
-	Values map[string][]byte
-	// Deleted counts the keys deleted whose delete marker is still in the
-	// bucket: they count against wire.MaxStateSubjects until DeleteState.
-	Deleted int
-}
-
-// Keys returns the state's keys, sorted.
-func (s IDState) Keys() []string {
-	keys := make([]string, 0, len(s.Values))
-	for k := range s.Values {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-// ReadState reads id's state as stored: the effect of every message up to
-// Cursor, and of none after it. It writes nothing.
-func (d *Drainer) ReadState(ctx context.Context, id string) (IDState, error) {
-	if err := wire.ValidateID(id); err != nil {
-		return IDState{}, err
-	}
-	c, at, err := d.readCursorAt(ctx, id)
-	if err != nil {
-		return IDState{}, err
-	}
-	st, err := d.loadState(ctx, id, at)
-	if err != nil {
-		return IDState{}, err
-	}
-	return IDState{ID: id, Cursor: c.Seq, Values: st.values, Deleted: len(st.gone)}, nil
-}
-
-// DeleteState removes every key of id's state. It claims the id as node
-// first (so it is refused with *ownership.HeldError while someone holds
-// it, and a holder whose lease lapsed is fenced out by the claim's
-// write), deletes every key and writes the cursor again unchanged, in one
-// atomic batch fenced on that claim, and releases the id. It returns the
-// keys it deleted; none (and no write beyond the claim and release) when
-// the state is empty.
-func (d *Drainer) DeleteState(ctx context.Context, id, node string) ([]string, error) {
-	if err := wire.ValidateID(id); err != nil {
-		return nil, err
-	}
-	if !d.w.AllowsState() {
-		return nil, fmt.Errorf("drain: world %q: %w", d.world, ErrNoState)
-	}
-	l, err := d.own.Claim(ctx, id, node, d.cfg.DefaultTTL)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := d.own.Release(rctx, id, node); err != nil {
-			d.log.Warn("drain: release after deleting the state failed; the claim lapses", "world", d.world, "id", id, "node", node, "error", err)
-		}
-	}()
-	c, at, err := d.readCursorAt(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	st, err := d.loadState(ctx, id, at)
-	if err != nil {
-		return nil, err
-	}
-	// Each subject is purged below its delete marker afterwards: a marker
-	// left behind counts against wire.MaxStateSubjects.
-	below := map[string]uint64{}
-	for k, seq := range st.gone {
-		below[k] = seq + 1
-	}
-	var keys []string
-	if len(st.values) > 0 {
-		cursor, err := wire.EncodeCursor(c)
-		if err != nil {
-			return nil, err
-		}
-		var w []stateWrite
-		for k := range st.values {
-			w = append(w, stateWrite{key: k})
-		}
-		slices.SortFunc(w, func(x, y stateWrite) int { return strings.Compare(x.key, y.key) })
-		csubj := wire.KeySubject(d.world, wire.CursorKey(id))
-		ack, err := d.publishCommit(ctx, l.Fence, csubj, cursor, w)
-		if err != nil {
-			return nil, fmt.Errorf("drain: delete the state of %q: %w", id, err)
-		}
-		for _, x := range w {
-			keys = append(keys, x.key)
-			below[x.key] = ack.Sequence // the markers come before the cursor
-		}
-	}
-	for k, seq := range below {
-		subj := wire.KeySubject(d.world, wire.StateKey(id, k))
-		if err := handles.Of(d.w).Bucket.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(seq)); err != nil {
-			d.log.Warn("drain: the delete marker of a state key stays (it counts against the id's keys until a delete purges it)", "world", d.world, "id", id, "key", k, "error", err)
-		}
-	}
-	return keys, nil
+	return store.PublishCommit(ctx, r.d.w, r.a.fence, r.cursorSubj, cursor, w)
 }

@@ -395,58 +395,6 @@ func TestState_OldWorldRefused(t *testing.T) {
 	require.ErrorIs(t, err, drain.ErrNoState)
 }
 
-// TestState_ReadDeleteReset: ReadState shows the stored state with its
-// cursor; DeleteState is refused while the id is held, removes every key
-// (the cursor kept) once it is free, and fences out the last holder; a
-// world reset drops the state with everything else.
-func TestState_ReadDeleteReset(t *testing.T) {
-	env := testutil.Start(t, testutil.Target{Name: "single"})
-	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{})
-	ss, h := holdState(t, ctx, w, d, "n1", "x")
-	var c counter
-	send(t, ctx, w, "x", "a", "b")
-	res, err := h.Drain(ctx, drain.StateHandler(c.handle).Handler())
-	require.NoError(t, err)
-	st, err := d.ReadState(ctx, "x")
-	require.NoError(t, err)
-	require.Equal(t, res.Cursor, st.Cursor)
-	require.Equal(t, []string{"count", "seen"}, st.Keys())
-	require.Equal(t, "2", string(st.Values["count"]))
-
-	_, err = d.DeleteState(ctx, "x", "operator")
-	require.ErrorIs(t, err, ownership.ErrHeld)
-	require.Len(t, storedState(t, w, "x"), 2, "refused, yet deleted")
-
-	require.NoError(t, ss.Close())
-	keys, err := d.DeleteState(ctx, "x", "operator")
-	require.NoError(t, err)
-	require.Equal(t, []string{"count", "seen"}, keys)
-	require.Empty(t, storedState(t, w, "x"))
-	st, err = d.ReadState(ctx, "x")
-	require.NoError(t, err)
-	require.Empty(t, st.Values)
-	require.Equal(t, res.Cursor, st.Cursor, "the cursor kept")
-	keys, err = d.DeleteState(ctx, "x", "operator")
-	require.NoError(t, err)
-	require.Empty(t, keys)
-	_, err = d.ReadState(ctx, "")
-	require.ErrorIs(t, err, wire.ErrInvalidID)
-
-	// A new holder starts from the empty state.
-	_, h2 := holdState(t, ctx, w, d, "n2", "x")
-	send(t, ctx, w, "x", "c")
-	_, err = h2.Drain(ctx, drain.StateHandler(c.handle).Handler())
-	require.NoError(t, err)
-	require.Equal(t, map[string]string{"count": "1", "seen": "c"}, storedState(t, w, "x"))
-
-	require.NoError(t, env.Client.ResetWorld(ctx, w.Name))
-	require.Empty(t, storedState(t, w, "x"), "the reset kept the state")
-	st, err = d.ReadState(ctx, "x")
-	require.NoError(t, err)
-	require.Empty(t, st.Values)
-}
-
 // TestState_SubjectsBounded: deleted keys leave a delete marker each; the
 // keys an id has used (set and deleted) are bounded so that one batch and
 // one read cover them all; DeleteState purges the markers.
@@ -474,7 +422,7 @@ func TestState_SubjectsBounded(t *testing.T) {
 	require.Equal(t, wire.MaxStateSubjects, used)
 	require.ErrorIs(t, refused, drain.ErrInvalidState)
 	require.Contains(t, refused.Error(), "the limit is 999")
-	st, err := d.ReadState(ctx, "x")
+	st, err := w.Mailboxes.ReadState(ctx, "x")
 	require.NoError(t, err, "the state of an id at the bound reads")
 	require.Empty(t, st.Values)
 	require.Equal(t, wire.MaxStateSubjects, st.Deleted)
@@ -494,10 +442,10 @@ func TestState_SubjectsBounded(t *testing.T) {
 	require.NoError(t, oldErr)
 
 	require.NoError(t, w.Ownership.Release(ctx, "x", "n2"))
-	keys, err := d.DeleteState(ctx, "x", "operator")
+	keys, err := w.Mailboxes.DeleteState(ctx, "x", "operator")
 	require.NoError(t, err)
 	require.Equal(t, []string{"k7"}, keys)
-	st, err = d.ReadState(ctx, "x")
+	st, err = w.Mailboxes.ReadState(ctx, "x")
 	require.NoError(t, err)
 	require.Empty(t, st.Values)
 	require.Zero(t, st.Deleted, "the markers were purged")

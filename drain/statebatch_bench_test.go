@@ -156,7 +156,7 @@ func BenchmarkStateHoldings(b *testing.B) {
 			wg.Wait()
 			b.StopTimer()
 			for i := range ids {
-				st, err := d.ReadState(ctx, "id-"+strconv.Itoa(i))
+				st, err := w.Mailboxes.ReadState(ctx, "id-"+strconv.Itoa(i))
 				if err != nil || string(st.Values["count"]) != strconv.Itoa(per) {
 					b.Fatalf("id-%d: count %q, want %d (%v)", i, st.Values["count"], per, err)
 				}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
-	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -28,11 +27,7 @@ import (
 // replication.
 var wireCases = []mailboxCase{
 	{"OwnDeadLetterIDNotDefeatable", testOwnDeadLetterID},
-	{"OwnRepostIDNotDefeatable", testOwnRepostID},
 	{"MsgIDScopePerMailbox", testMsgIDScope},
-	{"NonCanonicalTokens_Surfaced_ThenMoved", testUnroutable},
-	{"UnroutableStoreFull_StaysCounted", testUnroutableFull},
-	{"Unroutable_MovedAsPosted", testFollowUnroutable},
 	{"TooBigToDeadLetter_DeadLetteredInTwoParts", testTooBigDeadLetter},
 	{"DeadLetterFails_HandlerNotCalledAgain", testDeadLetterFails},
 	{"HeaderCase_SenderRule", testHeaderCaseAndSender},
@@ -46,17 +41,7 @@ func TestWire(t *testing.T) {
 }
 
 // raw publishes like a producer that knows only docs/wire.md.
-func raw(t *testing.T, ctx context.Context, w *client.World, subj, body string, hdr ...string) uint64 {
-	t.Helper()
-	m := nats.NewMsg(subj)
-	m.Data = []byte(body)
-	for i := 0; i+1 < len(hdr); i += 2 {
-		m.Header[hdr[i]] = append(m.Header[hdr[i]], hdr[i+1]) // as sent: no case folding
-	}
-	ack, err := handles.Of(w).JS.PublishMsg(ctx, m)
-	require.NoError(t, err)
-	return ack.Sequence
-}
+var raw = testutil.Publish
 
 // failAll is a handler that fails every delivery and counts them.
 func failAll(calls *atomic.Int64) drain.Handler {
@@ -90,41 +75,11 @@ func testOwnDeadLetterID(t *testing.T, env *testutil.Env) {
 		raw(t, ctx, w, wire.MailboxSubject(w.Name, "a"), "trap", "Nats-Msg-Id", key)
 	}
 	deadLetterOne(t, ctx, w, d, "b")
-	dls, err := d.DeadLetters(ctx, "b", 0)
+	dls, err := w.Mailboxes.DeadLetters(ctx, "b", 0)
 	require.NoError(t, err)
 	require.Len(t, dls, 1, "the dead letter was taken for a duplicate of a producer's message")
 	require.Equal(t, p.Seq, dls[0].MailboxSeq)
 	require.Equal(t, "poison", string(dls[0].Body))
-}
-
-// Likewise "fp-re-<dead letter seq>": the repost said reposted=1 and the
-// mailbox stayed empty.
-func testOwnRepostID(t *testing.T, env *testutil.Env) {
-	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{MaxDeliveries: 1})
-	send(t, ctx, w, "b", "poison")
-	deadLetterOne(t, ctx, w, d, "b")
-	dls, err := d.DeadLetters(ctx, "b", 0)
-	require.NoError(t, err)
-	require.Len(t, dls, 1)
-	seq := strconv.FormatUint(dls[0].Seq, 10)
-	// A producer of b that used fencepost's key in b's scope: it is b's
-	// message and is delivered too; and a producer of a that used both
-	// the old key and the scoped one (not following docs/wire.md).
-	raw(t, ctx, w, wire.MailboxSubject(w.Name, "b"), "trap-b", "Nats-Msg-Id", wire.ScopedMsgID("b", "fp-re-"+seq))
-	raw(t, ctx, w, wire.MailboxSubject(w.Name, "a"), "trap", "Nats-Msg-Id", "fp-re-"+seq)
-	n, err := d.Repost(ctx, w.Queue, "b")
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	var rec recorder
-	lease, err := w.Ownership.Owner(ctx, "b")
-	require.NoError(t, err)
-	_, err = d.Drain(ctx, "b", lease.Node, lease.Epoch, rec.handle)
-	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"trap-b", "poison"}, rec.bodies(), "the repost was taken for a duplicate of a producer's message")
-	dls, err = d.DeadLetters(ctx, "b", 0)
-	require.NoError(t, err)
-	require.Empty(t, dls)
 }
 
 // The same idempotency key posted to two ids stores both, through the Go
@@ -146,127 +101,6 @@ func testMsgIDScope(t *testing.T, env *testutil.Env) {
 	for _, id := range []string{"A", "B", "C"} {
 		require.Equal(t, uint64(1), stored(t, w, wire.MailboxSubject(w.Name, id)), id)
 	}
-}
-
-// Messages on subjects no id encodes to are counted in stat at once, and
-// the sweep moves each aside with its reason; a lenient decoder used to
-// read "b3JkZXIuNDK" as order.42.
-func testUnroutable(t *testing.T, env *testutil.Env) {
-	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{})
-	send(t, ctx, w, "order.42", "routable")
-	bad := []string{"b3JkZXIuNDK", "b3JkZXIuNDI=", "w7w+Pw", "__8", "*", strings.Repeat("eHh4", 90)}
-	for _, tok := range bad {
-		raw(t, ctx, w, "fp."+w.Name+".mb."+tok, "lost? "+tok[:min(len(tok), 12)], "Fencepost-From", "js")
-	}
-	ws, err := d.WorldStat(ctx)
-	require.NoError(t, err)
-	require.Equal(t, uint64(len(bad)), ws.Unroutable)
-	require.Equal(t, 1, ws.IDs)
-
-	sw, err := d.SweepUnroutable(ctx)
-	require.NoError(t, err)
-	require.Equal(t, len(bad), sw.Moved)
-	require.Zero(t, sw.Left)
-	for _, tok := range bad {
-		require.Zero(t, stored(t, w, "fp."+w.Name+".mb."+tok), tok)
-	}
-	require.Equal(t, uint64(1), stored(t, w, wire.MailboxSubject(w.Name, "order.42")), "the sweep touched a routable mailbox")
-	// Again: nothing more to move, nothing stored twice.
-	sw, err = d.SweepUnroutable(ctx)
-	require.NoError(t, err)
-	require.Zero(t, sw.Moved)
-
-	un, err := d.Unroutable(ctx, 0)
-	require.NoError(t, err)
-	require.Len(t, un, len(bad))
-	for _, dl := range un {
-		require.True(t, strings.HasPrefix(dl.Error, "unroutable: "), dl.Error)
-		require.True(t, strings.HasPrefix(string(dl.Body), "lost? "))
-		require.Equal(t, "js", dl.From)
-		require.NotZero(t, dl.MailboxSeq)
-		require.True(t, strings.HasPrefix(dl.Subject, "fp."+w.Name+".mb."), dl.Subject)
-	}
-	ws, err = d.WorldStat(ctx)
-	require.NoError(t, err)
-	require.Equal(t, uint64(len(bad)), ws.Unroutable, "moved messages stay counted")
-	require.Zero(t, ws.DeadLetters)
-	info, err := world.Inspect(ctx, handles.Of(w).JS, w.Name, world.InspectOptions{})
-	require.NoError(t, err)
-	require.Equal(t, uint64(len(bad)), info.Unroutable)
-	require.Equal(t, uint64(1), info.Depth)
-	require.Equal(t, uint64(1), info.Mailboxes)
-}
-
-// What fencepostd runs instead of sweeping: one follower per world moves
-// each unroutable message aside as it is stored (one posted before it
-// started too), leaves routable mail alone, and a follower started again
-// over the same stream stores nothing twice.
-func testFollowUnroutable(t *testing.T, env *testutil.Env) {
-	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{})
-	send(t, ctx, w, "order.42", "routable")
-	raw(t, ctx, w, "fp."+w.Name+".mb.__8", "before", "Fencepost-From", "js")
-	follow := func() (stop func()) {
-		fctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- d.FollowUnroutable(fctx) }()
-		return func() { cancel(); require.NoError(t, <-done) }
-	}
-	stop := follow()
-	bad := []string{"__8", "b3JkZXIuNDK", "*", strings.Repeat("eHh4", 90)}
-	for _, tok := range bad[1:] {
-		raw(t, ctx, w, "fp."+w.Name+".mb."+tok, "after", "Fencepost-From", "js")
-	}
-	testutil.WaitFor(t, 30*time.Second, "every unroutable message moved", func() bool {
-		for _, tok := range bad {
-			if stored(t, w, "fp."+w.Name+".mb."+tok) != 0 {
-				return false
-			}
-		}
-		return true
-	})
-	stop()
-	require.Equal(t, uint64(1), stored(t, w, wire.MailboxSubject(w.Name, "order.42")), "the follower touched a routable mailbox")
-	stop = follow()
-	raw(t, ctx, w, "fp."+w.Name+".mb.w7w+Pw", "later", "Fencepost-From", "js")
-	testutil.WaitFor(t, 30*time.Second, "the next one moved", func() bool { return stored(t, w, "fp."+w.Name+".mb.w7w+Pw") == 0 })
-	stop()
-	un, err := d.Unroutable(ctx, 0)
-	require.NoError(t, err)
-	require.Len(t, un, len(bad)+1, "each moved once")
-	for _, dl := range un {
-		require.True(t, strings.HasPrefix(dl.Error, "unroutable: "), dl.Error)
-		require.Equal(t, "js", dl.From)
-	}
-}
-
-// The unroutable store is one subject with the mailbox limit: what does
-// not fit stays where it is, still counted, and moves once there is room.
-func testUnroutableFull(t *testing.T, env *testutil.Env) {
-	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{MaxMsgsPerMailbox: 2})
-	bad := []string{"b3JkZXIuNDK", "w7w+Pw", "__8"}
-	for _, tok := range bad {
-		raw(t, ctx, w, "fp."+w.Name+".mb."+tok, "stray")
-	}
-	sw, err := d.SweepUnroutable(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 2, sw.Moved)
-	require.Equal(t, 1, sw.Left)
-	ws, err := d.WorldStat(ctx)
-	require.NoError(t, err)
-	require.Equal(t, uint64(3), ws.Unroutable, "the one left is still counted")
-	un, err := d.Unroutable(ctx, 0)
-	require.NoError(t, err)
-	require.Len(t, un, 2)
-	for _, dl := range un { // make room: an operator removes what was read
-		require.NoError(t, handles.Of(w).Mailbox.DeleteMsg(ctx, dl.Seq))
-	}
-	sw, err = d.SweepUnroutable(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, sw.Moved)
-	require.Zero(t, sw.Left)
 }
 
 // A body at the world's limit used to fail its dead-lettering (no room for
@@ -298,7 +132,7 @@ func testTooBigDeadLetter(t *testing.T, env *testutil.Env) {
 	require.Equal(t, 1, res.DeadLettered)
 	require.Equal(t, 1, res.Acked)
 	require.Equal(t, int64(2), calls.Load())
-	dls, err := d.DeadLetters(ctx, "big", 0)
+	dls, err := w.Mailboxes.DeadLetters(ctx, "big", 0)
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	require.Equal(t, body, string(dls[0].Body))
@@ -306,11 +140,11 @@ func testTooBigDeadLetter(t *testing.T, env *testutil.Env) {
 	require.Equal(t, "t1", dls[0].Headers.Get("X-Trace"))
 	require.NotZero(t, dls[0].BodySeq)
 	require.Equal(t, 2, dls[0].Deliveries)
-	st, err := d.Stat(ctx, "big")
+	st, err := w.Mailboxes.Stat(ctx, "big")
 	require.NoError(t, err)
 	require.Zero(t, st.Depth)
 	// Repost brings it back whole and removes both parts.
-	n, err := d.Repost(ctx, w.Queue, "big")
+	n, err := w.Mailboxes.Repost(ctx, w.Queue, "big")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Zero(t, stored(t, w, wire.DeadLetterSubject(w.Name, "big")))
@@ -339,19 +173,19 @@ func testDeadLetterFails(t *testing.T, env *testutil.Env) {
 		require.ErrorIs(t, err, drain.ErrDeadLetter)
 	}
 	require.Equal(t, int64(2), calls.Load(), "the handler was called past max_deliveries")
-	st, err := d.Stat(ctx, "x")
+	st, err := w.Mailboxes.Stat(ctx, "x")
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), st.Depth, "the message must stay")
 	require.Equal(t, 2, st.Failures)
 	require.True(t, st.Undeliverable, "stat must surface it")
 	// Room again: the next drain dead-letters it, still without a call.
-	_, err = d.PurgeDeadLetters(ctx, "x")
+	_, err = w.Mailboxes.PurgeDeadLetters(ctx, "x")
 	require.NoError(t, err)
 	res, err := d.DrainLease(ctx, lease, failAll(&calls))
 	require.NoError(t, err)
 	require.Equal(t, 1, res.DeadLettered)
 	require.Equal(t, int64(2), calls.Load())
-	dls, err := d.DeadLetters(ctx, "x", 0)
+	dls, err := w.Mailboxes.DeadLetters(ctx, "x", 0)
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	require.Equal(t, "poison", string(dls[0].Body))
@@ -382,31 +216,4 @@ func testHeaderCaseAndSender(t *testing.T, env *testutil.Env) {
 	}
 	require.Equal(t, []string{"billing", "billing", "", "", "billing"}, from)
 	require.Equal(t, "v", rec.msgs[4].Headers.Get("X-Own"))
-}
-
-// TestWorldStat_Unlisted: past statListMax subjects WorldStat reads the
-// stream's counts instead of listing every subject (12 s and 180 MB in the
-// server at a million ids): the same figures, except that a message
-// waiting on a subject no id can drain counts in IDs and Depth, not in
-// Unroutable (only the moved ones do).
-func TestWorldStat_Unlisted(t *testing.T) {
-	env := testutil.Start(t, testutil.Target{Name: "single"})
-	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{})
-	send(t, ctx, w, "A", "a1", "a2")
-	send(t, ctx, w, "B", "b1")
-	raw(t, ctx, w, "fp."+w.Name+".mb.*", "moved aside")
-	sw, err := d.SweepUnroutable(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, sw.Moved)
-	raw(t, ctx, w, "fp."+w.Name+".mb.__8", "waiting")
-
-	listed, err := d.WorldStat(ctx)
-	require.NoError(t, err)
-	require.Equal(t, drain.WorldStat{IDs: 2, Depth: 3, Unroutable: 2}, listed)
-
-	drain.SetStatListMax(t, 1)
-	counted, err := d.WorldStat(ctx)
-	require.NoError(t, err)
-	require.Equal(t, drain.WorldStat{IDs: 3, Depth: 4, Unroutable: 1, Unlisted: true}, counted)
 }

@@ -8,7 +8,7 @@ import (
 // of the records (ScanRecords: each record judged when it arrives, a
 // backing node lease read once per node). An id whose record cannot be
 // decoded is not counted. The answer is for a summary
-// (drain.Drainer.WorldStat), never for a decision.
+// (mailbox.Admin.WorldStat), never for a decision.
 //
 // It asked Owner of every id before: a leader read each, and on a
 // replicated world a read barrier each (a bucket write per id); a world

@@ -155,7 +155,7 @@ func TestClusterFeed(t *testing.T) {
 			byID[s[:strings.Index(s, "@")]] = true
 		}
 		for id := range byID {
-			st, err := w.Drainer.Stat(ctx, id)
+			st, err := w.Mailboxes.Stat(ctx, id)
 			t.Logf("%s: stat %+v err %v", id, st, err)
 			for _, n := range nodes {
 				if wk := n.wk.Load(); wk != nil {

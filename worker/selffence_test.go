@@ -68,7 +68,7 @@ func TestWorker_SelfFenceStopsDrains(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("the handler was not stopped")
 			}
-			st, err := w.Drainer.Stat(ctx, "x")
+			st, err := w.Mailboxes.Stat(ctx, "x")
 			require.NoError(t, err)
 			require.EqualValues(t, 1, st.Depth, "nothing was committed after the fence")
 			require.Zero(t, st.Cursor)

@@ -109,8 +109,8 @@ func testCountersThroughTakeovers(t *testing.T, tg testutil.Target) {
 		var sb strings.Builder
 		all := true
 		for id := range ids {
-			st, err := w.Drainer.ReadState(ctx, "acct-"+strconv.Itoa(id))
-			stat, serr := w.Drainer.Stat(ctx, "acct-"+strconv.Itoa(id))
+			st, err := w.Mailboxes.ReadState(ctx, "acct-"+strconv.Itoa(id))
+			stat, serr := w.Mailboxes.Stat(ctx, "acct-"+strconv.Itoa(id))
 			fmt.Fprintf(&sb, " acct-%d=%s(cursor %d, depth %d, %v %v)", id, st.Values["count"], st.Cursor, stat.Depth, err, serr)
 			if err != nil || string(st.Values["count"]) != strconv.Itoa(perID) {
 				all = false
@@ -146,7 +146,7 @@ func testCountersThroughTakeovers(t *testing.T, tg testutil.Target) {
 	}
 	// Still exact once everything stopped: nothing counted twice late.
 	for id := range ids {
-		st, err := w.Drainer.ReadState(ctx, "acct-"+strconv.Itoa(id))
+		st, err := w.Mailboxes.ReadState(ctx, "acct-"+strconv.Itoa(id))
 		require.NoError(t, err)
 		require.Equal(t, strconv.Itoa(perID), string(st.Values["count"]), "acct-%d", id)
 	}
@@ -219,7 +219,7 @@ func TestState_CountersExactThroughServerRestarts(t *testing.T) {
 	}
 	exact := func() bool {
 		for id := range ids {
-			st, err := w.Drainer.ReadState(ctx, "acct-"+strconv.Itoa(id))
+			st, err := w.Mailboxes.ReadState(ctx, "acct-"+strconv.Itoa(id))
 			if err != nil || string(st.Values["count"]) != strconv.Itoa(posted[id]) {
 				return false
 			}

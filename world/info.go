@@ -25,7 +25,7 @@ type Info struct {
 	Mailboxes   uint64        // ids whose mailbox holds messages
 	DeadLetters uint64        // messages in dead-letter stores
 	DeadIDs     uint64        // ids with dead letters
-	Unroutable  uint64        // messages moved to the unroutable dead letters (drain.SweepUnroutable)
+	Unroutable  uint64        // messages moved to the unroutable dead letters (purge.Purger.FollowUnroutable)
 	Oldest      time.Time     // posting time of the oldest mailbox message; zero when empty
 	OldestAge   time.Duration // now - Oldest; 0 when empty
 

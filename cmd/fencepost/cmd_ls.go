@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencepost/fencepost/client"
-	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/mailbox"
 )
 
 // defaultLsLimit is how many ids one `fencepost ls` prints unless told.
@@ -50,7 +50,7 @@ func runLs(e *env, args []string) int {
 		return e.usageErr("ls", "takes no arguments, got %d (filter with --held-by, --with-mail, --dead)", len(args))
 	}
 	return e.worldOp(func(ctx context.Context, w *client.World) int {
-		page, err := w.Drainer.List(ctx, drain.ListOptions{
+		page, err := w.Mailboxes.List(ctx, mailbox.ListOptions{
 			HeldBy: string(lsFlags.HeldBy), WithMail: lsFlags.WithMail, Dead: lsFlags.Dead,
 			Limit: int(lsFlags.Limit), After: string(lsFlags.After),
 		})

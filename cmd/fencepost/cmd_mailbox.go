@@ -190,19 +190,19 @@ func runStat(e *env, args []string) int {
 	}
 	return e.worldOp(func(ctx context.Context, w *client.World) int {
 		if len(args) == 0 {
-			ws, err := w.Drainer.WorldStat(ctx)
+			ws, err := w.Mailboxes.WorldStat(ctx)
 			if err != nil {
 				return e.fail(err)
 			}
 			fields := []field{f("world", w.Name), f("ids", ws.IDs), f("depth", ws.Depth), f("owned", ws.Owned), f("dead", ws.DeadLetters), f("unroutable", ws.Unroutable)}
 			if ws.Unlisted {
-				// Past 100,000 subjects: counted, not listed (drain.WorldStat).
+				// Past 100,000 subjects: counted, not listed (mailbox.WorldStat).
 				fields = append(fields, f("unlisted", true))
 			}
 			e.emit("stat", fields...)
 			return exitOK
 		}
-		st, err := w.Drainer.Stat(ctx, args[0])
+		st, err := w.Mailboxes.Stat(ctx, args[0])
 		if err != nil {
 			return e.fail(err)
 		}
@@ -232,7 +232,7 @@ func runDLQ(e *env, args []string) int {
 			return e.usageErr("dlq", "--unroutable goes with ls and no ID")
 		}
 		return e.worldOp(func(ctx context.Context, w *client.World) int {
-			dls, err := w.Drainer.Unroutable(ctx, dlqFlags.Limit)
+			dls, err := w.Mailboxes.Unroutable(ctx, dlqFlags.Limit)
 			if err != nil {
 				return e.fail(err)
 			}
@@ -251,7 +251,7 @@ func runDLQ(e *env, args []string) int {
 	return e.worldOp(func(ctx context.Context, w *client.World) int {
 		switch op {
 		case "ls":
-			dls, err := w.Drainer.DeadLetters(ctx, id, dlqFlags.Limit)
+			dls, err := w.Mailboxes.DeadLetters(ctx, id, dlqFlags.Limit)
 			if err != nil {
 				return e.fail(err)
 			}
@@ -261,7 +261,7 @@ func runDLQ(e *env, args []string) int {
 			}
 			e.emit("listed", f("count", len(dls)))
 		case "repost":
-			n, err := w.Drainer.Repost(ctx, w.Queue, id)
+			n, err := w.Mailboxes.Repost(ctx, w.Queue, id)
 			if err != nil {
 				if n > 0 {
 					fmt.Fprintf(e.err, "dlq: %d dead letters were reposted before this\n", n)
@@ -270,7 +270,7 @@ func runDLQ(e *env, args []string) int {
 			}
 			e.emit("reposted", f("count", n))
 		case "purge":
-			n, err := w.Drainer.PurgeDeadLetters(ctx, id)
+			n, err := w.Mailboxes.PurgeDeadLetters(ctx, id)
 			if err != nil {
 				return e.fail(err)
 			}

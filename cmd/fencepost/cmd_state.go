@@ -50,14 +50,14 @@ func runState(e *env, args []string) int {
 	}
 	return e.worldOp(func(ctx context.Context, w *client.World) int {
 		if stateFlags.Delete {
-			keys, err := w.Drainer.DeleteState(ctx, id, string(stateFlags.Node))
+			keys, err := w.Mailboxes.DeleteState(ctx, id, string(stateFlags.Node))
 			if err != nil {
 				return e.fail(err)
 			}
 			e.emit("deleted", f("id", id), f("keys", len(keys)))
 			return exitOK
 		}
-		st, err := w.Drainer.ReadState(ctx, id)
+		st, err := w.Mailboxes.ReadState(ctx, id)
 		if err != nil {
 			return e.fail(err)
 		}

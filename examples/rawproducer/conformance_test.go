@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/purge"
 	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -113,7 +114,9 @@ func TestConformance(t *testing.T) {
 
 	d, err := drain.New(w.World, w.Ownership, drain.WithBackoff(time.Millisecond, 10*time.Millisecond))
 	require.NoError(t, err)
-	ws, err := d.WorldStat(ctx)
+	pg, err := purge.New(w.World)
+	require.NoError(t, err)
+	ws, err := w.Mailboxes.WorldStat(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(len(bad)), ws.Unroutable, "stat surfaces unroutable messages before any sweep")
 
@@ -136,7 +139,7 @@ func TestConformance(t *testing.T) {
 		_, err = d.DrainLease(ctx, lease, handler)
 		require.NoError(t, err, id)
 	}
-	sw, err := d.SweepUnroutable(ctx)
+	sw, err := pg.SweepUnroutable(ctx)
 	require.NoError(t, err)
 	require.Equal(t, len(bad), sw.Moved)
 	require.Zero(t, sw.Left)
@@ -151,14 +154,14 @@ func TestConformance(t *testing.T) {
 		setFate(seq, "delivered")
 	}
 	for _, id := range ids {
-		dls, err := d.DeadLetters(ctx, id, 0)
+		dls, err := w.Mailboxes.DeadLetters(ctx, id, 0)
 		require.NoError(t, err)
 		for _, dl := range dls {
 			require.Equal(t, "cannot parse", dl.Error)
 			setFate(dl.MailboxSeq, "dead-lettered")
 		}
 	}
-	un, err := d.Unroutable(ctx, 0)
+	un, err := w.Mailboxes.Unroutable(ctx, 0)
 	require.NoError(t, err)
 	for _, dl := range un {
 		require.True(t, strings.HasPrefix(dl.Error, "unroutable: "), dl.Error)
@@ -168,7 +171,7 @@ func TestConformance(t *testing.T) {
 		require.NotEmpty(t, fate[seq], "message %d (%s) was stored and has no fate", seq, what)
 	}
 	require.Len(t, fate, len(stored), "a fate for a message nobody stored")
-	ws, err = d.WorldStat(ctx)
+	ws, err = w.Mailboxes.WorldStat(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(len(bad)), ws.Unroutable)
 	require.Equal(t, uint64(1), ws.DeadLetters)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/mailbox"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
@@ -67,7 +67,7 @@ func TestProducerWorker_StopLeavesNoHoldings(t *testing.T) {
 		require.False(t, st.Held, "%s is free once the worker stopped: %+v", id, st)
 		require.GreaterOrEqual(t, st.Epoch, uint64(1), "its record stays, with its last epoch")
 	}
-	page, err := w.Drainer.List(ctx, drain.ListOptions{HeldBy: "wk1", Limit: 10})
+	page, err := w.Mailboxes.List(ctx, mailbox.ListOptions{HeldBy: "wk1", Limit: 10})
 	require.NoError(t, err)
 	require.Empty(t, page.Entries)
 }

@@ -38,13 +38,16 @@ var ownershipOnly = []string{"RecordKey", "RecordSubject", "NodeKey", "ForceKey"
 // works through their typed operations (issue 13: world exposes typed
 // operations, not JetStream handles).
 var handlesUsers = map[string]string{
-	"world":     "opens the streams and keeps the handles",
-	"ownership": "writes the ownership records and node leases",
-	"drain":     "reads the mailboxes, commits cursors, writes dead letters and locks",
-	"queue":     "publishes into the mailbox stream",
-	"worker":    "its one consumer of every mailbox (design 3.10)",
-	"daemon":    "fencepostd's audit and node-lease retirement watch the bucket as it is written",
-	"bench":     "the ledger follows the bucket stream's history to check every commit",
+	"world":            "opens the streams and keeps the handles",
+	"ownership":        "writes the ownership records and node leases",
+	"drain":            "reads the mailboxes, commits cursors, writes dead letters and locks",
+	"mailbox":          "stat and listing read the mailbox stream's subjects; repost and purge remove dead letters; state deletes purge their markers",
+	"purge":            "fencepostd's purger follows the cursors and purges the mailbox stream",
+	"queue":            "publishes into the mailbox stream",
+	"worker":           "its one consumer of every mailbox (design 3.10)",
+	"daemon":           "fencepostd's audit and node-lease retirement watch the bucket as it is written",
+	"bench":            "the ledger follows the bucket stream's history to check every commit",
+	"testkit/testutil": "test helpers read the mailbox stream and publish into it",
 }
 
 // TestLayout_OwnedByWire fails the build when a subject, stream or bucket

@@ -194,7 +194,7 @@ func checkCounters(ctx context.Context, d *deployment, h history.History, mbIDs 
 		add(dl.ID, dl.Seq)
 	}
 	for _, id := range mbIDs {
-		st, err := w.Drainer.ReadState(ctx, id)
+		st, err := w.Mailboxes.ReadState(ctx, id)
 		if err != nil {
 			return f, fmt.Errorf("the counter of %q: %w", id, err)
 		}

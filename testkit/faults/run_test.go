@@ -798,7 +798,7 @@ func (d *deployment) logUndelivered(t testing.TB, rec *history.Recorder) {
 		return
 	}
 	for id, seq := range lowest {
-		st, err := w.Drainer.Stat(ctx, id)
+		st, err := w.Mailboxes.Stat(ctx, id)
 		t.Logf("undelivered: %s: %d messages from seq %d; cursor %d, depth %d, owner %+v (err %v)", id, count[id], seq, st.Cursor, st.Depth, st.Owner, err)
 	}
 }

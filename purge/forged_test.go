@@ -1,4 +1,4 @@
-package drain_test
+package purge_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/purge"
 	"github.com/fencepost/fencepost/server/servertest"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -24,23 +25,24 @@ import (
 // refusals counts what a purger refused, by reason.
 type refusals struct{ badKeys, forged atomic.Int64 }
 
-func (r *refusals) option() drain.PurgeOption {
-	return drain.OnRefusal(func(why drain.Refusal) {
+func (r *refusals) option() purge.PurgeOption {
+	return purge.OnRefusal(func(why purge.Refusal) {
 		switch why {
-		case drain.RefusedBadKey:
+		case purge.RefusedBadKey:
 			r.badKeys.Add(1)
-		case drain.RefusedForged:
+		case purge.RefusedForged:
 			r.forged.Add(1)
 		}
 	})
 }
 
-// runPurger runs d's purger until the test ends.
-func runPurger(t *testing.T, ctx context.Context, d *drain.Drainer, opts ...drain.PurgeOption) {
+// runPurger runs w's purger until the test ends.
+func runPurger(t *testing.T, ctx context.Context, w *client.World, opts ...purge.PurgeOption) {
 	t.Helper()
+	p := newPurger(t, w)
 	pctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- d.PurgeCommitted(pctx, opts...) }()
+	go func() { done <- p.PurgeCommitted(pctx, opts...) }()
 	t.Cleanup(func() {
 		stop()
 		require.NoError(t, <-done)
@@ -92,7 +94,7 @@ func TestPurger_WildcardCursorKey(t *testing.T) {
 	require.NoError(t, err)
 
 	var r refusals
-	runPurger(t, ctx, d, r.option())
+	runPurger(t, ctx, w, r.option())
 	servertest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		n, m := stored(t, w, a), stored(t, w, b)
 		if bad := r.badKeys.Load(); bad != 1 || n != 3 || m != 5 {
@@ -128,7 +130,7 @@ func TestPurger_ForgedCursor(t *testing.T) {
 	require.Positive(t, genuine)
 
 	var r refusals
-	runPurger(t, ctx, d, r.option())
+	runPurger(t, ctx, w, r.option())
 	servertest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if n := stored(t, w, a); n != 3 {
 			return fmt.Errorf("stored a=%d, want 3 (2 committed)", n)

@@ -1,4 +1,4 @@
-package drain
+package mailbox
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
@@ -31,33 +33,33 @@ type Stat struct {
 // Stat reads id's mailbox depth, oldest message, cursor, dead letters and
 // owner. The counts come from direct reads and may lag a moment on a
 // replicated stream.
-func (d *Drainer) Stat(ctx context.Context, id string) (Stat, error) {
+func (a *Admin) Stat(ctx context.Context, id string) (Stat, error) {
 	st := Stat{ID: id}
-	owner, err := d.own.Owner(ctx, id)
+	owner, err := a.own.Owner(ctx, id)
 	if err != nil {
 		return st, err
 	}
 	st.Owner = owner
-	c, err := d.readCursor(ctx, id)
+	c, _, err := store.ReadCursor(ctx, a.w, id)
 	if err != nil {
 		return st, err
 	}
 	st.Cursor = c.Seq
-	stream := wire.MailboxStream(d.world)
-	b, err := readBatch(ctx, d.nc, stream, wire.MailboxSubject(d.world, id), c.Seq+1, 1)
+	stream := wire.MailboxStream(a.world)
+	b, err := jsapi.DirectGet(ctx, a.nc, stream, jsapi.GetRequest{Seq: c.Seq + 1, NextFor: wire.MailboxSubject(a.world, id), Batch: 1})
 	if err != nil {
 		return st, err
 	}
-	if len(b.msgs) > 0 {
-		st.Depth, st.Oldest = b.pending+1, b.msgs[0].Time
-		st.Failures = c.FailuresOf(b.msgs[0].Sequence)
-		st.Undeliverable = st.Failures >= d.cfg.MaxDeliveries
+	if len(b.Msgs) > 0 {
+		st.Depth, st.Oldest = b.Pending+1, b.Msgs[0].Time
+		st.Failures = c.FailuresOf(b.Msgs[0].Sequence)
+		st.Undeliverable = st.Failures >= a.cfg.MaxDeliveries
 	}
-	if b, err = readBatch(ctx, d.nc, stream, wire.DeadLetterSubject(d.world, id), 1, 1); err != nil {
+	if b, err = jsapi.DirectGet(ctx, a.nc, stream, jsapi.GetRequest{Seq: 1, NextFor: wire.DeadLetterSubject(a.world, id), Batch: 1}); err != nil {
 		return st, err
 	}
-	if len(b.msgs) > 0 {
-		st.DeadLetters = b.pending + 1
+	if len(b.Msgs) > 0 {
+		st.DeadLetters = b.Pending + 1
 	}
 	return st, nil
 }
@@ -87,25 +89,25 @@ var statListMax = 100_000
 // in mailboxes, which can include committed messages whose purge has not
 // run yet; Stat of one id is exact. Owned reads every ownership record: it
 // costs one read per id ever owned.
-func (d *Drainer) WorldStat(ctx context.Context) (WorldStat, error) {
+func (a *Admin) WorldStat(ctx context.Context) (WorldStat, error) {
 	var ws WorldStat
 	// The dead-letter subjects (few, usually) are listed in any case.
-	dl, err := handles.Of(d.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.DeadLetterFilter(d.world)))
+	dl, err := handles.Of(a.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.DeadLetterFilter(a.world)))
 	if err != nil {
 		return ws, err
 	}
 	if dl.State.NumSubjects > uint64(statListMax) {
-		return d.countedWorldStat(ctx, dl.State)
+		return a.countedWorldStat(ctx, dl.State)
 	}
-	info, err := handles.Of(d.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.WorldFilter(d.world)))
+	info, err := handles.Of(a.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.WorldFilter(a.world)))
 	if err != nil {
 		return ws, err
 	}
 	for subj, n := range info.State.Subjects {
-		_, isMailbox := wire.MailboxToken(d.world, subj)
-		_, isDead := wire.DeadLetterToken(d.world, subj)
+		_, isMailbox := wire.MailboxToken(a.world, subj)
+		_, isDead := wire.DeadLetterToken(a.world, subj)
 		switch {
-		case isUnroutableSubject(d.world, subj), subj == wire.UnroutableSubject(d.world):
+		case isUnroutableSubject(a.world, subj), subj == wire.UnroutableSubject(a.world):
 			ws.Unroutable += n
 		case isMailbox:
 			ws.IDs++
@@ -114,17 +116,28 @@ func (d *Drainer) WorldStat(ctx context.Context) (WorldStat, error) {
 			ws.DeadLetters += n
 		}
 	}
-	ws.Owned, err = d.own.CountHeld(ctx)
+	ws.Owned, err = a.own.CountHeld(ctx)
 	return ws, err
 }
 
 // countedWorldStat is WorldStat from the stream's counts, without a
 // listing of every subject: st is the mailbox stream's state with the
 // dead-letter subjects listed.
-func (d *Drainer) countedWorldStat(ctx context.Context, st jetstream.StreamState) (WorldStat, error) {
-	c := world.CountMailboxes(d.world, st)
+func (a *Admin) countedWorldStat(ctx context.Context, st jetstream.StreamState) (WorldStat, error) {
+	c := world.CountMailboxes(a.world, st)
 	ws := WorldStat{IDs: int(c.Mailboxes), Depth: c.Depth, DeadLetters: c.DeadLetters, Unroutable: c.Unroutable, Unlisted: true}
 	var err error
-	ws.Owned, err = d.own.CountHeld(ctx)
+	ws.Owned, err = a.own.CountHeld(ctx)
 	return ws, err
+}
+
+// isUnroutableSubject says whether subj is a mailbox subject of the world
+// that no id's drain reads.
+func isUnroutableSubject(world, subj string) bool {
+	tok, ok := wire.MailboxToken(world, subj)
+	if !ok {
+		return false
+	}
+	_, err := wire.DecodeID(tok)
+	return err != nil
 }

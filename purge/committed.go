@@ -1,4 +1,4 @@
-package drain
+package purge
 
 import (
 	"context"
@@ -11,14 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
-	"github.com/fencepost/fencepost/world"
 )
-
-// serverPurges says whether the world's committed messages are removed by
-// the server's purger (PurgeCommitted) rather than by the drains: in such
-// a world owners have no permission to purge (docs/security.md).
-func (d *Drainer) serverPurges() bool { return d.cfg.Purge == world.PurgeByServer }
 
 // Refusal is why PurgeCommitted refused a cursor entry (and purged nothing
 // for it).
@@ -109,7 +104,7 @@ type cursorEntry struct {
 // purged only below a cursor judged genuine. A cursor at or below the last
 // sequence that no commit wrote cannot be told from a genuine one here;
 // keeping owners from writing other ids' cursors is the permissions' job.
-func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error {
+func (p *Purger) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error {
 	var o purgeOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -119,9 +114,9 @@ func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error
 			o.onRefusal(r)
 		}
 	}
-	w, err := handles.Of(d.w).KV.Watch(ctx, wire.CursorPrefix+"*", jetstream.IgnoreDeletes())
+	w, err := handles.Of(p.w).KV.Watch(ctx, wire.CursorPrefix+"*", jetstream.IgnoreDeletes())
 	if err != nil {
-		return fmt.Errorf("drain: purger of %q: watch cursors: %w", d.world, err)
+		return fmt.Errorf("purge: purger of %q: watch cursors: %w", p.world, err)
 	}
 	defer w.Stop()
 	var (
@@ -139,7 +134,7 @@ func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error
 	// requeue puts e back unless a newer revision of its key is pending.
 	// Called with mu held.
 	requeue := func(e cursorEntry) {
-		if p, ok := pending[e.key]; !ok || p.rev < e.rev {
+		if q, ok := pending[e.key]; !ok || q.rev < e.rev {
 			pending[e.key] = e
 		}
 	}
@@ -151,17 +146,17 @@ func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error
 			}
 			id, err := wire.DecodeID(strings.TrimPrefix(e.Key(), wire.CursorPrefix))
 			if err != nil {
-				d.log.Warn("drain: purger: cursor key names no id; nothing purged for it", "world", d.world, "key", e.Key(), "revision", e.Revision(), "reason", err)
+				p.log.Warn("purge: cursor key names no id; nothing purged for it", "world", p.world, "key", e.Key(), "revision", e.Revision(), "reason", err)
 				refused(RefusedBadKey)
 				continue
 			}
 			c, err := wire.DecodeCursor(e.Value())
 			if err != nil {
-				d.log.Warn("drain: purger: unreadable cursor left alone", "world", d.world, "key", e.Key(), "error", err)
+				p.log.Warn("purge: unreadable cursor left alone", "world", p.world, "key", e.Key(), "error", err)
 				continue
 			}
 			mu.Lock()
-			requeue(cursorEntry{key: e.Key(), subj: wire.MailboxSubject(d.world, id), rev: e.Revision(), seq: c.Seq, value: e.Value()})
+			requeue(cursorEntry{key: e.Key(), subj: wire.MailboxSubject(p.world, id), rev: e.Revision(), seq: c.Seq, value: e.Value()})
 			mu.Unlock()
 			poke()
 		}
@@ -194,7 +189,7 @@ func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("drain: purger of %q: the watch of the cursors ended", d.world)
+			return fmt.Errorf("purge: purger of %q: the watch of the cursors ended", p.world)
 		case <-wake:
 		}
 		mu.Lock()
@@ -207,13 +202,13 @@ func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error
 		}
 		if top > lastSeq {
 			ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			info, err := handles.Of(d.w).Mailbox.Info(ictx)
+			info, err := handles.Of(p.w).Mailbox.Info(ictx)
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
-				d.log.Warn("drain: purger: read of the mailbox stream's last sequence failed; retrying", "world", d.world, "error", err)
+				p.log.Warn("purge: read of the mailbox stream's last sequence failed; retrying", "world", p.world, "error", err)
 				mu.Lock()
 				for _, e := range batch {
 					requeue(e)
@@ -229,8 +224,8 @@ func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error
 			if forged(e) {
 				if warned[key] != e.rev {
 					warned[key] = e.rev
-					d.log.Warn("drain: purger: cursor above the mailbox stream's last sequence, which no commit writes; nothing purged, the key is repaired",
-						"world", d.world, "key", key, "revision", e.rev, "seq", e.seq, "last_seq", lastSeq)
+					p.log.Warn("purge: cursor above the mailbox stream's last sequence, which no commit writes; nothing purged, the key is repaired",
+						"world", p.world, "key", key, "revision", e.rev, "seq", e.seq, "last_seq", lastSeq)
 					refused(RefusedForged)
 				}
 				repairs = append(repairs, e)
@@ -243,14 +238,14 @@ func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error
 		}
 		var failed []cursorEntry
 		var fmu sync.Mutex
-		parallel(len(purges), func(i int) {
+		store.Parallel(parallelPurges, len(purges), func(i int) {
 			e := purges[i]
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			err := handles.Of(d.w).Mailbox.Purge(pctx, jetstream.WithPurgeSubject(e.subj), jetstream.WithPurgeSequence(e.seq+1))
+			err := handles.Of(p.w).Mailbox.Purge(pctx, jetstream.WithPurgeSubject(e.subj), jetstream.WithPurgeSequence(e.seq+1))
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
-					d.log.Warn("drain: purger: purge of committed messages failed; retrying", "world", d.world, "subject", e.subj, "error", err)
+					p.log.Warn("purge: purge of committed messages failed; retrying", "world", p.world, "subject", e.subj, "error", err)
 				}
 				fmu.Lock()
 				failed = append(failed, e)
@@ -261,11 +256,11 @@ func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error
 			done[e.key] = max(done[e.key], e.seq+1)
 		}
 		for _, e := range repairs {
-			if err := d.repairCursor(ctx, e, genuine); err != nil {
+			if err := p.repairCursor(ctx, e, genuine); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
-				d.log.Warn("drain: purger: repair of a forged cursor failed; retrying", "world", d.world, "key", e.key, "revision", e.rev, "error", err)
+				p.log.Warn("purge: repair of a forged cursor failed; retrying", "world", p.world, "key", e.key, "revision", e.rev, "error", err)
 				failed = append(failed, e)
 			}
 		}
@@ -285,23 +280,23 @@ func (d *Drainer) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error
 // compare-and-swap at e.rev, to the last revision seen within the stream
 // (genuine), or deletes it when there was none. A swap refused because the
 // key moved on is not an error: the newer revision is judged on its own.
-func (d *Drainer) repairCursor(ctx context.Context, e cursorEntry, genuine map[string]cursorEntry) error {
+func (p *Purger) repairCursor(ctx context.Context, e cursorEntry, genuine map[string]cursorEntry) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	g, restore := genuine[e.key]
 	var err error
 	if restore {
-		_, err = handles.Of(d.w).KV.Update(ctx, e.key, g.value, e.rev)
+		_, err = handles.Of(p.w).KV.Update(ctx, e.key, g.value, e.rev)
 	} else {
-		err = handles.Of(d.w).KV.Delete(ctx, e.key, jetstream.LastRevision(e.rev))
+		err = handles.Of(p.w).KV.Delete(ctx, e.key, jetstream.LastRevision(e.rev))
 	}
 	switch {
 	case err == nil && restore:
-		d.log.Warn("drain: purger: forged cursor restored to the last one seen", "world", d.world, "key", e.key, "seq", g.seq, "forged_seq", e.seq)
+		p.log.Warn("purge: forged cursor restored to the last one seen", "world", p.world, "key", e.key, "seq", g.seq, "forged_seq", e.seq)
 	case err == nil:
-		d.log.Warn("drain: purger: forged cursor deleted (none seen before it): the id's next drain starts at its oldest message", "world", d.world, "key", e.key, "forged_seq", e.seq)
-	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || wrongLastSequence(err):
-		d.log.Info("drain: purger: forged cursor already overwritten; left alone", "world", d.world, "key", e.key, "revision", e.rev)
+		p.log.Warn("purge: forged cursor deleted (none seen before it): the id's next drain starts at its oldest message", "world", p.world, "key", e.key, "forged_seq", e.seq)
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || store.WrongLastSequence(err):
+		p.log.Info("purge: forged cursor already overwritten; left alone", "world", p.world, "key", e.key, "revision", e.rev)
 		return nil
 	}
 	return err

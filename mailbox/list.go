@@ -1,4 +1,4 @@
-package drain
+package mailbox
 
 import (
 	"container/heap"
@@ -73,7 +73,7 @@ type ListPage struct {
 //
 // Every page reads the world again, so a listing paged with After sees
 // ids added or removed between pages, never one id twice.
-func (d *Drainer) List(ctx context.Context, o ListOptions) (ListPage, error) {
+func (a *Admin) List(ctx context.Context, o ListOptions) (ListPage, error) {
 	var page ListPage
 	if o.Limit < 1 {
 		return page, fmt.Errorf("%w: list limit %d: list at least 1 id", ErrInvalidOption, o.Limit)
@@ -88,7 +88,7 @@ func (d *Drainer) List(ctx context.Context, o ListOptions) (ListPage, error) {
 			return page, fmt.Errorf("list after: %w", err)
 		}
 	}
-	counts, skipped, err := d.mailCounts(ctx)
+	counts, skipped, err := a.mailCounts(ctx)
 	if err != nil {
 		return page, err
 	}
@@ -105,7 +105,7 @@ func (d *Drainer) List(ctx context.Context, o ListOptions) (ListPage, error) {
 	sel := &selection{after: o.After, limit: o.Limit, in: make(map[string]bool)}
 	scan := o.HeldBy != "" || !o.WithMail && !o.Dead
 	if scan {
-		st, err := d.own.ScanRecords(ctx, func(l ownership.Listed) error {
+		st, err := a.own.ScanRecords(ctx, func(l ownership.Listed) error {
 			e := ListEntry{ID: l.ID, Owner: l.Status, Err: l.Err}
 			if c := counts[l.ID]; c != nil {
 				c.record = true
@@ -138,7 +138,7 @@ func (d *Drainer) List(ctx context.Context, o ListOptions) (ListPage, error) {
 		page.More, page.Next = true, page.Entries[o.Limit-1].ID
 	}
 	if !scan {
-		if err := d.readOwners(ctx, page.Entries); err != nil {
+		if err := a.readOwners(ctx, page.Entries); err != nil {
 			return ListPage{}, err
 		}
 	}
@@ -147,10 +147,10 @@ func (d *Drainer) List(ctx context.Context, o ListOptions) (ListPage, error) {
 
 // readOwners reads the ownership record of each entry: one leader read
 // per listed id, whatever the number of records in the world.
-func (d *Drainer) readOwners(ctx context.Context, entries []ListEntry) error {
+func (a *Admin) readOwners(ctx context.Context, entries []ListEntry) error {
 	for i := range entries {
 		e := &entries[i]
-		st, err := d.own.Owner(ctx, e.ID)
+		st, err := a.own.Owner(ctx, e.ID)
 		switch {
 		case err == nil:
 			e.Owner = st
@@ -173,10 +173,10 @@ type idCounts struct {
 // dead-letter subject of the world, by id, and how many subjects name no
 // id (the world's unroutable dead letters are not counted: they are the
 // world's, not an id's).
-func (d *Drainer) mailCounts(ctx context.Context) (map[string]*idCounts, int, error) {
-	info, err := handles.Of(d.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.WorldFilter(d.world)))
+func (a *Admin) mailCounts(ctx context.Context) (map[string]*idCounts, int, error) {
+	info, err := handles.Of(a.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.WorldFilter(a.world)))
 	if err != nil {
-		return nil, 0, fmt.Errorf("list: read the mailbox subjects of world %q: %w", d.world, err)
+		return nil, 0, fmt.Errorf("list: read the mailbox subjects of world %q: %w", a.world, err)
 	}
 	counts := make(map[string]*idCounts, len(info.State.Subjects))
 	skipped := 0
@@ -197,11 +197,11 @@ func (d *Drainer) mailCounts(ctx context.Context) (map[string]*idCounts, int, er
 		if n == 0 {
 			continue
 		}
-		if tok, ok := wire.MailboxToken(d.world, subj); ok {
+		if tok, ok := wire.MailboxToken(a.world, subj); ok {
 			if c := get(tok); c != nil {
 				c.depth += n
 			}
-		} else if tok, ok := wire.DeadLetterToken(d.world, subj); ok && tok != wire.UnroutableToken {
+		} else if tok, ok := wire.DeadLetterToken(a.world, subj); ok && tok != wire.UnroutableToken {
 			if c := get(tok); c != nil {
 				c.dead += n
 			}

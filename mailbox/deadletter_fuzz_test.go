@@ -1,4 +1,4 @@
-package drain
+package mailbox
 
 import (
 	"strconv"
@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/queue"
 )
 
@@ -26,12 +27,12 @@ func FuzzDecodeDeadLetter(f *testing.F) {
 		h := nats.Header{}
 		h.Set(key, value)
 		h.Set(queue.HeaderFrom, from)
-		h.Set(HeaderDeadSeq, strconv.FormatUint(seq, 10))
-		h.Set(HeaderDeadPosted, when.UTC().Format(time.RFC3339Nano))
-		h.Set(HeaderDeadDeliveries, strconv.Itoa(deliveries))
-		h.Set(HeaderDeadNode, node)
-		h.Set(HeaderDeadEpoch, strconv.FormatUint(epoch, 10))
-		h.Set(HeaderDeadError, herr)
+		h.Set(wire.HeaderDeadSeq, strconv.FormatUint(seq, 10))
+		h.Set(wire.HeaderDeadPosted, when.UTC().Format(time.RFC3339Nano))
+		h.Set(wire.HeaderDeadDeliveries, strconv.Itoa(deliveries))
+		h.Set(wire.HeaderDeadNode, node)
+		h.Set(wire.HeaderDeadEpoch, strconv.FormatUint(epoch, 10))
+		h.Set(wire.HeaderDeadError, herr)
 		died := time.Unix(1796072400, 0)
 		dl := decodeDeadLetter("id", &jetstream.RawStreamMsg{Sequence: 9, Header: h, Data: []byte("b"), Time: died})
 		if dl.MailboxSeq != seq || !dl.Posted.Equal(when) || dl.Deliveries != deliveries || dl.Node != node || dl.Epoch != epoch ||
@@ -53,10 +54,10 @@ func FuzzDecodeDeadLetter(f *testing.F) {
 		// Any values at all: no panic, and a value that does not parse
 		// reads as zero rather than as something else.
 		h = nats.Header{}
-		h.Set(HeaderDeadSeq, rawSeq)
-		h.Set(HeaderDeadPosted, rawPosted)
-		h.Set(HeaderDeadDeliveries, rawDeliveries)
-		h.Set(HeaderDeadEpoch, rawEpoch)
+		h.Set(wire.HeaderDeadSeq, rawSeq)
+		h.Set(wire.HeaderDeadPosted, rawPosted)
+		h.Set(wire.HeaderDeadDeliveries, rawDeliveries)
+		h.Set(wire.HeaderDeadEpoch, rawEpoch)
 		dl = decodeDeadLetter("id", &jetstream.RawStreamMsg{Header: h})
 		if n, err := strconv.ParseUint(rawSeq, 10, 64); err != nil && dl.MailboxSeq != 0 || err == nil && dl.MailboxSeq != n {
 			t.Fatalf("Fencepost-Dead-Seq %q read as %d", rawSeq, dl.MailboxSeq)

@@ -1,4 +1,4 @@
-package drain
+package purge
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
@@ -28,34 +30,34 @@ type Sweep struct {
 // wire.UnroutableSubject (listed by Unroutable, counted by stat and the
 // metrics), logs a WARN for it, and removes it from the mailbox subject.
 //
-// The copy is written before the original is removed, and storeDead writes
+// The copy is written before the original is removed, and store.WriteDead writes
 // it at most once per message, so a sweep that stops midway and runs again
 // loses nothing and stores nothing twice. fencepostd runs it for every
 // world; it reads the list of the world's mailbox subjects, which costs
 // in proportion to the ids with mail.
-func (d *Drainer) SweepUnroutable(ctx context.Context) (Sweep, error) {
+func (p *Purger) SweepUnroutable(ctx context.Context) (Sweep, error) {
 	var res Sweep
-	info, err := handles.Of(d.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(d.world)))
+	info, err := handles.Of(p.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(p.world)))
 	if err != nil {
-		return res, fmt.Errorf("drain: list the mailboxes of %q: %w", d.world, err)
+		return res, fmt.Errorf("purge: list the mailboxes of %q: %w", p.world, err)
 	}
 	for subj, n := range info.State.Subjects {
-		tok, _ := wire.MailboxToken(d.world, subj)
+		tok, _ := wire.MailboxToken(p.world, subj)
 		_, bad := wire.DecodeID(tok)
 		if bad == nil {
 			continue
 		}
 		res.Subject++
-		moved, err := d.moveUnroutable(ctx, subj, n, bad)
+		moved, err := p.moveUnroutable(ctx, subj, n, bad)
 		res.Moved += moved
-		d.metrics.UnroutableMoved(d.world, moved)
+		p.metrics.UnroutableMoved(p.world, moved)
 		if err != nil {
 			res.Left += int(n) - moved
 			if ctx.Err() != nil {
 				return res, ctx.Err()
 			}
-			d.log.Warn("drain: cannot move unroutable messages aside; they stay where they are",
-				"world", d.world, "subject", subj, "messages", n-uint64(moved), "error", err)
+			p.log.Warn("purge: cannot move unroutable messages aside; they stay where they are",
+				"world", p.world, "subject", subj, "messages", n-uint64(moved), "error", err)
 		}
 	}
 	return res, nil
@@ -64,25 +66,25 @@ func (d *Drainer) SweepUnroutable(ctx context.Context) (Sweep, error) {
 // moveUnroutable moves the n messages of subj to the unroutable dead
 // letters. A subject with a wildcard token is read through the wildcard
 // filter, keeping only the messages stored under that very subject.
-func (d *Drainer) moveUnroutable(ctx context.Context, subj string, n uint64, why error) (int, error) {
-	reason := clip(why.Error())
+func (p *Purger) moveUnroutable(ctx context.Context, subj string, n uint64, why error) (int, error) {
+	reason := store.Clip(why.Error())
 	moved := 0
 	for from := uint64(1); uint64(moved) < n; {
-		b, err := readBatch(ctx, d.nc, wire.MailboxStream(d.world), subj, from, d.batch)
+		b, err := jsapi.DirectGet(ctx, p.nc, wire.MailboxStream(p.world), jsapi.GetRequest{Seq: from, NextFor: subj, Batch: readBatch})
 		if err != nil {
 			return moved, err
 		}
-		for _, m := range b.msgs {
+		for _, m := range b.Msgs {
 			from = m.Sequence + 1
 			if m.Subject != subj {
 				continue // another subject matched by a wildcard token
 			}
-			if err := d.moveAside(ctx, m, reason); err != nil {
+			if err := p.moveAside(ctx, m, reason); err != nil {
 				return moved, err
 			}
 			moved++
 		}
-		if len(b.msgs) == 0 || b.pending == 0 {
+		if len(b.Msgs) == 0 || b.Pending == 0 {
 			break
 		}
 	}
@@ -91,18 +93,18 @@ func (d *Drainer) moveUnroutable(ctx context.Context, subj string, n uint64, why
 
 // moveAside moves one unroutable message m to the world's unroutable dead
 // letters (written at most once, then removed from the mailbox stream).
-func (d *Drainer) moveAside(ctx context.Context, m *jetstream.RawStreamMsg, reason string) error {
+func (p *Purger) moveAside(ctx context.Context, m *jetstream.RawStreamMsg, reason string) error {
 	meta := nats.Header{}
-	meta.Set(HeaderDeadSubject, clip(m.Subject))
-	meta.Set(HeaderDeadError, "unroutable: "+reason)
-	if err := d.storeDead(ctx, wire.UnroutableSubject(d.world), m, meta); err != nil {
+	meta.Set(wire.HeaderDeadSubject, store.Clip(m.Subject))
+	meta.Set(wire.HeaderDeadError, "unroutable: "+reason)
+	if err := store.WriteDead(ctx, p.w, wire.UnroutableSubject(p.world), m, meta); err != nil {
 		return err
 	}
-	if err := handles.Of(d.w).Mailbox.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := handles.Of(p.w).Mailbox.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("moved message %d aside but could not remove it: %w", m.Sequence, err)
 	}
-	d.log.Warn("drain: unroutable message moved to the world's dead letters",
-		"world", d.world, "subject", m.Subject, "seq", m.Sequence, "reason", reason)
+	p.log.Warn("purge: unroutable message moved to the world's dead letters",
+		"world", p.world, "subject", m.Subject, "seq", m.Sequence, "reason", reason)
 	return nil
 }
 
@@ -117,13 +119,13 @@ func (d *Drainer) moveAside(ctx context.Context, m *jetstream.RawStreamMsg, reas
 // message, which fencepostd returns once quiet (docs/design.md 3.11). A
 // message it cannot move is logged and left; the next start of the
 // follower tries again.
-func (d *Drainer) FollowUnroutable(ctx context.Context) error {
-	cons, err := handles.Of(d.w).Mailbox.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{wire.MailboxFilter(d.world)},
+func (p *Purger) FollowUnroutable(ctx context.Context) error {
+	cons, err := handles.Of(p.w).Mailbox.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{wire.MailboxFilter(p.world)},
 		HeadersOnly:    true,
 	})
 	if err != nil {
-		return fmt.Errorf("drain: follow the mailboxes of %q: %w", d.world, err)
+		return fmt.Errorf("purge: follow the mailboxes of %q: %w", p.world, err)
 	}
 	type bad struct {
 		seq    uint64
@@ -131,7 +133,7 @@ func (d *Drainer) FollowUnroutable(ctx context.Context) error {
 	}
 	found := make(chan bad, 1024)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		tok, _ := wire.MailboxToken(d.world, m.Subject())
+		tok, _ := wire.MailboxToken(p.world, m.Subject())
 		_, why := wire.DecodeID(tok)
 		if why == nil {
 			return
@@ -146,7 +148,7 @@ func (d *Drainer) FollowUnroutable(ctx context.Context) error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("drain: follow the mailboxes of %q: %w", d.world, err)
+		return fmt.Errorf("purge: follow the mailboxes of %q: %w", p.world, err)
 	}
 	defer cc.Stop()
 	for {
@@ -154,35 +156,24 @@ func (d *Drainer) FollowUnroutable(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-cc.Closed():
-			return fmt.Errorf("drain: following the mailboxes of %q stopped", d.world)
+			return fmt.Errorf("purge: following the mailboxes of %q stopped", p.world)
 		case b := <-found:
-			m, err := handles.Of(d.w).Mailbox.GetMsg(ctx, b.seq)
+			m, err := handles.Of(p.w).Mailbox.GetMsg(ctx, b.seq)
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				continue // moved or removed already
 			}
 			if err == nil {
-				err = d.moveAside(ctx, m, b.reason)
+				err = p.moveAside(ctx, m, b.reason)
 			}
 			if err == nil {
-				d.metrics.UnroutableMoved(d.world, 1)
+				p.metrics.UnroutableMoved(p.world, 1)
 				continue
 			}
 			if ctx.Err() != nil {
 				return nil
 			}
-			d.log.Warn("drain: cannot move an unroutable message aside; it stays where it is",
-				"world", d.world, "seq", b.seq, "error", err)
+			p.log.Warn("purge: cannot move an unroutable message aside; it stays where it is",
+				"world", p.world, "seq", b.seq, "error", err)
 		}
 	}
-}
-
-// isUnroutableSubject says whether subj is a mailbox subject of the world
-// that no id's drain reads.
-func isUnroutableSubject(world, subj string) bool {
-	tok, ok := wire.MailboxToken(world, subj)
-	if !ok {
-		return false
-	}
-	_, err := wire.DecodeID(tok)
-	return err != nil
 }

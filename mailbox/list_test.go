@@ -1,4 +1,4 @@
-package drain_test
+package mailbox_test
 
 import (
 	"context"
@@ -13,11 +13,12 @@ import (
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/mailbox"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
 
-func listIDs(p drain.ListPage) []string {
+func listIDs(p mailbox.ListPage) []string {
 	out := []string{}
 	for _, e := range p.Entries {
 		out = append(out, e.ID)
@@ -58,20 +59,20 @@ func TestList(t *testing.T) {
 			_, err = handles.Of(w).JS.Publish(ctx, unroutable, []byte("lost"))
 			require.NoError(t, err)
 
-			list := func(o drain.ListOptions) drain.ListPage {
+			list := func(o mailbox.ListOptions) mailbox.ListPage {
 				t.Helper()
 				if o.Limit == 0 {
 					o.Limit = 100
 				}
-				p, err := d.List(ctx, o)
+				p, err := w.Mailboxes.List(ctx, o)
 				require.NoError(t, err, "%+v", o)
 				require.False(t, p.More, "%+v", o)
 				require.Equal(t, 1, p.Skipped, "%+v: the unroutable subject", o)
 				return p
 			}
-			all := list(drain.ListOptions{})
+			all := list(mailbox.ListOptions{})
 			require.Equal(t, []string{"a", "b", "c", "d", "e", odd}, listIDs(all))
-			byID := map[string]drain.ListEntry{}
+			byID := map[string]mailbox.ListEntry{}
 			for _, e := range all.Entries {
 				require.NoError(t, e.Err, e.ID)
 				byID[e.ID] = e
@@ -90,20 +91,20 @@ func TestList(t *testing.T) {
 			require.EqualValues(t, 1, byID[odd].Depth)
 
 			for _, c := range []struct {
-				o    drain.ListOptions
+				o    mailbox.ListOptions
 				want []string
 			}{
-				{drain.ListOptions{WithMail: true}, []string{"a", "c", odd}},
-				{drain.ListOptions{Dead: true}, []string{"d"}},
-				{drain.ListOptions{HeldBy: "n1"}, []string{"a", "d", odd}},
-				{drain.ListOptions{HeldBy: "n2"}, []string{"b"}},
-				{drain.ListOptions{HeldBy: "nobody"}, []string{}},
-				{drain.ListOptions{HeldBy: "n1", WithMail: true}, []string{"a", odd}},
-				{drain.ListOptions{HeldBy: "n1", Dead: true}, []string{"d"}},
-				{drain.ListOptions{WithMail: true, Dead: true}, []string{}},
-				{drain.ListOptions{After: "b"}, []string{"c", "d", "e", odd}},
-				{drain.ListOptions{After: "a", WithMail: true}, []string{"c", odd}},
-				{drain.ListOptions{After: odd}, []string{}},
+				{mailbox.ListOptions{WithMail: true}, []string{"a", "c", odd}},
+				{mailbox.ListOptions{Dead: true}, []string{"d"}},
+				{mailbox.ListOptions{HeldBy: "n1"}, []string{"a", "d", odd}},
+				{mailbox.ListOptions{HeldBy: "n2"}, []string{"b"}},
+				{mailbox.ListOptions{HeldBy: "nobody"}, []string{}},
+				{mailbox.ListOptions{HeldBy: "n1", WithMail: true}, []string{"a", odd}},
+				{mailbox.ListOptions{HeldBy: "n1", Dead: true}, []string{"d"}},
+				{mailbox.ListOptions{WithMail: true, Dead: true}, []string{}},
+				{mailbox.ListOptions{After: "b"}, []string{"c", "d", "e", odd}},
+				{mailbox.ListOptions{After: "a", WithMail: true}, []string{"c", odd}},
+				{mailbox.ListOptions{After: odd}, []string{}},
 			} {
 				p := list(c.o)
 				require.Equal(t, c.want, listIDs(p), "%+v", c.o)
@@ -121,7 +122,7 @@ func TestList(t *testing.T) {
 func TestList_Paging(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{})
+	w, _ := newWorld(t, env, world.Config{})
 	var want []string
 	for i := range 25 {
 		id := fmt.Sprintf("id.%02d", i)
@@ -137,7 +138,7 @@ func TestList_Paging(t *testing.T) {
 	var got []string
 	after := ""
 	for page := 1; ; page++ {
-		p, err := d.List(ctx, drain.ListOptions{Limit: 10, After: after})
+		p, err := w.Mailboxes.List(ctx, mailbox.ListOptions{Limit: 10, After: after})
 		require.NoError(t, err)
 		got = append(got, listIDs(p)...)
 		if page < 3 {
@@ -155,12 +156,12 @@ func TestList_Paging(t *testing.T) {
 	require.Equal(t, want, got)
 
 	// Exactly a page: not cut.
-	p, err := d.List(ctx, drain.ListOptions{Limit: 25})
+	p, err := w.Mailboxes.List(ctx, mailbox.ListOptions{Limit: 25})
 	require.NoError(t, err)
 	require.Len(t, p.Entries, 25)
 	require.False(t, p.More)
 	// --with-mail pages read each listed record alone.
-	p, err = d.List(ctx, drain.ListOptions{Limit: 5, WithMail: true})
+	p, err = w.Mailboxes.List(ctx, mailbox.ListOptions{Limit: 5, WithMail: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{"id.00", "id.02", "id.03", "id.04", "id.06"}, listIDs(p))
 	require.True(t, p.More)
@@ -173,18 +174,18 @@ func TestList_Paging(t *testing.T) {
 func TestList_CorruptRecord(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{})
+	w, _ := newWorld(t, env, world.Config{})
 	_, err := handles.Of(w).KV.Put(ctx, wire.RecordKey("bad"), []byte(`{"v":1,"node":"n1","epoch":0,"state":"held"}`))
 	require.NoError(t, err)
 	send(t, ctx, w, "bad", "m")
-	for _, o := range []drain.ListOptions{{Limit: 10}, {Limit: 10, WithMail: true}} {
-		p, err := d.List(ctx, o)
+	for _, o := range []mailbox.ListOptions{{Limit: 10}, {Limit: 10, WithMail: true}} {
+		p, err := w.Mailboxes.List(ctx, o)
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 1, "%+v", o)
 		require.ErrorIs(t, p.Entries[0].Err, wire.ErrCorruptRecord, "%+v", o)
 		require.EqualValues(t, 1, p.Entries[0].Depth)
 	}
-	p, err := d.List(ctx, drain.ListOptions{Limit: 10, HeldBy: "n1"})
+	p, err := w.Mailboxes.List(ctx, mailbox.ListOptions{Limit: 10, HeldBy: "n1"})
 	require.NoError(t, err)
 	require.Empty(t, p.Entries)
 }
@@ -193,18 +194,18 @@ func TestList_CorruptRecord(t *testing.T) {
 func TestList_Refused(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	ctx := testutil.Ctx(t, time.Minute)
-	_, d := newWorld(t, env, world.Config{})
+	w, _ := newWorld(t, env, world.Config{})
 	for _, c := range []struct {
-		o    drain.ListOptions
+		o    mailbox.ListOptions
 		want error
 	}{
-		{drain.ListOptions{}, drain.ErrInvalidOption},
-		{drain.ListOptions{Limit: -1}, drain.ErrInvalidOption},
-		{drain.ListOptions{Limit: 1, HeldBy: "\xff"}, wire.ErrInvalidNode},
-		{drain.ListOptions{Limit: 1, HeldBy: strings.Repeat("n", 257)}, wire.ErrInvalidNode},
-		{drain.ListOptions{Limit: 1, After: "\xff"}, wire.ErrInvalidID},
+		{mailbox.ListOptions{}, mailbox.ErrInvalidOption},
+		{mailbox.ListOptions{Limit: -1}, mailbox.ErrInvalidOption},
+		{mailbox.ListOptions{Limit: 1, HeldBy: "\xff"}, wire.ErrInvalidNode},
+		{mailbox.ListOptions{Limit: 1, HeldBy: strings.Repeat("n", 257)}, wire.ErrInvalidNode},
+		{mailbox.ListOptions{Limit: 1, After: "\xff"}, wire.ErrInvalidID},
 	} {
-		_, err := d.List(ctx, c.o)
+		_, err := w.Mailboxes.List(ctx, c.o)
 		require.ErrorIs(t, err, c.want, "%+v", c.o)
 	}
 }

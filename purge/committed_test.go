@@ -1,4 +1,4 @@
-package drain_test
+package purge_test
 
 import (
 	"context"
@@ -44,7 +44,8 @@ func TestPurgeByServer(t *testing.T) {
 
 	pctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- d.PurgeCommitted(pctx) }()
+	p := newPurger(t, w)
+	go func() { done <- p.PurgeCommitted(pctx) }()
 	servertest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if n, m := stored(t, w, a), stored(t, w, b); n != 2 || m != 0 {
 			return fmt.Errorf("stored a=%d (want 2: 3 committed), b=%d (want 0)", n, m)

@@ -1,0 +1,46 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/world"
+)
+
+// ReadCursor reads id's cursor through the bucket stream's leader (on a
+// single replica, the direct get it answers is the same read without the
+// JetStream API queue); an absent (or deleted) cursor is zero. at is the
+// stream sequence of the cursor's message (0: none).
+func ReadCursor(ctx context.Context, w *world.World, id string) (c wire.Cursor, at uint64, err error) {
+	subj := wire.KeySubject(w.Name, wire.CursorKey(id))
+	h := handles.Of(w)
+	var m *jetstream.RawStreamMsg
+	if w.Config.Replicas == 1 {
+		m, err = h.Bucket.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			err = jsapi.ErrNotFound
+		}
+	} else {
+		m, err = jsapi.LeaderGet(ctx, h.JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: subj})
+	}
+	if errors.Is(err, jsapi.ErrNotFound) {
+		return wire.Cursor{}, 0, nil
+	}
+	if err != nil {
+		return wire.Cursor{}, 0, err
+	}
+	if jsapi.IsMarker(m.Header) {
+		return wire.Cursor{}, m.Sequence, nil
+	}
+	c, err = wire.DecodeCursor(m.Data)
+	if err != nil {
+		return wire.Cursor{}, 0, fmt.Errorf("cursor of %q (key %s): %w; it is left as it is", id, wire.CursorKey(id), err)
+	}
+	return c, m.Sequence, nil
+}

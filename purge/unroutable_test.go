@@ -1,0 +1,159 @@
+package purge_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/testkit/testutil"
+	"github.com/fencepost/fencepost/world"
+)
+
+// The unroutable tests of the wire issue (drain's TestWire): what a
+// producer in another language stores on a subject no id encodes to must
+// be surfaced and moved aside, never lost. They run on the single node:
+// they are about what the broker stores, not about replication.
+var unroutableCases = []struct {
+	name string
+	fn   func(t *testing.T, env *testutil.Env)
+}{
+	{"NonCanonicalTokens_Surfaced_ThenMoved", testUnroutable},
+	{"UnroutableStoreFull_StaysCounted", testUnroutableFull},
+	{"Unroutable_MovedAsPosted", testFollowUnroutable},
+}
+
+func TestUnroutable(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	for _, c := range unroutableCases {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, env) })
+	}
+}
+
+// Messages on subjects no id encodes to are counted in stat at once, and
+// the sweep moves each aside with its reason; a lenient decoder used to
+// read "b3JkZXIuNDK" as order.42.
+func testUnroutable(t *testing.T, env *testutil.Env) {
+	ctx := testutil.Ctx(t, time.Minute)
+	w, _ := newWorld(t, env, world.Config{})
+	p := newPurger(t, w)
+	send(t, ctx, w, "order.42", "routable")
+	bad := []string{"b3JkZXIuNDK", "b3JkZXIuNDI=", "w7w+Pw", "__8", "*", strings.Repeat("eHh4", 90)}
+	for _, tok := range bad {
+		raw(t, ctx, w, "fp."+w.Name+".mb."+tok, "lost? "+tok[:min(len(tok), 12)], "Fencepost-From", "js")
+	}
+	ws, err := w.Mailboxes.WorldStat(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(len(bad)), ws.Unroutable)
+	require.Equal(t, 1, ws.IDs)
+
+	sw, err := p.SweepUnroutable(ctx)
+	require.NoError(t, err)
+	require.Equal(t, len(bad), sw.Moved)
+	require.Zero(t, sw.Left)
+	for _, tok := range bad {
+		require.Zero(t, stored(t, w, "fp."+w.Name+".mb."+tok), tok)
+	}
+	require.Equal(t, uint64(1), stored(t, w, wire.MailboxSubject(w.Name, "order.42")), "the sweep touched a routable mailbox")
+	// Again: nothing more to move, nothing stored twice.
+	sw, err = p.SweepUnroutable(ctx)
+	require.NoError(t, err)
+	require.Zero(t, sw.Moved)
+
+	un, err := w.Mailboxes.Unroutable(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, un, len(bad))
+	for _, dl := range un {
+		require.True(t, strings.HasPrefix(dl.Error, "unroutable: "), dl.Error)
+		require.True(t, strings.HasPrefix(string(dl.Body), "lost? "))
+		require.Equal(t, "js", dl.From)
+		require.NotZero(t, dl.MailboxSeq)
+		require.True(t, strings.HasPrefix(dl.Subject, "fp."+w.Name+".mb."), dl.Subject)
+	}
+	ws, err = w.Mailboxes.WorldStat(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(len(bad)), ws.Unroutable, "moved messages stay counted")
+	require.Zero(t, ws.DeadLetters)
+	info, err := world.Inspect(ctx, handles.Of(w).JS, w.Name, world.InspectOptions{})
+	require.NoError(t, err)
+	require.Equal(t, uint64(len(bad)), info.Unroutable)
+	require.Equal(t, uint64(1), info.Depth)
+	require.Equal(t, uint64(1), info.Mailboxes)
+}
+
+// What fencepostd runs instead of sweeping: one follower per world moves
+// each unroutable message aside as it is stored (one posted before it
+// started too), leaves routable mail alone, and a follower started again
+// over the same stream stores nothing twice.
+func testFollowUnroutable(t *testing.T, env *testutil.Env) {
+	ctx := testutil.Ctx(t, time.Minute)
+	w, _ := newWorld(t, env, world.Config{})
+	p := newPurger(t, w)
+	send(t, ctx, w, "order.42", "routable")
+	raw(t, ctx, w, "fp."+w.Name+".mb.__8", "before", "Fencepost-From", "js")
+	follow := func() (stop func()) {
+		fctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.FollowUnroutable(fctx) }()
+		return func() { cancel(); require.NoError(t, <-done) }
+	}
+	stop := follow()
+	bad := []string{"__8", "b3JkZXIuNDK", "*", strings.Repeat("eHh4", 90)}
+	for _, tok := range bad[1:] {
+		raw(t, ctx, w, "fp."+w.Name+".mb."+tok, "after", "Fencepost-From", "js")
+	}
+	testutil.WaitFor(t, 30*time.Second, "every unroutable message moved", func() bool {
+		for _, tok := range bad {
+			if stored(t, w, "fp."+w.Name+".mb."+tok) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	stop()
+	require.Equal(t, uint64(1), stored(t, w, wire.MailboxSubject(w.Name, "order.42")), "the follower touched a routable mailbox")
+	stop = follow()
+	raw(t, ctx, w, "fp."+w.Name+".mb.w7w+Pw", "later", "Fencepost-From", "js")
+	testutil.WaitFor(t, 30*time.Second, "the next one moved", func() bool { return stored(t, w, "fp."+w.Name+".mb.w7w+Pw") == 0 })
+	stop()
+	un, err := w.Mailboxes.Unroutable(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, un, len(bad)+1, "each moved once")
+	for _, dl := range un {
+		require.True(t, strings.HasPrefix(dl.Error, "unroutable: "), dl.Error)
+		require.Equal(t, "js", dl.From)
+	}
+}
+
+// The unroutable store is one subject with the mailbox limit: what does
+// not fit stays where it is, still counted, and moves once there is room.
+func testUnroutableFull(t *testing.T, env *testutil.Env) {
+	ctx := testutil.Ctx(t, time.Minute)
+	w, _ := newWorld(t, env, world.Config{MaxMsgsPerMailbox: 2})
+	p := newPurger(t, w)
+	bad := []string{"b3JkZXIuNDK", "w7w+Pw", "__8"}
+	for _, tok := range bad {
+		raw(t, ctx, w, "fp."+w.Name+".mb."+tok, "stray")
+	}
+	sw, err := p.SweepUnroutable(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, sw.Moved)
+	require.Equal(t, 1, sw.Left)
+	ws, err := w.Mailboxes.WorldStat(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), ws.Unroutable, "the one left is still counted")
+	un, err := w.Mailboxes.Unroutable(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, un, 2)
+	for _, dl := range un { // make room: an operator removes what was read
+		require.NoError(t, handles.Of(w).Mailbox.DeleteMsg(ctx, dl.Seq))
+	}
+	sw, err = p.SweepUnroutable(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, sw.Moved)
+	require.Zero(t, sw.Left)
+}
