@@ -21,3 +21,7 @@ func Serving(wk *Worker) int64 { return wk.serving.Load() }
 // SetFeedFault makes the setup of the worker's consumers fail while f
 // returns an error (before Run).
 func SetFeedFault(wk *Worker, f func() error) { wk.feedFault = f }
+
+// EndMax is the most held ids seen sending their last writes at once while
+// wk stopped, and the bound.
+func EndMax(wk *Worker) (seen int64, bound int) { return wk.endMax.Load(), stopWrites }

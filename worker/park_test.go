@@ -160,3 +160,42 @@ func TestRun_FeedSetupRetried(t *testing.T) {
 	worker.SetFeedFault(wk2, func() error { return boom })
 	require.ErrorIs(t, wk2.Run(ctx), boom, "a failure that does not pass ends Run")
 }
+
+// TestStop_ReleasesBounded: a worker that stops holding many ids commits
+// and releases each (every id free right after Run returns, as a clean
+// stop promises), with at most stopWrites of them sending at once. Before
+// the bound every held id sent its writes at the same moment.
+func TestStop_ReleasesBounded(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{})
+	ctx := testutil.Ctx(t, 2*time.Minute)
+	const n = 300
+	id := func(i int) string { return fmt.Sprint("s-", i) }
+	for i := range n {
+		_, err := w.Queue.Send(ctx, id(i), []byte("1"))
+		require.NoError(t, err)
+	}
+	var delivered atomic.Int64
+	wk, err := w.NewWorker(worker.Config{Node: "st", TTL: 5 * time.Second, Idle: time.Minute, Parallel: n}, func(context.Context, drain.Message) error {
+		delivered.Add(1)
+		return nil
+	})
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	testutil.WaitFor(t, time.Minute, "every id delivered and held", func() bool {
+		return delivered.Load() >= n && len(wk.Held()) == n
+	})
+	stop()
+	require.NoError(t, <-done)
+
+	seen, bound := worker.EndMax(wk)
+	require.Positive(t, seen, "the stop's writes went through the slots")
+	require.LessOrEqual(t, seen, int64(bound), "at most %d ids send their last writes at once", bound)
+	for i := range n {
+		st, err := w.Ownership.Owner(ctx, id(i))
+		require.NoError(t, err)
+		require.False(t, st.Held, "id %s released at the stop", id(i))
+	}
+}

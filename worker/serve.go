@@ -11,6 +11,19 @@ import (
 	"github.com/fencepost/fencepost/ownership"
 )
 
+// endSlot takes one of the stopping worker's slots for an id's last writes
+// and returns its release.
+func (wk *Worker) endSlot() func() {
+	wk.endSlots <- struct{}{}
+	n := wk.endNow.Add(1)
+	for m := wk.endMax.Load(); n > m && !wk.endMax.CompareAndSwap(m, n); m = wk.endMax.Load() {
+	}
+	return func() {
+		wk.endNow.Add(-1)
+		<-wk.endSlots
+	}
+}
+
 // serve drains one held id whenever it may have mail, until the holding is
 // lost, the id stays idle for cfg.Idle (then it is released), or ctx ends;
 // or until it had nothing to do for a while: then it parks and says so
@@ -32,6 +45,11 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 		// it had nothing uncommitted, and labels nothing maybe seen
 		// (drain.Message.Redelivered); any other id goes with the node
 		// lease, and the next holder labels its backlog.
+		if ctx.Err() != nil {
+			// The worker stops: every held id ends at once, and each
+			// sends its writes in turn with at most stopWrites others.
+			defer wk.endSlot()()
+		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		if err := h.drains.Flush(fctx); err != nil {
 			wk.log.Debug("last commit of an id", "id", id, "error", err)

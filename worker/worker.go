@@ -86,6 +86,12 @@ type Worker struct {
 
 	slots      chan struct{} // one per running drain (cfg.Parallel)
 	claimSlots int           // claims run at once (cfg.Parallel, at most maxClaims)
+	// endSlots: one per held id ending while the worker stops (its last
+	// commit and its release, serve): a worker holding 100,000 ids sends
+	// at most stopWrites of them at once, not all.
+	endSlots chan struct{}
+	// endMax: the most ids seen ending at once (tests).
+	endNow, endMax atomic.Int64
 
 	// kept: the messages of ids nobody holds here (kept.go); guarded by mu.
 	kept *kept
@@ -142,6 +148,10 @@ type holding struct {
 	parked   bool
 	idleWake *time.Timer // wakes a parked holding when its idle release is due
 }
+
+// stopWrites bounds the held ids whose last commit and release a stopping
+// worker sends at once (Worker.endSlots).
+const stopWrites = 64
 
 // errTakenOver is the cause given to a holding whose id another holding
 // took (a seize, forced or after a lapse the worker missed).
@@ -205,7 +215,7 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	if err != nil {
 		return nil, err
 	}
-	wk := &Worker{w: w, own: own, cfg: cfg, slots: make(chan struct{}, cfg.Parallel), claimSlots: min(cfg.Parallel, maxClaims), h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}, parkAfter: defaultParkAfter}
+	wk := &Worker{w: w, own: own, cfg: cfg, slots: make(chan struct{}, cfg.Parallel), endSlots: make(chan struct{}, stopWrites), claimSlots: min(cfg.Parallel, maxClaims), h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}, parkAfter: defaultParkAfter}
 	if len(cfg.IDs) == 0 && w.Config.Purge != world.PurgeByServer {
 		wk.sweep = dr.NewSweeper()
 	}
