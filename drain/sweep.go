@@ -147,13 +147,13 @@ func (s *Sweeper) Run(ctx context.Context, every time.Duration) error {
 
 // cursor takes a stored cursor. One above the highest sequence seen is
 // judged at the next sweep against the stream's last sequence, as the
-// server's purger judges them (PurgeCommitted): a commit covers messages
-// stored before it, so a cursor above the last sequence was written by no
-// commit, and nothing is purged for it.
+// server's purger judges them (purge.Purger.PurgeCommitted): a commit
+// covers messages stored before it, so a cursor above the last sequence
+// was written by no commit, and nothing is purged for it.
 func (s *Sweeper) cursor(e jetstream.KeyValueEntry) {
 	id, err := wire.DecodeID(strings.TrimPrefix(e.Key(), wire.CursorPrefix))
 	if err != nil {
-		return // names no mailbox (PurgeCommitted reports such keys)
+		return // names no mailbox (purge.Purger.PurgeCommitted reports such keys)
 	}
 	var seq uint64
 	if e.Operation() == jetstream.KeyValuePut {
