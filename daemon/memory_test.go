@@ -54,7 +54,7 @@ func TestMemLoop_LeavesABusyHeapAlone(t *testing.T) {
 	runtime.KeepAlive(burst)
 	burst = nil
 	runtime.GC()
-	before := readHeap()
+	require.GreaterOrEqual(t, readHeap().idle(), uint64(32<<20), "the burst's memory is held idle after the collection")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Daemon{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -67,7 +67,10 @@ func TestMemLoop_LeavesABusyHeapAlone(t *testing.T) {
 	}
 	cancel()
 	require.NoError(t, <-done)
-	require.Less(t, readHeap().released, before.released+32<<20, "memory returned while busy")
+	// memLoop's own releases, not the runtime's released bytes: Go's
+	// background scavenger returns some memory by itself, busy or not.
+	require.Positive(t, d.memChecks.Load(), "memLoop checked while busy")
+	require.Zero(t, d.memReleases.Load(), "memory returned while busy")
 	runtime.KeepAlive(live)
 }
 
