@@ -24,56 +24,6 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// counter is a state handler: each message adds one to its id's "count"
-// and appends its body to "seen". It records every call.
-type counter struct {
-	mu    sync.Mutex
-	calls []string
-}
-
-func (c *counter) handle(_ context.Context, m drain.Message, st *drain.State) error {
-	c.mu.Lock()
-	c.calls = append(c.calls, string(m.Body))
-	c.mu.Unlock()
-	n := 0
-	if v, ok := st.Get("count"); ok {
-		n, _ = strconv.Atoi(string(v))
-	}
-	seen, _ := st.Get("seen")
-	if err := st.Put("count", []byte(strconv.Itoa(n+1))); err != nil {
-		return err
-	}
-	return st.Put("seen", append(seen, m.Body...))
-}
-
-func (c *counter) bodies() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.calls...)
-}
-
-// storedState reads id's state from the bucket through the stream leader
-// (a KV get may be answered by a lagging replica on R3): the subjects from
-// the stream info, each key's last message by a leader get.
-func storedState(t *testing.T, w *client.World, id string) map[string]string {
-	t.Helper()
-	ctx := testutil.Ctx(t, 10*time.Second)
-	info, err := handles.Of(w).Bucket.Info(ctx, jetstream.WithSubjectFilter(wire.StateFilter(w.Name, id)))
-	require.NoError(t, err)
-	out := map[string]string{}
-	for subj := range info.State.Subjects {
-		m, err := jsapi.LeaderGet(ctx, handles.Of(w).JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: subj})
-		require.NoError(t, err)
-		if jsapi.IsMarker(m.Header) {
-			continue
-		}
-		key, err := wire.StateKeyOf(w.Name, id, subj)
-		require.NoError(t, err)
-		out[key] = string(m.Data)
-	}
-	return out
-}
-
 func storedCursor(t *testing.T, w *client.World, id string) uint64 {
 	t.Helper()
 	m, err := jsapi.LeaderGet(testutil.Ctx(t, 10*time.Second), handles.Of(w).JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: wire.KeySubject(w.Name, wire.CursorKey(id))})
@@ -110,14 +60,14 @@ func TestState_CommittedWithCursor(t *testing.T) {
 			ctx := testutil.Ctx(t, time.Minute)
 			w, d := newWorld(t, env, world.Config{})
 			ss, h := holdState(t, ctx, w, d, "n1", "x")
-			var c counter
-			hd := drain.StateHandler(c.handle).Handler()
+			var c testutil.Counter
+			hd := drain.StateHandler(c.Handle).Handler()
 
 			send(t, ctx, w, "x", "a", "b", "c")
 			res, err := h.Drain(ctx, hd)
 			require.NoError(t, err)
 			require.Equal(t, 3, res.Count)
-			require.Equal(t, map[string]string{"count": "3", "seen": "abc"}, storedState(t, w, "x"))
+			require.Equal(t, map[string]string{"count": "3", "seen": "abc"}, testutil.StoredState(t, w, "x"))
 			require.Equal(t, res.Cursor, storedCursor(t, w, "x"))
 
 			// Deliveries read elsewhere: handed out live, committed by Flush.
@@ -130,7 +80,7 @@ func TestState_CommittedWithCursor(t *testing.T) {
 			require.True(t, ok)
 			require.Equal(t, 2, res.Count)
 			require.NoError(t, h.Flush(ctx))
-			require.Equal(t, map[string]string{"count": "5", "seen": "abcde"}, storedState(t, w, "x"))
+			require.Equal(t, map[string]string{"count": "5", "seen": "abcde"}, testutil.StoredState(t, w, "x"))
 			require.Equal(t, msgs[1].Sequence, storedCursor(t, w, "x"))
 
 			// The next holder reads the state: a drain on the lock path.
@@ -138,15 +88,15 @@ func TestState_CommittedWithCursor(t *testing.T) {
 			send(t, ctx, w, "x", "f")
 			l, err := w.Ownership.Claim(ctx, "x", "n2", time.Minute)
 			require.NoError(t, err)
-			var c2 counter
-			_, err = d.DrainLease(ctx, l, drain.StateHandler(c2.handle).Handler(), drain.WithState())
+			var c2 testutil.Counter
+			_, err = d.DrainLease(ctx, l, drain.StateHandler(c2.Handle).Handler(), drain.WithState())
 			require.NoError(t, err)
-			require.Equal(t, []string{"f"}, c2.bodies())
-			require.Equal(t, map[string]string{"count": "6", "seen": "abcdef"}, storedState(t, w, "x"))
+			require.Equal(t, []string{"f"}, c2.Bodies())
+			require.Equal(t, map[string]string{"count": "6", "seen": "abcdef"}, testutil.StoredState(t, w, "x"))
 
 			// A state handler run by a drain without state refuses the
 			// message.
-			err = drain.StateHandler(c2.handle).Handler()(ctx, drain.Message{ID: "x"})
+			err = drain.StateHandler(c2.Handle).Handler()(ctx, drain.Message{ID: "x"})
 			require.ErrorIs(t, err, drain.ErrNoState)
 		})
 	}
@@ -162,12 +112,12 @@ func TestState_SeizedHolderStoresNothing(t *testing.T) {
 	ctx := testutil.Ctx(t, time.Minute)
 	w, d := newWorld(t, env, world.Config{})
 	_, h := holdState(t, ctx, w, d, "n1", "x")
-	var c counter
-	hd := drain.StateHandler(c.handle).Handler()
+	var c testutil.Counter
+	hd := drain.StateHandler(c.Handle).Handler()
 	send(t, ctx, w, "x", "a")
 	_, err := h.Drain(ctx, hd)
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"count": "1", "seen": "a"}, storedState(t, w, "x"))
+	require.Equal(t, map[string]string{"count": "1", "seen": "a"}, testutil.StoredState(t, w, "x"))
 
 	send(t, ctx, w, "x", "b", "c")
 	var seized *ownership.Lease
@@ -182,17 +132,17 @@ func TestState_SeizedHolderStoresNothing(t *testing.T) {
 	_, err = h.Drain(ctx, hd)
 	require.Error(t, err)
 	require.True(t, errors.Is(err, ownership.ErrHeld) || errors.Is(err, ownership.ErrFenced), "%v", err)
-	require.Equal(t, []string{"a", "b", "c"}, c.bodies(), "the stale holder ran its handler")
-	require.Equal(t, map[string]string{"count": "1", "seen": "a"}, storedState(t, w, "x"), "a refused batch stored a state write")
+	require.Equal(t, []string{"a", "b", "c"}, c.Bodies(), "the stale holder ran its handler")
+	require.Equal(t, map[string]string{"count": "1", "seen": "a"}, testutil.StoredState(t, w, "x"), "a refused batch stored a state write")
 	// Only the seize wrote to the bucket (its force key and the record).
 	require.Equal(t, before+2, bucketLastSeq(t, w))
 
 	drain.SetBeforeCommit(d, nil)
-	var c2 counter
-	_, err = d.DrainLease(ctx, seized, drain.StateHandler(c2.handle).Handler(), drain.WithState())
+	var c2 testutil.Counter
+	_, err = d.DrainLease(ctx, seized, drain.StateHandler(c2.Handle).Handler(), drain.WithState())
 	require.NoError(t, err)
-	require.Equal(t, []string{"b", "c"}, c2.bodies())
-	require.Equal(t, map[string]string{"count": "3", "seen": "abc"}, storedState(t, w, "x"))
+	require.Equal(t, []string{"b", "c"}, c2.Bodies())
+	require.Equal(t, map[string]string{"count": "3", "seen": "abc"}, testutil.StoredState(t, w, "x"))
 }
 
 // TestState_LapsedHolderStoresNothing: a holder paused past its lease
@@ -209,8 +159,8 @@ func TestState_LapsedHolderStoresNothing(t *testing.T) {
 	require.NoError(t, err)
 	h, err := d.HoldState(l)
 	require.NoError(t, err)
-	var c counter
-	hd := drain.StateHandler(c.handle).Handler()
+	var c testutil.Counter
+	hd := drain.StateHandler(c.Handle).Handler()
 	send(t, ctx, w, "x", "a")
 	_, err = h.Drain(ctx, hd)
 	require.NoError(t, err)
@@ -236,14 +186,14 @@ func TestState_LapsedHolderStoresNothing(t *testing.T) {
 		err = h.Flush(ctx)
 	}
 	require.Error(t, err, "the stale batch was stored")
-	require.Equal(t, map[string]string{"count": "1", "seen": "a"}, storedState(t, w, "x"))
+	require.Equal(t, map[string]string{"count": "1", "seen": "a"}, testutil.StoredState(t, w, "x"))
 
 	drain.SetBeforeCommit(d, nil)
-	var c2 counter
-	_, err = d.DrainLease(ctx, other, drain.StateHandler(c2.handle).Handler(), drain.WithState())
+	var c2 testutil.Counter
+	_, err = d.DrainLease(ctx, other, drain.StateHandler(c2.Handle).Handler(), drain.WithState())
 	require.NoError(t, err)
-	require.Equal(t, []string{"b"}, c2.bodies())
-	require.Equal(t, map[string]string{"count": "2", "seen": "ab"}, storedState(t, w, "x"))
+	require.Equal(t, []string{"b"}, c2.Bodies())
+	require.Equal(t, map[string]string{"count": "2", "seen": "ab"}, testutil.StoredState(t, w, "x"))
 }
 
 // TestState_UnknownOutcome: a batch whose answer was lost is resolved by
@@ -256,8 +206,8 @@ func TestState_UnknownOutcome(t *testing.T) {
 			ctx := testutil.Ctx(t, time.Minute)
 			w, d := newWorld(t, env, world.Config{})
 			_, h := holdState(t, ctx, w, d, "n1", "x")
-			var c counter
-			hd := drain.StateHandler(c.handle).Handler()
+			var c testutil.Counter
+			hd := drain.StateHandler(c.Handle).Handler()
 			send(t, ctx, w, "x", "a")
 			_, err := h.Drain(ctx, hd)
 			require.NoError(t, err)
@@ -288,11 +238,11 @@ func TestState_UnknownOutcome(t *testing.T) {
 			_, err = h.Drain(ctx, hd)
 			require.NoError(t, err)
 			if stored {
-				require.Equal(t, []string{"a", "b"}, c.bodies(), "a stored message handed out again")
+				require.Equal(t, []string{"a", "b"}, c.Bodies(), "a stored message handed out again")
 			} else {
-				require.Equal(t, []string{"a", "b", "b"}, c.bodies(), "a message whose batch was lost not handed out again")
+				require.Equal(t, []string{"a", "b", "b"}, c.Bodies(), "a message whose batch was lost not handed out again")
 			}
-			require.Equal(t, map[string]string{"count": "2", "seen": "ab"}, storedState(t, w, "x"))
+			require.Equal(t, map[string]string{"count": "2", "seen": "ab"}, testutil.StoredState(t, w, "x"))
 		})
 	}
 }
@@ -330,7 +280,7 @@ func TestState_BadWritesRefused(t *testing.T) {
 	require.Equal(t, 1, res.DeadLettered, "the failed message went to the dead letters")
 	require.Contains(t, errs[0].Error(), `"a.b" has '.' at byte 1`)
 	require.Contains(t, errs[3].Error(), "16385 bytes, the limit is 16384")
-	require.Empty(t, storedState(t, w, "x"), "a failed handler's writes were stored")
+	require.Empty(t, testutil.StoredState(t, w, "x"), "a failed handler's writes were stored")
 	require.Equal(t, before+1, bucketLastSeq(t, w), "only the cursor was written")
 
 	send(t, ctx, w, "x", "b")
@@ -357,7 +307,7 @@ func TestState_BadWritesRefused(t *testing.T) {
 	require.ErrorIs(t, keysErr, drain.ErrInvalidState)
 	require.Contains(t, keysErr.Error(), "key 65 of the id's state, the limit is 64")
 	require.ErrorIs(t, sizeErr, drain.ErrInvalidState)
-	st := storedState(t, w, "x")
+	st := testutil.StoredState(t, w, "x")
 	require.Len(t, st, wire.MaxStateKeys)
 	total := 0
 	for k, v := range st {
@@ -461,9 +411,9 @@ func TestState_RefusedBatchForgets(t *testing.T) {
 	ctx := testutil.Ctx(t, time.Minute)
 	w, d := newWorld(t, env, world.Config{})
 	_, h := holdState(t, ctx, w, d, "n1", "x")
-	var c counter
+	var c testutil.Counter
 	hd := drain.StateHandler(func(ctx context.Context, m drain.Message, st *drain.State) error {
-		if err := c.handle(ctx, m, st); err != nil {
+		if err := c.Handle(ctx, m, st); err != nil {
 			return err
 		}
 		return st.Put("blob", make([]byte, 300))
@@ -481,14 +431,14 @@ func TestState_RefusedBatchForgets(t *testing.T) {
 	send(t, ctx, w, "x", "a")
 	_, err := h.Drain(ctx, hd)
 	require.Error(t, err, "a batch over the stream's message size was stored")
-	require.Empty(t, storedState(t, w, "x"))
+	require.Empty(t, testutil.StoredState(t, w, "x"))
 	require.Zero(t, storedCursor(t, w, "x"))
 
 	setMax(-1)
 	_, err = h.Drain(ctx, hd)
 	require.NoError(t, err)
-	require.Equal(t, []string{"a", "a"}, c.bodies())
-	st := storedState(t, w, "x")
+	require.Equal(t, []string{"a", "a"}, c.Bodies())
+	st := testutil.StoredState(t, w, "x")
 	require.Equal(t, "1", st["count"], "the refused batch's writes were kept in view")
 	require.Equal(t, "a", st["seen"])
 }
@@ -512,8 +462,8 @@ func TestState_CutOffHolderStoresNothing(t *testing.T) {
 	d, err := drain.New(pw.World, pw.Ownership)
 	require.NoError(t, err)
 	_, h := holdState(t, ctx, pw, d, "n1", "x")
-	var c counter
-	hd := drain.StateHandler(c.handle).Handler()
+	var c testutil.Counter
+	hd := drain.StateHandler(c.Handle).Handler()
 	send(t, ctx, w, "x", "a")
 	_, err = h.Drain(ctx, hd)
 	require.NoError(t, err)
@@ -532,15 +482,15 @@ func TestState_CutOffHolderStoresNothing(t *testing.T) {
 	_, err = h.Drain(ctx, hd)
 	require.Error(t, err)
 	require.True(t, errors.Is(err, ownership.ErrHeld) || errors.Is(err, ownership.ErrFenced) || errors.Is(err, drain.ErrUnknown), "%v", err)
-	require.Equal(t, map[string]string{"count": "1", "seen": "a"}, storedState(t, w, "x"), "the cut-off holder's batch was stored")
+	require.Equal(t, map[string]string{"count": "1", "seen": "a"}, testutil.StoredState(t, w, "x"), "the cut-off holder's batch was stored")
 
-	var c2 counter
+	var c2 testutil.Counter
 	d2, err := drain.New(w.World, w.Ownership)
 	require.NoError(t, err)
-	_, err = d2.DrainLease(ctx, seized, drain.StateHandler(c2.handle).Handler(), drain.WithState())
+	_, err = d2.DrainLease(ctx, seized, drain.StateHandler(c2.Handle).Handler(), drain.WithState())
 	require.NoError(t, err)
-	require.Equal(t, []string{"b", "c"}, c2.bodies())
-	require.Equal(t, map[string]string{"count": "3", "seen": "abc"}, storedState(t, w, "x"))
+	require.Equal(t, []string{"b", "c"}, c2.Bodies())
+	require.Equal(t, map[string]string{"count": "3", "seen": "abc"}, testutil.StoredState(t, w, "x"))
 }
 
 // TestState_SharedBatch: the commits of several ids that meet behind a
@@ -582,7 +532,7 @@ func TestState_SharedBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ax.Sequence, cx.Sequence)
 	require.Equal(t, uint64(5), storedCursor(t, w, "x"))
-	require.Equal(t, map[string]string{"count": "1"}, storedState(t, w, "y"))
+	require.Equal(t, map[string]string{"count": "1"}, testutil.StoredState(t, w, "y"))
 
 	// y is seized: a batch with x's next commit and y's stale one is
 	// refused whole.
@@ -600,7 +550,7 @@ func TestState_SharedBatch(t *testing.T) {
 		require.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
 	}
 	require.Equal(t, before, bucketLastSeq(t, w), "a refused shared batch stored something")
-	require.Equal(t, map[string]string{"count": "1"}, storedState(t, w, "x"))
+	require.Equal(t, map[string]string{"count": "1"}, testutil.StoredState(t, w, "x"))
 	require.Equal(t, uint64(5), storedCursor(t, w, "x"))
 }
 
@@ -623,7 +573,7 @@ func TestState_SharedBatchNeighbourRecommits(t *testing.T) {
 		return h
 	}
 	hx, hy := hold("x"), hold("y")
-	var cx, cy counter
+	var cx, cy testutil.Counter
 	send(t, ctx, w, "x", "a", "b")
 	send(t, ctx, w, "y", "a", "b")
 	var seized *ownership.Lease
@@ -639,8 +589,8 @@ func TestState_SharedBatchNeighbourRecommits(t *testing.T) {
 	})
 	release := drain.HoldQueue(d)
 	errs := make(chan error, 2)
-	go func() { _, err := hx.Drain(ctx, drain.StateHandler(cx.handle).Handler()); errs <- err }()
-	go func() { _, err := hy.Drain(ctx, drain.StateHandler(cy.handle).Handler()); errs <- err }()
+	go func() { _, err := hx.Drain(ctx, drain.StateHandler(cx.Handle).Handler()); errs <- err }()
+	go func() { _, err := hy.Drain(ctx, drain.StateHandler(cy.Handle).Handler()); errs <- err }()
 	testutil.WaitFor(t, 10*time.Second, "both commits queued", func() bool { return drain.QueueLen(d) == 2 })
 	before := bucketLastSeq(t, w)
 	release()
@@ -661,16 +611,16 @@ func TestState_SharedBatchNeighbourRecommits(t *testing.T) {
 	}
 	require.Equal(t, 1, oks, "x, still the holder, commits again alone: %v", got)
 	require.Equal(t, 1, heldErrs, "y was seized: %v", got)
-	require.Equal(t, map[string]string{"count": "2", "seen": "ab"}, storedState(t, w, "x"))
-	require.Empty(t, storedState(t, w, "y"), "the seized holding's part was stored")
+	require.Equal(t, map[string]string{"count": "2", "seen": "ab"}, testutil.StoredState(t, w, "x"))
+	require.Empty(t, testutil.StoredState(t, w, "y"), "the seized holding's part was stored")
 	require.Equal(t, before+3, bucketLastSeq(t, w), "only x's second batch (two keys and the cursor) was stored")
 
 	drain.SetBeforeCommit(d, nil)
-	var c2 counter
-	_, err = d.DrainLease(ctx, seized, drain.StateHandler(c2.handle).Handler(), drain.WithState())
+	var c2 testutil.Counter
+	_, err = d.DrainLease(ctx, seized, drain.StateHandler(c2.Handle).Handler(), drain.WithState())
 	require.NoError(t, err)
-	require.Equal(t, []string{"a", "b"}, c2.bodies())
-	require.Equal(t, map[string]string{"count": "2", "seen": "ab"}, storedState(t, w, "y"))
+	require.Equal(t, []string{"a", "b"}, c2.Bodies())
+	require.Equal(t, map[string]string{"count": "2", "seen": "ab"}, testutil.StoredState(t, w, "y"))
 }
 
 // TestState_RefusedCommitNotSentBack: a state holding's commit P1 is in a
@@ -717,9 +667,9 @@ func TestState_RefusedCommitNotSentBack(t *testing.T) {
 	release()
 	require.NoError(t, <-done)
 	require.NoError(t, h.Flush(ctx))
-	require.Equal(t, map[string]string{"k0": "3", "k1": "1", "k2": "1"}, storedState(t, w, "x"))
+	require.Equal(t, map[string]string{"k0": "3", "k1": "1", "k2": "1"}, testutil.StoredState(t, w, "x"))
 	require.Equal(t, more[2].Sequence, storedCursor(t, w, "x"))
-	require.Empty(t, storedState(t, w, "y"))
+	require.Empty(t, testutil.StoredState(t, w, "y"))
 }
 
 // TestState_ReadOnlyCommitPlain: a state handler that stages nothing
