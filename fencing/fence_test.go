@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -40,7 +41,7 @@ func TestFence_GatesWritesInTheBucketStream(t *testing.T) {
 
 			_, err = w.Ownership.Seize(ctx, "x", "n2", time.Minute, true)
 			require.NoError(t, err)
-			info, err := w.Bucket.Info(ctx)
+			info, err := handles.Of(w).Bucket.Info(ctx)
 			require.NoError(t, err)
 			before := info.State.LastSeq
 
@@ -53,7 +54,7 @@ func TestFence_GatesWritesInTheBucketStream(t *testing.T) {
 			_, err = js.PublishMsg(ctx, raw)
 			require.Error(t, err, "the raw fenced write is refused too")
 
-			info, err = w.Bucket.Info(ctx)
+			info, err = handles.Of(w).Bucket.Info(ctx)
 			require.NoError(t, err)
 			require.Equal(t, before, info.State.LastSeq, "a fenced-out write stored something")
 		})
