@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencepost/fencepost/metrics"
+	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -110,7 +111,7 @@ func (d *Daemon) scrape(ctx context.Context) {
 	stats := map[string]metrics.WorldStats{}
 	failed := 0
 	for _, name := range names {
-		info, err := world.Inspect(ctx, d.js, name, world.InspectOptions{SkipRecords: !d.cfg.scrapeRecords()})
+		info, rc, err := d.inspect(ctx, name)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -125,12 +126,31 @@ func (d *Daemon) scrape(ctx context.Context) {
 			OldestAge:    info.OldestAge,
 			DeadLetters:  info.DeadLetters,
 			Unroutable:   info.Unroutable,
-			Records:      info.Records,
-			Owned:        info.Owned,
-			Acquisitions: info.Acquisitions,
+			Records:      rc.Records,
+			Owned:        rc.Owned,
+			Acquisitions: rc.Acquisitions,
 			Posts:        info.Mailbox.LastSeq,
 			BucketWrites: info.Bucket.LastSeq,
 		}
 	}
 	d.metrics.SetWorlds(stats, time.Since(start), failed)
+}
+
+// inspect reads a world's figures for the scrape: its streams' (world), and
+// its records' (ownership) unless --scrape-records=false.
+func (d *Daemon) inspect(ctx context.Context, name string) (world.Info, ownership.RecordCounts, error) {
+	info, err := world.Inspect(ctx, d.js, name, world.InspectOptions{})
+	if err != nil || !d.cfg.scrapeRecords() || info.Bucket.Msgs == 0 {
+		return info, ownership.RecordCounts{}, err
+	}
+	w, err := world.Open(ctx, d.js, name)
+	if err != nil {
+		return info, ownership.RecordCounts{}, err
+	}
+	own, err := ownership.New(w, ownership.WithLogger(d.log))
+	if err != nil {
+		return info, ownership.RecordCounts{}, err
+	}
+	rc, err := own.CountRecords(ctx)
+	return info, rc, err
 }

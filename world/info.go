@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,8 +12,10 @@ import (
 )
 
 // Info is what a world holds, read from its streams: its settings, the
-// state of both streams, and counts derived from them. It is what `fencepost
-// world info` prints and what fencepostd publishes as metrics.
+// state of both streams, and the mailbox counts derived from them. With
+// ownership.Store.CountRecords (the records, judged by the package that
+// owns them) it is what `fencepost world info` prints and what fencepostd
+// publishes as metrics.
 type Info struct {
 	Name    string
 	Config  Config
@@ -28,22 +29,11 @@ type Info struct {
 	Unroutable  uint64        // messages moved to the unroutable dead letters (purge.Purger.FollowUnroutable)
 	Oldest      time.Time     // posting time of the oldest mailbox message; zero when empty
 	OldestAge   time.Duration // now - Oldest; 0 when empty
-
-	// Record counts, from one read of every ownership record and node
-	// lease (skipped when InspectOptions.SkipRecords).
-	Records      uint64 // ownership records present (held or free)
-	Owned        uint64 // records whose holder's lease is live at the time of reading
-	Acquisitions uint64 // the sum of the records' epochs: claims and seizes since the last reset
-	Unreadable   uint64 // records of a version or shape this reader does not know
 }
 
 // InspectOptions tune Inspect.
 type InspectOptions struct {
-	// SkipRecords leaves the record counts at zero instead of reading every
-	// ownership record (one pass over the bucket: cost grows with the ids).
-	SkipRecords bool
-	// Now is the time at which liveness is judged; zero means time.Now().
-	// Liveness here is for display and metrics, never for a decision.
+	// Now is the time OldestAge is measured at; zero means time.Now().
 	Now time.Time
 }
 
@@ -64,11 +54,6 @@ func Inspect(ctx context.Context, js jetstream.JetStream, name string, opts Insp
 	info.Bucket = bi.State
 	if err := info.mailboxCounts(ctx, w, opts.Now); err != nil {
 		return Info{}, err
-	}
-	if !opts.SkipRecords && info.Bucket.Msgs > 0 {
-		if err := info.recordCounts(ctx, w, opts.Now); err != nil {
-			return Info{}, err
-		}
 	}
 	return info, nil
 }
@@ -136,79 +121,6 @@ func sub(a, b uint64) uint64 {
 		return 0
 	}
 	return a - b
-}
-
-// recordCounts reads the last value of every ownership record and node
-// lease with an ephemeral consumer and counts records, live holders and
-// epochs.
-func (info *Info) recordCounts(ctx context.Context, w *World, now time.Time) error {
-	recPrefix := wire.KeySubject(w.Name, wire.RecordPrefix)
-	nodePrefix := wire.KeySubject(w.Name, wire.NodePrefix)
-	cons, err := w.h.Bucket.CreateConsumer(ctx, jetstream.ConsumerConfig{
-		FilterSubjects:    []string{recPrefix + "*", nodePrefix + "*"},
-		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
-		AckPolicy:         jetstream.AckNonePolicy,
-		InactiveThreshold: time.Minute,
-		MemoryStorage:     true,
-		Replicas:          1,
-	})
-	if err != nil {
-		return fmt.Errorf("world %q: read records: %w", w.Name, err)
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = w.h.Bucket.DeleteConsumer(dctx, cons.CachedInfo().Name)
-	}()
-	records := map[string]wire.Record{} // held records by subject
-	nodes := map[string]*wire.Record{}  // node leases by node name
-	for pending := cons.CachedInfo().NumPending; pending > 0; {
-		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return fmt.Errorf("world %q: read records: %w", w.Name, err)
-		}
-		got := uint64(0)
-		for m := range batch.Messages() {
-			got++
-			info.countRecord(m, recPrefix, records, nodes)
-		}
-		if err := batch.Error(); err != nil {
-			return fmt.Errorf("world %q: read records: %w", w.Name, err)
-		}
-		if got == 0 {
-			break // purged or deleted while reading
-		}
-		pending = sub(pending, got)
-	}
-	for _, r := range records {
-		if r.LiveBacked(nodes[r.Node], now) {
-			info.Owned++
-		}
-	}
-	return nil
-}
-
-func (info *Info) countRecord(m jetstream.Msg, recPrefix string, records map[string]wire.Record, nodes map[string]*wire.Record) {
-	if op := m.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" || m.Headers().Get("Nats-Marker-Reason") != "" || len(m.Data()) == 0 {
-		return
-	}
-	isRecord := strings.HasPrefix(m.Subject(), recPrefix)
-	r, err := wire.DecodeRecord(m.Data())
-	if err != nil {
-		if isRecord {
-			info.Unreadable++
-		}
-		return
-	}
-	if !isRecord {
-		nodes[r.Node] = &r
-		return
-	}
-	info.Records++
-	info.Acquisitions += r.Epoch
-	if r.State == wire.StateHeld {
-		records[m.Subject()] = r
-	}
 }
 
 // MailboxIDs returns the ids whose mailboxes hold messages, with how many

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -168,15 +169,27 @@ func worldInfo(e *env, name string) int {
 	if err != nil {
 		return e.fail(err)
 	}
+	w, err := world.Open(ctx, c.JetStream(), name)
+	if err != nil {
+		return e.fail(err)
+	}
+	own, err := ownership.New(w)
+	if err != nil {
+		return e.fail(err)
+	}
+	rc, err := own.CountRecords(ctx)
+	if err != nil {
+		return e.fail(err)
+	}
 	fields := append([]field{f("name", name)}, settingFields(info.Config)...)
 	fields = append(fields,
 		f("depth", info.Depth), f("mailboxes", info.Mailboxes), f("oldest_age", info.OldestAge.Round(time.Millisecond).String()),
-		f("dead_letters", info.DeadLetters), f("records", info.Records), f("owned", info.Owned),
-		f("acquisitions", info.Acquisitions),
+		f("dead_letters", info.DeadLetters), f("records", rc.Records), f("owned", rc.Owned),
+		f("acquisitions", rc.Acquisitions),
 		f("mailbox_msgs", info.Mailbox.Msgs), f("mailbox_bytes", info.Mailbox.Bytes), f("mailbox_last_seq", info.Mailbox.LastSeq),
 		f("bucket_msgs", info.Bucket.Msgs), f("bucket_bytes", info.Bucket.Bytes), f("bucket_last_seq", info.Bucket.LastSeq))
-	if info.Unreadable > 0 {
-		fields = append(fields, f("unreadable", info.Unreadable))
+	if rc.Unreadable > 0 {
+		fields = append(fields, f("unreadable", rc.Unreadable))
 	}
 	e.emit("world", fields...)
 	return exitOK
