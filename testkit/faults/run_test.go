@@ -830,8 +830,8 @@ func verify(t testing.TB, sc scenario, res outcome) {
 	stale := res.StaleOthers
 	if sc.Counter {
 		c := res.Counters
-		t.Logf("%s: counters: %d checked, %d off, summing to %d for %d messages stored (%d posted); %d forced seizes (%d failed), %d stale deliveries of seized holders (counted apart), %d other stale deliveries",
-			sc.Name, c.Checked, c.Off, c.Counted, c.Stored, rep.Posted, len(res.seizes), res.SeizeFailures, res.SeizedStale, res.StaleOthers)
+		t.Logf("%s: counters: %d checked, %d off, summing to %d for %d messages stored (%d posted); %d ids force-seized in %d seizes (%d failed), %d stale deliveries of seized holders (counted apart), %d other stale deliveries",
+			sc.Name, c.Checked, c.Off, c.Counted, c.Stored, rep.Posted, len(res.seizes), res.Faults[OwnerSeize], res.SeizeFailures, res.SeizedStale, res.StaleOthers)
 		if c.Off != 0 || c.Checked != sc.IDs || c.Counted != int64(c.Stored) {
 			t.Errorf("%s: %d counters off of %d checked (want %d), summing to %d for %d messages stored:\n  %s", sc.Name, c.Off, c.Checked, sc.IDs, c.Counted, c.Stored, strings.Join(c.Examples, "\n  "))
 		}
