@@ -89,33 +89,6 @@ func bucketLastSeq(t *testing.T, w *client.World) uint64 {
 	return info.State.LastSeq
 }
 
-// recorder is a handler that keeps what it was given.
-type recorder struct {
-	mu   sync.Mutex
-	msgs []drain.Message
-	fail func(m drain.Message) error
-}
-
-func (r *recorder) handle(_ context.Context, m drain.Message) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, m)
-	if r.fail != nil {
-		return r.fail(m)
-	}
-	return nil
-}
-
-func (r *recorder) bodies() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]string, len(r.msgs))
-	for i, m := range r.msgs {
-		out[i] = string(m.Body)
-	}
-	return out
-}
-
 func testFourProducers(t *testing.T, env *testutil.Env) {
 	ctx := testutil.Ctx(t, 2*time.Minute)
 	w, d := newWorld(t, env, world.Config{})
@@ -152,15 +125,15 @@ func testFourProducers(t *testing.T, env *testutil.Env) {
 	}
 	lease, err := w.Ownership.Claim(ctx, id, "n1", time.Minute)
 	require.NoError(t, err)
-	var rec recorder
-	res, err := d.DrainLease(ctx, lease, rec.handle)
+	var rec testutil.Recorder
+	res, err := d.DrainLease(ctx, lease, rec.Handle)
 	require.NoError(t, err)
 	require.Equal(t, producers*each, res.Count)
 	require.Equal(t, producers*each, res.Acked)
 
 	next := make([]int, producers)
 	var lastSeq uint64
-	for _, m := range rec.msgs {
+	for _, m := range rec.Msgs() {
 		require.Greater(t, m.Seq, lastSeq, "stream order")
 		lastSeq = m.Seq
 		parts := strings.Split(string(m.Body), ":")
@@ -189,27 +162,27 @@ func testFailsTwice(t *testing.T, env *testutil.Env) {
 	send(t, ctx, w, "a", "m1", "m2")
 	lease, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
 	require.NoError(t, err)
-	rec := recorder{fail: func(m drain.Message) error {
+	rec := testutil.Recorder{Fail: func(m drain.Message) error {
 		if string(m.Body) == "m1" && m.Delivery < 3 {
 			return errors.New("not yet")
 		}
 		return nil
 	}}
-	res, err := d.DrainLease(ctx, lease, rec.handle)
+	res, err := d.DrainLease(ctx, lease, rec.Handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{"m1", "m1", "m1", "m2"}, rec.bodies())
+	require.Equal(t, []string{"m1", "m1", "m1", "m2"}, rec.Bodies())
 	for i, want := range []int{1, 2, 3, 1} {
-		require.Equal(t, want, rec.msgs[i].Delivery)
+		require.Equal(t, want, rec.Msgs()[i].Delivery)
 	}
-	require.Equal(t, drain.Result{Count: 2, Acked: 2, Deliveries: 4, Cursor: rec.msgs[3].Seq}, res)
+	require.Equal(t, drain.Result{Count: 2, Acked: 2, Deliveries: 4, Cursor: rec.Msgs()[3].Seq}, res)
 	require.Zero(t, stored(t, w, wire.MailboxSubject(w.Name, "a")))
 
 	// Nothing is delivered again.
-	var again recorder
-	res, err = d.DrainLease(ctx, lease, again.handle)
+	var again testutil.Recorder
+	res, err = d.DrainLease(ctx, lease, again.Handle)
 	require.NoError(t, err)
 	require.Zero(t, res.Count)
-	require.Empty(t, again.msgs)
+	require.Empty(t, again.Msgs())
 }
 
 func testDeadLetter(t *testing.T, env *testutil.Env) {
@@ -218,15 +191,15 @@ func testDeadLetter(t *testing.T, env *testutil.Env) {
 	send(t, ctx, w, "a", "poison", "fine")
 	lease, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
 	require.NoError(t, err)
-	rec := recorder{fail: func(m drain.Message) error {
+	rec := testutil.Recorder{Fail: func(m drain.Message) error {
 		if string(m.Body) == "poison" {
 			return fmt.Errorf("bad input\r\nline two (delivery %d)", m.Delivery)
 		}
 		return nil
 	}}
-	res, err := d.DrainLease(ctx, lease, rec.handle)
+	res, err := d.DrainLease(ctx, lease, rec.Handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{"poison", "poison", "poison", "poison", "poison", "fine"}, rec.bodies())
+	require.Equal(t, []string{"poison", "poison", "poison", "poison", "poison", "fine"}, rec.Bodies())
 	require.Equal(t, 2, res.Count)
 	require.Equal(t, 1, res.Acked)
 	require.Equal(t, 1, res.DeadLettered)
@@ -240,7 +213,7 @@ func testDeadLetter(t *testing.T, env *testutil.Env) {
 	require.Equal(t, "tester", dl.From)
 	require.Equal(t, 5, dl.Deliveries)
 	require.Equal(t, "bad input  line two (delivery 5)", dl.Error)
-	require.Equal(t, rec.msgs[0].Seq, dl.MailboxSeq)
+	require.Equal(t, rec.Msgs()[0].Seq, dl.MailboxSeq)
 	require.Equal(t, "n1", dl.Node)
 	require.Equal(t, lease.Epoch, dl.Epoch)
 	require.False(t, dl.Posted.IsZero())
@@ -252,17 +225,17 @@ func testDeadLetter(t *testing.T, env *testutil.Env) {
 	dls, err = w.Mailboxes.DeadLetters(ctx, "a", 0)
 	require.NoError(t, err)
 	require.Empty(t, dls)
-	var back recorder
-	res, err = d.DrainLease(ctx, lease, back.handle)
+	var back testutil.Recorder
+	res, err = d.DrainLease(ctx, lease, back.Handle)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Acked)
-	require.Equal(t, []string{"poison"}, back.bodies())
-	require.Equal(t, "tester", back.msgs[0].From)
-	require.Equal(t, 1, back.msgs[0].Delivery)
+	require.Equal(t, []string{"poison"}, back.Bodies())
+	require.Equal(t, "tester", back.Msgs()[0].From)
+	require.Equal(t, 1, back.Msgs()[0].Delivery)
 
 	// Purge drops dead letters.
 	send(t, ctx, w, "a", "poison")
-	_, err = d.DrainLease(ctx, lease, rec.handle)
+	_, err = d.DrainLease(ctx, lease, rec.Handle)
 	require.NoError(t, err)
 	purged, err := w.Mailboxes.PurgeDeadLetters(ctx, "a")
 	require.NoError(t, err)
@@ -290,23 +263,23 @@ func testSeizeBeforeCommit(t *testing.T, env *testutil.Env) {
 			require.NoError(t, err)
 		})
 	})
-	var rec recorder
-	res, err := d.DrainLease(ctx, old, rec.handle)
+	var rec testutil.Recorder
+	res, err := d.DrainLease(ctx, old, rec.Handle)
 	var held *ownership.HeldError
 	require.ErrorAs(t, err, &held, "got %v", err)
 	require.Equal(t, "new", held.Node)
 	require.Zero(t, res.Count)
-	require.Equal(t, []string{"m1", "m2"}, rec.bodies(), "delivered once to the old owner")
+	require.Equal(t, []string{"m1", "m2"}, rec.Bodies(), "delivered once to the old owner")
 	require.Equal(t, uint64(2), stored(t, w, wire.MailboxSubject(w.Name, "a")), "nothing removed")
 
 	drain.SetBeforeCommit(d, nil)
-	var next recorder
-	res, err = d.DrainLease(ctx, seized, next.handle)
+	var next testutil.Recorder
+	res, err = d.DrainLease(ctx, seized, next.Handle)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Count)
-	require.Equal(t, []string{"m1", "m2"}, next.bodies())
-	require.Equal(t, "new", next.msgs[0].Fence.Node)
-	require.Equal(t, seized.Epoch, next.msgs[0].Fence.Epoch)
+	require.Equal(t, []string{"m1", "m2"}, next.Bodies())
+	require.Equal(t, "new", next.Msgs()[0].Fence.Node)
+	require.Equal(t, seized.Epoch, next.Msgs()[0].Fence.Epoch)
 }
 
 // A renewal between the handler and the commit moves the record's revision
@@ -323,8 +296,8 @@ func testRenewBeforeCommit(t *testing.T, env *testutil.Env) {
 		_, err := w.Ownership.Renew(ctx, id, "n1", time.Minute)
 		require.NoError(t, err)
 	})
-	var rec recorder
-	res, err := d.DrainLease(ctx, lease, rec.handle, drain.WithMax(3))
+	var rec testutil.Recorder
+	res, err := d.DrainLease(ctx, lease, rec.Handle, drain.WithMax(3))
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Count)
 	require.Positive(t, renewals.Load())
@@ -410,7 +383,7 @@ func testContended(t *testing.T, env *testutil.Env) {
 	close(release)
 	require.NoError(t, <-done)
 	// The lock was released: the next drain runs at once.
-	res, err := d.DrainLease(ctx, lease, (&recorder{}).handle)
+	res, err := d.DrainLease(ctx, lease, (&testutil.Recorder{}).Handle)
 	require.NoError(t, err)
 	require.Zero(t, res.Count)
 }
@@ -429,15 +402,15 @@ func testDeadDrainer(t *testing.T, env *testutil.Env) {
 	_, err = handles.Of(w).KV.Create(ctx, wire.LockKey("a"), dead)
 	require.NoError(t, err)
 
-	_, err = d.DrainLease(ctx, lease, (&recorder{}).handle)
+	_, err = d.DrainLease(ctx, lease, (&testutil.Recorder{}).Handle)
 	require.ErrorIs(t, err, drain.ErrContended)
 
-	var rec recorder
+	var rec testutil.Recorder
 	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		_, err := d.DrainLease(ctx, lease, rec.handle)
+		_, err := d.DrainLease(ctx, lease, rec.Handle)
 		return err
 	})
-	require.Equal(t, []string{"m1"}, rec.bodies())
+	require.Equal(t, []string{"m1"}, rec.Bodies())
 }
 
 // A lock left by the drain of an older epoch (its owner crashed or was
@@ -466,10 +439,10 @@ func testStaleEpochLock(t *testing.T, env *testutil.Env) {
 	<-inA // A holds the lock (a minute's term) and is inside its handler
 	seized, err := w.Ownership.Seize(ctx, "a", "n2", time.Minute, true)
 	require.NoError(t, err)
-	var rec recorder
-	_, err = dB.DrainLease(ctx, seized, rec.handle)
+	var rec testutil.Recorder
+	_, err = dB.DrainLease(ctx, seized, rec.Handle)
 	require.NoError(t, err, "no wait for the stale drain's lock term")
-	require.Equal(t, []string{"m1", "m2"}, rec.bodies())
+	require.Equal(t, []string{"m1", "m2"}, rec.Bodies())
 
 	close(wake)
 	errA := <-doneA
@@ -484,7 +457,7 @@ func testStaleEpochLock(t *testing.T, env *testutil.Env) {
 	require.NoError(t, err)
 	_, err = handles.Of(w).KV.Create(ctx, wire.LockKey("a"), live)
 	require.NoError(t, err)
-	_, err = dB.DrainLease(ctx, seized, rec.handle)
+	_, err = dB.DrainLease(ctx, seized, rec.Handle)
 	require.ErrorIs(t, err, drain.ErrContended)
 }
 
@@ -516,12 +489,12 @@ func testPausedDrainer(t *testing.T, env *testutil.Env) {
 		doneA <- err
 	}()
 	<-inA
-	var rec recorder
+	var rec testutil.Recorder
 	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		_, err := dB.DrainLease(ctx, lease, rec.handle, drain.WithMax(1))
+		_, err := dB.DrainLease(ctx, lease, rec.Handle, drain.WithMax(1))
 		return err
 	})
-	require.Equal(t, []string{"m1"}, rec.bodies())
+	require.Equal(t, []string{"m1"}, rec.Bodies())
 	cursorAfterB, err := w.Mailboxes.Stat(ctx, "a")
 	require.NoError(t, err)
 
@@ -535,10 +508,10 @@ func testPausedDrainer(t *testing.T, env *testutil.Env) {
 	require.Equal(t, cursorAfterB.Cursor, st.Cursor, "the paused drain moved nothing")
 	require.Equal(t, uint64(1), st.Depth, "m2 still waits")
 
-	var rest recorder
-	_, err = dB.DrainLease(ctx, lease, rest.handle)
+	var rest testutil.Recorder
+	_, err = dB.DrainLease(ctx, lease, rest.Handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{"m2"}, rest.bodies())
+	require.Equal(t, []string{"m2"}, rest.Bodies())
 }
 
 // A mailbox deep enough to be read through a consumer, with a failure in
@@ -561,16 +534,16 @@ func testDeepFailure(t *testing.T, env *testutil.Env) {
 	}
 	lease, err := w.Ownership.Claim(ctx, "deep", "n1", time.Minute)
 	require.NoError(t, err)
-	rec := recorder{fail: func(m drain.Message) error {
+	rec := testutil.Recorder{Fail: func(m drain.Message) error {
 		if string(m.Body) == "2500" && m.Delivery == 1 {
 			return errors.New("once")
 		}
 		return nil
 	}}
-	res, err := d.DrainLease(ctx, lease, rec.handle)
+	res, err := d.DrainLease(ctx, lease, rec.Handle)
 	require.NoError(t, err)
 	require.Equal(t, total, res.Count)
-	got := rec.bodies()
+	got := rec.Bodies()
 	require.Len(t, got, total+1)
 	want := 0
 	for i, b := range got {
@@ -611,7 +584,7 @@ func testDrainAll(t *testing.T, env *testutil.Env) {
 		leases = append(leases, l)
 	}
 	// id-5 was drained in part before: its cursor is where DrainAll starts.
-	_, err := d.DrainLease(ctx, leases[5], (&recorder{}).handle, drain.WithMax(2))
+	_, err := d.DrainLease(ctx, leases[5], (&testutil.Recorder{}).Handle, drain.WithMax(2))
 	require.NoError(t, err)
 	// id-3 is taken by another node after n1 got its lease.
 	_, err = w.Ownership.Seize(ctx, "id-3", "n2", time.Minute, true)
@@ -666,20 +639,20 @@ func testCancelled(t *testing.T, env *testutil.Env) {
 	lease, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
 	require.NoError(t, err)
 	cctx, cancel := context.WithCancel(ctx)
-	var rec recorder
+	var rec testutil.Recorder
 	res, err := d.DrainLease(cctx, lease, func(hctx context.Context, m drain.Message) error {
 		if string(m.Body) == "3" {
 			cancel()
 			return hctx.Err()
 		}
-		return rec.handle(hctx, m)
+		return rec.Handle(hctx, m)
 	})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, 2, res.Count)
-	var rest recorder
-	res, err = d.DrainLease(ctx, lease, rest.handle)
+	var rest testutil.Recorder
+	res, err = d.DrainLease(ctx, lease, rest.Handle)
 	require.NoError(t, err, "the lock was released")
-	require.Equal(t, []string{"3", "4"}, rest.bodies())
+	require.Equal(t, []string{"3", "4"}, rest.Bodies())
 	require.Equal(t, 2, res.Count)
 }
 
@@ -689,15 +662,15 @@ func testMax(t *testing.T, env *testutil.Env) {
 	send(t, ctx, w, "a", "1", "2", "3", "4", "5")
 	lease, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
 	require.NoError(t, err)
-	var rec recorder
-	res, err := d.DrainLease(ctx, lease, rec.handle, drain.WithMax(3))
+	var rec testutil.Recorder
+	res, err := d.DrainLease(ctx, lease, rec.Handle, drain.WithMax(3))
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Count)
-	require.Equal(t, []string{"1", "2", "3"}, rec.bodies())
-	res, err = d.Drain(ctx, "a", "n1", lease.Epoch, rec.handle)
+	require.Equal(t, []string{"1", "2", "3"}, rec.Bodies())
+	res, err = d.Drain(ctx, "a", "n1", lease.Epoch, rec.Handle)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Count)
-	require.Equal(t, []string{"1", "2", "3", "4", "5"}, rec.bodies())
+	require.Equal(t, []string{"1", "2", "3", "4", "5"}, rec.Bodies())
 }
 
 func testDedupe(t *testing.T, env *testutil.Env) {
@@ -764,8 +737,8 @@ func TestDrain_RestartBetweenDrains(t *testing.T) {
 	send(t, ctx, w, "a", want...)
 	lease, err := w.Ownership.Claim(ctx, "a", "n1", time.Hour)
 	require.NoError(t, err)
-	var rec recorder
-	res, err := d.DrainLease(ctx, lease, rec.handle, drain.WithMax(60))
+	var rec testutil.Recorder
+	res, err := d.DrainLease(ctx, lease, rec.Handle, drain.WithMax(60))
 	require.NoError(t, err)
 	require.Equal(t, 60, res.Count)
 
@@ -777,7 +750,7 @@ func TestDrain_RestartBetweenDrains(t *testing.T) {
 	require.NoError(t, err)
 	send(t, ctx, w, "a", "100", "101")
 	want = append(want, "100", "101")
-	_, err = d.DrainLease(ctx, lease, rec.handle)
+	_, err = d.DrainLease(ctx, lease, rec.Handle)
 	require.NoError(t, err)
-	require.Equal(t, want, rec.bodies(), "every message once, in order")
+	require.Equal(t, want, rec.Bodies(), "every message once, in order")
 }

@@ -35,29 +35,29 @@ func TestHolding(t *testing.T) {
 
 	send(t, ctx, w, "x", "1", "2", "3")
 	before := bucketLastSeq(t, w)
-	var rec recorder
-	res, err := h.Drain(ctx, rec.handle)
+	var rec testutil.Recorder
+	res, err := h.Drain(ctx, rec.Handle)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Count)
 	require.Equal(t, uint64(1), bucketLastSeq(t, w)-before, "one cursor write, no lock writes")
 	send(t, ctx, w, "x", "4")
 	before = bucketLastSeq(t, w)
-	_, err = h.Drain(ctx, rec.handle)
+	_, err = h.Drain(ctx, rec.Handle)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), bucketLastSeq(t, w)-before)
-	require.Equal(t, []string{"1", "2", "3", "4"}, rec.bodies())
+	require.Equal(t, []string{"1", "2", "3", "4"}, rec.Bodies())
 	e, err := handles.Of(w).KV.Get(ctx, wire.CursorKey("x"))
 	require.NoError(t, err)
 	c, err := wire.DecodeCursor(e.Value())
 	require.NoError(t, err)
-	require.Equal(t, rec.msgs[3].Seq, c.Seq)
+	require.Equal(t, rec.Msgs()[3].Seq, c.Seq)
 
 	// Exclusive: the lock path refuses an id held through a session.
-	_, err = d.Drain(ctx, "x", "n1", l.Epoch, rec.handle)
+	_, err = d.Drain(ctx, "x", "n1", l.Epoch, rec.Handle)
 	var ce *drain.ContendedError
 	require.ErrorAs(t, err, &ce)
 	require.True(t, ce.Session)
-	_, err = d.DrainLease(ctx, l, rec.handle)
+	_, err = d.DrainLease(ctx, l, rec.Handle)
 	require.ErrorAs(t, err, &ce)
 	own, err := w.Ownership.Claim(ctx, "own", "n3", time.Minute)
 	require.NoError(t, err)
@@ -69,14 +69,14 @@ func TestHolding(t *testing.T) {
 	send(t, ctx, w, "x", "5", "6")
 	seized, err := w.Ownership.Seize(ctx, "x", "n2", time.Minute, true)
 	require.NoError(t, err)
-	var stale recorder
-	_, err = h.Drain(ctx, stale.handle)
+	var stale testutil.Recorder
+	_, err = h.Drain(ctx, stale.Handle)
 	require.ErrorIs(t, err, ownership.ErrHeld)
-	require.Empty(t, stale.bodies(), "a seized holding received messages")
-	var next recorder
-	res, err = d.DrainLease(ctx, seized, next.handle)
+	require.Empty(t, stale.Bodies(), "a seized holding received messages")
+	var next testutil.Recorder
+	res, err = d.DrainLease(ctx, seized, next.Handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{"5", "6"}, next.bodies())
+	require.Equal(t, []string{"5", "6"}, next.Bodies())
 	require.Equal(t, 2, res.Count)
 }
 

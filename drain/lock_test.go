@@ -113,11 +113,11 @@ func TestDrain_LockKeptByTerm(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, l.Expires.Before(time.Now().Add(-skew)), "the lock was left to lapse for its term: %v", l.Expires)
 		drain.ResumeLockRenewal(d)
-		var rec recorder
-		_, err = d.DrainLease(ctx, lease, rec.handle)
+		var rec testutil.Recorder
+		_, err = d.DrainLease(ctx, lease, rec.Handle)
 		require.NoError(t, err)
-		require.Len(t, rec.msgs, 1)
-		require.True(t, rec.msgs[0].Redelivered)
+		require.Len(t, rec.Msgs(), 1)
+		require.True(t, rec.Msgs()[0].Redelivered)
 	})
 
 	t.Run("a commit on a re-read fence renews the lock first, and stops if it changed hands", func(t *testing.T) {
@@ -134,10 +134,10 @@ func TestDrain_LockKeptByTerm(t *testing.T) {
 			_, err := w.Ownership.Renew(ctx, id, "n1", time.Minute)
 			require.NoError(t, err)
 		})
-		var rec recorder
-		_, err = d.DrainLease(ctx, lease, rec.handle)
+		var rec testutil.Recorder
+		_, err = d.DrainLease(ctx, lease, rec.Handle)
 		requireLost(t, err)
-		require.Equal(t, []string{"m1"}, rec.bodies())
+		require.Equal(t, []string{"m1"}, rec.Bodies())
 		st, err := w.Mailboxes.Stat(ctx, "a")
 		require.NoError(t, err)
 		require.Zero(t, st.Cursor, "committed on a fence read after the lock changed hands")

@@ -17,11 +17,9 @@ import (
 )
 
 // labels is each recorded message's body and Redelivered flag.
-func labels(r *recorder) map[string]bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func labels(r *testutil.Recorder) map[string]bool {
 	out := map[string]bool{}
-	for _, m := range r.msgs {
+	for _, m := range r.Msgs() {
 		out[string(m.Body)] = m.Redelivered
 	}
 	return out
@@ -48,9 +46,9 @@ func TestRedelivered_WithinHolding(t *testing.T) {
 	}
 	send(t, ctx, w, "x", "a", "b")
 	msgs := mailboxMsgs(t, ctx, w, "x", 0)
-	var first recorder
+	var first testutil.Recorder
 	drain.SetBeforeCommit(d, func(string, wire.Cursor) { once.Do(func() { setMax(8) }) })
-	_, err := h.Start(ctx, msgs, first.handle)
+	_, err := h.Start(ctx, msgs, first.Handle)
 	require.NoError(t, err)
 	err = h.Flush(ctx)
 	require.Error(t, err, "the cursor write was refused")
@@ -59,12 +57,12 @@ func TestRedelivered_WithinHolding(t *testing.T) {
 	require.Equal(t, map[string]bool{"a": false, "b": false}, labels(&first), "first deliveries")
 
 	send(t, ctx, w, "x", "c")
-	var again recorder
-	_, err = h.Drain(ctx, again.handle)
+	var again testutil.Recorder
+	_, err = h.Drain(ctx, again.Handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{"a", "b", "c"}, again.bodies())
+	require.Equal(t, []string{"a", "b", "c"}, again.Bodies())
 	require.Equal(t, map[string]bool{"a": true, "b": true, "c": false}, labels(&again), "handed out before by this holding")
-	for _, m := range again.msgs {
+	for _, m := range again.Msgs() {
 		require.Equal(t, 1, m.Delivery, "%s: no failed delivery is known", m.Body)
 	}
 }
@@ -83,10 +81,10 @@ func TestRedelivered_LockPath(t *testing.T) {
 	send(t, ctx, w, "x", "a", "b")
 
 	// The first drain's handler is stopped while it has a.
-	var first recorder
+	var first testutil.Recorder
 	dctx, stop := context.WithCancel(ctx)
 	_, err = d.DrainLease(dctx, l, func(hctx context.Context, m drain.Message) error {
-		_ = first.handle(hctx, m)
+		_ = first.Handle(hctx, m)
 		stop()
 		return hctx.Err()
 	})
@@ -95,28 +93,28 @@ func TestRedelivered_LockPath(t *testing.T) {
 
 	// The next drain does not wait for the lock's 30 s term.
 	start := time.Now()
-	var rec recorder
+	var rec testutil.Recorder
 	fails := 0
-	rec.fail = func(m drain.Message) error {
+	rec.Fail = func(m drain.Message) error {
 		if string(m.Body) == "b" && fails == 0 {
 			fails++
 			return errors.New("not yet")
 		}
 		return nil
 	}
-	_, err = d.DrainLease(ctx, l, rec.handle)
+	_, err = d.DrainLease(ctx, l, rec.Handle)
 	require.NoError(t, err)
 	require.Less(t, time.Since(start), 10*time.Second, "the interrupted drain's lock was left lapsed")
-	require.Equal(t, []string{"a", "b", "b"}, rec.bodies())
-	for _, m := range rec.msgs {
+	require.Equal(t, []string{"a", "b", "b"}, rec.Bodies())
+	for _, m := range rec.Msgs() {
 		require.True(t, m.Redelivered, "%s (delivery %d): stored before the lock was taken over", m.Body, m.Delivery)
 	}
-	require.Equal(t, 2, rec.msgs[2].Delivery)
+	require.Equal(t, 2, rec.Msgs()[2].Delivery)
 
 	// A drain that finds no lock labels nothing that was not seen.
 	send(t, ctx, w, "x", "c")
-	var clean recorder
-	_, err = d.DrainLease(ctx, l, clean.handle)
+	var clean testutil.Recorder
+	_, err = d.DrainLease(ctx, l, clean.Handle)
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{"c": false}, labels(&clean))
 }
@@ -132,8 +130,8 @@ func TestRedelivered_DrainByEpoch(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, l.Epoch)
 	send(t, ctx, w, "x", "a")
-	var rec recorder
-	_, err = d.Drain(ctx, "x", "n1", 1, rec.handle)
+	var rec testutil.Recorder
+	_, err = d.Drain(ctx, "x", "n1", 1, rec.Handle)
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{"a": false}, labels(&rec), "epoch 1: a first delivery")
 
@@ -141,8 +139,8 @@ func TestRedelivered_DrainByEpoch(t *testing.T) {
 	send(t, ctx, w, "x", "b")
 	l, err = w.Ownership.Claim(ctx, "x", "n2", time.Minute)
 	require.NoError(t, err)
-	var rec2 recorder
-	_, err = d.Drain(ctx, "x", "n2", l.Epoch, rec2.handle)
+	var rec2 testutil.Recorder
+	_, err = d.Drain(ctx, "x", "n2", l.Epoch, rec2.Handle)
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{"b": true}, labels(&rec2), "epoch 2: maybe seen")
 }

@@ -65,17 +65,17 @@ func TestHolding_Deliver(t *testing.T) {
 	ctx, w, d, ss, _, h := holdX(t)
 	defer ss.Close()
 	var err error
-	var rec recorder
+	var rec testutil.Recorder
 
 	send(t, ctx, w, "x", "1", "2")
 	early := mailboxMsgs(t, ctx, w, "x", 0)
-	_, ok, err := h.Deliver(ctx, early, rec.handle)
+	_, ok, err := h.Deliver(ctx, early, rec.Handle)
 	require.NoError(t, err)
 	require.False(t, ok, "Deliver before any drain")
-	require.Empty(t, rec.bodies())
+	require.Empty(t, rec.Bodies())
 	require.False(t, h.Live())
 
-	res, err := h.Drain(ctx, rec.handle)
+	res, err := h.Drain(ctx, rec.Handle)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Count)
 	require.True(t, h.Live(), "a drain that read to the end makes the holding live")
@@ -85,11 +85,11 @@ func TestHolding_Deliver(t *testing.T) {
 	all := mailboxMsgs(t, ctx, w, "x", 0)
 	require.Len(t, all, 4)
 	before := bucketLastSeq(t, w)
-	res, ok, err = h.Deliver(ctx, all, rec.handle)
+	res, ok, err = h.Deliver(ctx, all, rec.Handle)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, 2, res.Count)
-	require.Equal(t, []string{"1", "2", "3", "4"}, rec.bodies())
+	require.Equal(t, []string{"1", "2", "3", "4"}, rec.Bodies())
 	require.NoError(t, h.Flush(ctx))
 	require.Equal(t, uint64(1), bucketLastSeq(t, w)-before, "one cursor write")
 	st, err := w.Mailboxes.Stat(ctx, "x")
@@ -100,7 +100,7 @@ func TestHolding_Deliver(t *testing.T) {
 	// A commit in flight when the id is seized: the settle fails with the
 	// ownership outcome and the new holder gets those messages again.
 	send(t, ctx, w, "x", "5")
-	_, ok, err = h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", all[3].Sequence), rec.handle)
+	_, ok, err = h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", all[3].Sequence), rec.Handle)
 	require.NoError(t, err)
 	require.True(t, ok)
 	seized, err := w.Ownership.Seize(ctx, "x", "n2", time.Minute, true)
@@ -111,16 +111,16 @@ func TestHolding_Deliver(t *testing.T) {
 		require.ErrorIs(t, err, ownership.ErrHeld)
 	}
 	send(t, ctx, w, "x", "6")
-	var stale recorder
-	_, ok, err = h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", 0), stale.handle)
+	var stale testutil.Recorder
+	_, ok, err = h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", 0), stale.Handle)
 	require.True(t, err != nil || !ok, "a seized holding takes messages")
-	_, err = h.Drain(ctx, stale.handle)
+	_, err = h.Drain(ctx, stale.Handle)
 	require.ErrorIs(t, err, ownership.ErrHeld)
-	require.Empty(t, stale.bodies(), "a seized holding delivered")
-	var next recorder
-	_, err = d.DrainLease(ctx, seized, next.handle)
+	require.Empty(t, stale.Bodies(), "a seized holding delivered")
+	var next testutil.Recorder
+	_, err = d.DrainLease(ctx, seized, next.Handle)
 	require.NoError(t, err)
-	got := next.bodies()
+	got := next.Bodies()
 	require.Equal(t, "6", got[len(got)-1])
 	require.Subset(t, []string{"5", "6"}, got, "at least the messages whose commit did not land, in order")
 }
@@ -138,24 +138,24 @@ func TestHolding_DeliverFailure(t *testing.T) {
 
 	send(t, ctx, w, "x", "a", "b")
 	failOnce := true
-	var rec recorder
-	rec.fail = func(m drain.Message) error {
+	var rec testutil.Recorder
+	rec.Fail = func(m drain.Message) error {
 		if string(m.Body) == "b" && failOnce {
 			failOnce = false
 			return errors.New("not now")
 		}
 		return nil
 	}
-	_, ok, err := h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", 0), rec.handle)
+	_, ok, err := h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", 0), rec.Handle)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.False(t, h.Live(), "a failed delivery ends liveness")
-	_, ok, err = h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", 0), rec.handle)
+	_, ok, err = h.Deliver(ctx, mailboxMsgs(t, ctx, w, "x", 0), rec.Handle)
 	require.NoError(t, err)
 	require.False(t, ok)
-	_, err = h.Drain(ctx, rec.handle)
+	_, err = h.Drain(ctx, rec.Handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{"a", "b", "b"}, rec.bodies())
+	require.Equal(t, []string{"a", "b", "b"}, rec.Bodies())
 	require.True(t, h.Live())
 }
 
@@ -233,12 +233,12 @@ func TestSweeper(t *testing.T) {
 
 	// Repair c's cursor and drain it: everything goes.
 	require.NoError(t, handles.Of(w).KV.Delete(ctx, wire.CursorKey("c")))
-	var rec recorder
+	var rec testutil.Recorder
 	l, err := w.Ownership.Claim(ctx, "c", "n-c", time.Minute)
 	require.NoError(t, err)
-	_, err = d.DrainLease(ctx, l, rec.handle)
+	_, err = d.DrainLease(ctx, l, rec.Handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{"c0", "c1", "c2", "c3", "c4"}, rec.bodies())
+	require.Equal(t, []string{"c0", "c1", "c2", "c3", "c4"}, rec.Bodies())
 	// The sweep notes its mark once the purge was answered: wait for both.
 	testutil.WaitFor(t, 10*time.Second, "the sweep of everything", func() bool { return stored() == 0 && sw.Swept() == 16 })
 }
@@ -276,11 +276,11 @@ func TestHolding_PurgesWhatAnEarlierHolderLeft(t *testing.T) {
 	require.NoError(t, err)
 	h2, err := d2.Hold(l2)
 	require.NoError(t, err)
-	var rec recorder
-	res, err = h2.Drain(ctx, rec.handle)
+	var rec testutil.Recorder
+	res, err = h2.Drain(ctx, rec.Handle)
 	require.NoError(t, err)
 	require.Zero(t, res.Count)
-	require.Empty(t, rec.bodies())
+	require.Empty(t, rec.Bodies())
 	testutil.WaitFor(t, 10*time.Second, "the purge of what n1 committed", func() bool { return stored(t, w, subj) == 0 })
 }
 
@@ -297,12 +297,12 @@ func TestHolding_CommitsCoalesced(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, h.FlushBy().IsZero(), "owes nothing")
 
-	var rec recorder
+	var rec testutil.Recorder
 	deliver := func(body string) {
 		t.Helper()
 		send(t, ctx, w, "x", body)
 		all := mailboxMsgs(t, ctx, w, "x", 0)
-		_, ok, err := h.Deliver(ctx, all[len(all)-1:], rec.handle)
+		_, ok, err := h.Deliver(ctx, all[len(all)-1:], rec.Handle)
 		require.NoError(t, err)
 		require.True(t, ok)
 		// Sent, or owed and due a moment after this delivery (the linger),
@@ -329,11 +329,11 @@ func TestHolding_CommitsCoalesced(t *testing.T) {
 	ss.Orphan()
 	l2, err := w.Ownership.Seize(ctx, "x", "n2", time.Minute, true)
 	require.NoError(t, err)
-	var next recorder
-	_, err = d.DrainLease(ctx, l2, next.handle)
+	var next testutil.Recorder
+	_, err = d.DrainLease(ctx, l2, next.Handle)
 	require.NoError(t, err)
-	require.Subset(t, []string{"g"}, next.bodies())
-	require.Equal(t, []string{"a", "b", "c", "e", "f", "g"}, rec.bodies())
+	require.Subset(t, []string{"g"}, next.Bodies())
+	require.Equal(t, []string{"a", "b", "c", "e", "f", "g"}, rec.Bodies())
 }
 
 // TestHolding_CursorNeverBack: a delivery that fails while the previous
@@ -382,16 +382,16 @@ func TestHolding_UnknownCommitFencedOut(t *testing.T) {
 	defer ss.Close()
 	var err error
 	send(t, ctx, w, "x", "a", "b")
-	var rec recorder
-	_, err = h.Drain(ctx, rec.handle)
+	var rec testutil.Recorder
+	_, err = h.Drain(ctx, rec.Handle)
 	require.NoError(t, err)
 	old := drain.FenceRevision(h)
 
 	drain.ForgetCommitOutcome(h)
 	send(t, ctx, w, "x", "c")
-	_, err = h.Drain(ctx, rec.handle)
+	_, err = h.Drain(ctx, rec.Handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{"a", "b", "c"}, rec.bodies())
+	require.Equal(t, []string{"a", "b", "c"}, rec.Bodies())
 	require.Greater(t, drain.FenceRevision(h), old, "the record was rewritten before the cursor was read")
 
 	// The commit of unknown outcome arrives now, with the old fence.
@@ -400,7 +400,7 @@ func TestHolding_UnknownCommitFencedOut(t *testing.T) {
 	require.Error(t, err, "a commit fenced before the rewrite was stored")
 	st, err := w.Mailboxes.Stat(ctx, "x")
 	require.NoError(t, err)
-	require.Equal(t, rec.msgs[2].Seq, st.Cursor, "the cursor moved back")
+	require.Equal(t, rec.Msgs()[2].Seq, st.Cursor, "the cursor moved back")
 }
 
 // TestHolding_LaterCursorKept: a commit within a batch stores a later
@@ -414,20 +414,20 @@ func TestHolding_LaterCursorKept(t *testing.T) {
 	ctx, w, _, ss, _, h := holdX(t, drain.WithCommitEvery(2, time.Hour),
 		drain.WithCommitObserver(func(c drain.Commit) { mu.Lock(); commits = append(commits, c); mu.Unlock() }))
 	defer ss.Close()
-	var rec recorder
-	_, err := h.Drain(ctx, rec.handle)
+	var rec testutil.Recorder
+	_, err := h.Drain(ctx, rec.Handle)
 	require.NoError(t, err)
 
 	send(t, ctx, w, "x", "a", "b", "c")
 	msgs := mailboxMsgs(t, ctx, w, "x", 0)
-	_, _, err = h.Deliver(ctx, msgs[:1], rec.handle) // a: sent, not waited for
+	_, _, err = h.Deliver(ctx, msgs[:1], rec.Handle) // a: sent, not waited for
 	require.NoError(t, err)
-	_, _, err = h.Deliver(ctx, msgs[1:], rec.handle) // b, c: due at c, written at once
+	_, _, err = h.Deliver(ctx, msgs[1:], rec.Handle) // b, c: due at c, written at once
 	require.NoError(t, err)
 	send(t, ctx, w, "x", "d")
-	_, err = h.Drain(ctx, rec.handle) // settles a's commit, then reads after c
+	_, err = h.Drain(ctx, rec.Handle) // settles a's commit, then reads after c
 	require.NoError(t, err)
-	require.Equal(t, []string{"a", "b", "c", "d"}, rec.bodies(), "delivered again after an older cursor")
+	require.Equal(t, []string{"a", "b", "c", "d"}, rec.Bodies(), "delivered again after an older cursor")
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -449,8 +449,8 @@ func TestHolding_LaterCursorKept(t *testing.T) {
 func TestHolding_FailedDrainEndsLiveness(t *testing.T) {
 	ctx, w, _, ss, _, h := holdX(t)
 	defer ss.Close()
-	var rec recorder
-	_, err := h.Drain(ctx, rec.handle)
+	var rec testutil.Recorder
+	_, err := h.Drain(ctx, rec.Handle)
 	require.NoError(t, err)
 	require.True(t, h.Live())
 
@@ -459,15 +459,15 @@ func TestHolding_FailedDrainEndsLiveness(t *testing.T) {
 	require.Len(t, msgs, 2)
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = h.Drain(done, rec.handle)
+	_, err = h.Drain(done, rec.Handle)
 	require.Error(t, err, "a drain with its context done fails")
 	require.False(t, h.Live(), "a failed drain leaves the holding not caught up")
-	_, ok, err := h.Deliver(ctx, msgs[1:], rec.handle)
+	_, ok, err := h.Deliver(ctx, msgs[1:], rec.Handle)
 	require.NoError(t, err)
 	require.False(t, ok, "handed out past a message the failed drain never read")
-	_, err = h.Drain(ctx, rec.handle)
+	_, err = h.Drain(ctx, rec.Handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{"dropped", "next"}, rec.bodies())
+	require.Equal(t, []string{"dropped", "next"}, rec.Bodies())
 }
 
 // TestRedelivered: a holder that dies with messages handed out and not
@@ -483,16 +483,16 @@ func TestRedelivered(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, l.PriorUntil.IsZero())
 	// n1 hands out a and stops there, as if it died: nothing committed.
-	var first recorder
+	var first testutil.Recorder
 	dctx, die := context.WithCancel(ctx)
 	_, err = d.DrainLease(dctx, l, func(hctx context.Context, m drain.Message) error {
-		_ = first.handle(hctx, m)
+		_ = first.Handle(hctx, m)
 		die()
 		return dctx.Err()
 	})
 	require.Error(t, err)
-	require.Len(t, first.msgs, 1, "n1 had a when its lease lapsed")
-	require.False(t, first.msgs[0].Redelivered)
+	require.Len(t, first.Msgs(), 1, "n1 had a when its lease lapsed")
+	require.False(t, first.Msgs()[0].Redelivered)
 	testutil.WaitFor(t, 5*time.Second, "n1's lease lapses", func() bool {
 		st, err := w.Ownership.Owner(ctx, "x")
 		return err == nil && !st.Held
@@ -501,16 +501,16 @@ func TestRedelivered(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, l2.PriorUntil.IsZero())
 	testutil.WaitFor(t, 10*time.Second, "past the bound of n1's messages", func() bool { return time.Now().After(l2.PriorUntil) })
-	var rec recorder
-	_, err = d.DrainLease(ctx, l2, rec.handle)
+	var rec testutil.Recorder
+	_, err = d.DrainLease(ctx, l2, rec.Handle)
 	require.NoError(t, err)
 	// c after n2's first drain: that drain took over n1's drain lock, and
 	// labels all it found (maybeseen_test.go); the next finds no lock.
 	send(t, ctx, w, "x", "c")
-	_, err = d.DrainLease(ctx, l2, rec.handle)
+	_, err = d.DrainLease(ctx, l2, rec.Handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{"a", "b", "c"}, rec.bodies())
-	for _, m := range rec.msgs {
+	require.Equal(t, []string{"a", "b", "c"}, rec.Bodies())
+	for _, m := range rec.Msgs() {
 		require.Equal(t, 1, m.Delivery, "%s: no failed delivery is known", m.Body)
 		require.Equal(t, string(m.Body) != "c", m.Redelivered, "%s: maybe seen by n1 = stored before n2's takeover", m.Body)
 	}

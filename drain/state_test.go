@@ -36,19 +36,6 @@ func storedCursor(t *testing.T, w *client.World, id string) uint64 {
 	return c.Seq
 }
 
-// holdState opens a session of node and holds id through it with state.
-func holdState(t *testing.T, ctx context.Context, w *client.World, d *drain.Drainer, node, id string) (*ownership.Session, *drain.Holding) {
-	t.Helper()
-	ss, err := w.Ownership.OpenSession(ctx, node, time.Minute)
-	require.NoError(t, err)
-	t.Cleanup(func() { ss.Close() })
-	l, err := ss.Claim(ctx, id)
-	require.NoError(t, err)
-	h, err := d.HoldState(l)
-	require.NoError(t, err)
-	return ss, h
-}
-
 // TestState_CommittedWithCursor: a state handler's writes are stored with
 // the cursor (a drain, then deliveries read elsewhere and committed
 // together), each handler sees the writes of the messages before it, and
@@ -59,7 +46,7 @@ func TestState_CommittedWithCursor(t *testing.T) {
 			env := testutil.Start(t, tg)
 			ctx := testutil.Ctx(t, time.Minute)
 			w, d := newWorld(t, env, world.Config{})
-			ss, h := holdState(t, ctx, w, d, "n1", "x")
+			ss, h := testutil.HoldState(t, ctx, w, d, "n1", "x")
 			var c testutil.Counter
 			hd := drain.StateHandler(c.Handle).Handler()
 
@@ -111,7 +98,7 @@ func TestState_SeizedHolderStoresNothing(t *testing.T) {
 	env := testutil.Start(t, testutil.Target{Name: "single"})
 	ctx := testutil.Ctx(t, time.Minute)
 	w, d := newWorld(t, env, world.Config{})
-	_, h := holdState(t, ctx, w, d, "n1", "x")
+	_, h := testutil.HoldState(t, ctx, w, d, "n1", "x")
 	var c testutil.Counter
 	hd := drain.StateHandler(c.Handle).Handler()
 	send(t, ctx, w, "x", "a")
@@ -205,7 +192,7 @@ func TestState_UnknownOutcome(t *testing.T) {
 			env := testutil.Start(t, testutil.Target{Name: "single"})
 			ctx := testutil.Ctx(t, time.Minute)
 			w, d := newWorld(t, env, world.Config{})
-			_, h := holdState(t, ctx, w, d, "n1", "x")
+			_, h := testutil.HoldState(t, ctx, w, d, "n1", "x")
 			var c testutil.Counter
 			hd := drain.StateHandler(c.Handle).Handler()
 			send(t, ctx, w, "x", "a")
@@ -254,7 +241,7 @@ func TestState_BadWritesRefused(t *testing.T) {
 	env := testutil.Start(t, testutil.Target{Name: "single"})
 	ctx := testutil.Ctx(t, time.Minute)
 	w, d := newWorld(t, env, world.Config{MaxDeliveries: 1})
-	_, h := holdState(t, ctx, w, d, "n1", "x")
+	_, h := testutil.HoldState(t, ctx, w, d, "n1", "x")
 	send(t, ctx, w, "x", "a")
 	var errs []error
 	bad := func(_ context.Context, _ drain.Message, st *drain.State) error {
@@ -352,7 +339,7 @@ func TestState_SubjectsBounded(t *testing.T) {
 	env := testutil.Start(t, testutil.Target{Name: "single"})
 	ctx := testutil.Ctx(t, time.Minute)
 	w, d := newWorld(t, env, world.Config{})
-	ss, h := holdState(t, ctx, w, d, "n1", "x")
+	ss, h := testutil.HoldState(t, ctx, w, d, "n1", "x")
 	var refused error
 	used := 0
 	churn := func(_ context.Context, _ drain.Message, st *drain.State) error {
@@ -379,7 +366,7 @@ func TestState_SubjectsBounded(t *testing.T) {
 
 	// A new holder knows the markers: a new key is refused, a used one not.
 	require.NoError(t, ss.Close())
-	_, h2 := holdState(t, ctx, w, d, "n2", "x")
+	_, h2 := testutil.HoldState(t, ctx, w, d, "n2", "x")
 	var newErr, oldErr error
 	send(t, ctx, w, "x", "b")
 	_, err = h2.Drain(ctx, drain.StateHandler(func(_ context.Context, _ drain.Message, st *drain.State) error {
@@ -410,7 +397,7 @@ func TestState_RefusedBatchForgets(t *testing.T) {
 	env := testutil.Start(t, testutil.Target{Name: "single"})
 	ctx := testutil.Ctx(t, time.Minute)
 	w, d := newWorld(t, env, world.Config{})
-	_, h := holdState(t, ctx, w, d, "n1", "x")
+	_, h := testutil.HoldState(t, ctx, w, d, "n1", "x")
 	var c testutil.Counter
 	hd := drain.StateHandler(func(ctx context.Context, m drain.Message, st *drain.State) error {
 		if err := c.Handle(ctx, m, st); err != nil {
@@ -461,7 +448,7 @@ func TestState_CutOffHolderStoresNothing(t *testing.T) {
 	require.NoError(t, err)
 	d, err := drain.New(pw.World, pw.Ownership)
 	require.NoError(t, err)
-	_, h := holdState(t, ctx, pw, d, "n1", "x")
+	_, h := testutil.HoldState(t, ctx, pw, d, "n1", "x")
 	var c testutil.Counter
 	hd := drain.StateHandler(c.Handle).Handler()
 	send(t, ctx, w, "x", "a")
@@ -633,7 +620,7 @@ func TestState_RefusedCommitNotSentBack(t *testing.T) {
 	env := testutil.Start(t, testutil.Target{Name: "single"})
 	ctx := testutil.Ctx(t, time.Minute)
 	w, d := newWorld(t, env, world.Config{}, drain.WithCommitEvery(2, time.Hour))
-	_, h := holdState(t, ctx, w, d, "n1", "x")
+	_, h := testutil.HoldState(t, ctx, w, d, "n1", "x")
 	put := drain.StateHandler(func(_ context.Context, m drain.Message, st *drain.State) error {
 		k, v, _ := strings.Cut(string(m.Body), "=")
 		return st.Put(k, []byte(v))
@@ -679,7 +666,7 @@ func TestState_ReadOnlyCommitPlain(t *testing.T) {
 	env := testutil.Start(t, testutil.Target{Name: "single"})
 	ctx := testutil.Ctx(t, time.Minute)
 	w, d := newWorld(t, env, world.Config{})
-	ss, h := holdState(t, ctx, w, d, "n1", "x")
+	ss, h := testutil.HoldState(t, ctx, w, d, "n1", "x")
 	var seen []string
 	read := drain.StateHandler(func(_ context.Context, m drain.Message, st *drain.State) error {
 		v, _ := st.Get("k")

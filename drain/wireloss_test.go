@@ -148,11 +148,11 @@ func testTooBigDeadLetter(t *testing.T, env *testutil.Env) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Zero(t, stored(t, w, wire.DeadLetterSubject(w.Name, "big")))
-	var rec recorder
-	_, err = d.DrainLease(ctx, lease, rec.handle)
+	var rec testutil.Recorder
+	_, err = d.DrainLease(ctx, lease, rec.Handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{body}, rec.bodies())
-	require.Equal(t, from, rec.msgs[0].From)
+	require.Equal(t, []string{body}, rec.Bodies())
+	require.Equal(t, from, rec.Msgs()[0].From)
 }
 
 // When dead-lettering fails (here: the id's dead letters are full), the
@@ -205,15 +205,15 @@ func testHeaderCaseAndSender(t *testing.T, env *testutil.Env) {
 	raw(t, ctx, w, subj, "fine", "Fencepost-From", "billing", "X-Own", "v")
 	lease, err := w.Ownership.Claim(ctx, "h", "n1", time.Minute)
 	require.NoError(t, err)
-	var rec recorder
-	_, err = d.DrainLease(ctx, lease, rec.handle)
+	var rec testutil.Recorder
+	_, err = d.DrainLease(ctx, lease, rec.Handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{"lower", "upper", "long", "tab", "fine"}, rec.bodies())
-	from := make([]string, len(rec.msgs))
-	for i, m := range rec.msgs {
+	require.Equal(t, []string{"lower", "upper", "long", "tab", "fine"}, rec.Bodies())
+	from := make([]string, len(rec.Msgs()))
+	for i, m := range rec.Msgs() {
 		from[i] = m.From
 		require.Empty(t, m.Headers.Get("fencepost-from"), "a reserved header leaked to the handler")
 	}
 	require.Equal(t, []string{"billing", "billing", "", "", "billing"}, from)
-	require.Equal(t, "v", rec.msgs[4].Headers.Get("X-Own"))
+	require.Equal(t, "v", rec.Msgs()[4].Headers.Get("X-Own"))
 }

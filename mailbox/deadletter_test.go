@@ -49,12 +49,12 @@ func TestRepost_OwnRepostIDNotDefeatable(t *testing.T) {
 	n, err := w.Mailboxes.Repost(ctx, w.Queue, "b")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	var rec recorder
+	var rec testutil.Recorder
 	lease, err := w.Ownership.Owner(ctx, "b")
 	require.NoError(t, err)
-	_, err = d.Drain(ctx, "b", lease.Node, lease.Epoch, rec.handle)
+	_, err = d.Drain(ctx, "b", lease.Node, lease.Epoch, rec.Handle)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"trap-b", "poison"}, rec.bodies(), "the repost was taken for a duplicate of a producer's message")
+	require.ElementsMatch(t, []string{"trap-b", "poison"}, rec.Bodies(), "the repost was taken for a duplicate of a producer's message")
 	dls, err = w.Mailboxes.DeadLetters(ctx, "b", 0)
 	require.NoError(t, err)
 	require.Empty(t, dls)

@@ -1,35 +1,17 @@
 package mailbox_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
-
-// (holdState is drain's state tests' helper: the state read and deleted
-// here is written by a holding.)
-
-// holdState opens a session of node and holds id through it with state.
-func holdState(t *testing.T, ctx context.Context, w *client.World, d *drain.Drainer, node, id string) (*ownership.Session, *drain.Holding) {
-	t.Helper()
-	ss, err := w.Ownership.OpenSession(ctx, node, time.Minute)
-	require.NoError(t, err)
-	t.Cleanup(func() { ss.Close() })
-	l, err := ss.Claim(ctx, id)
-	require.NoError(t, err)
-	h, err := d.HoldState(l)
-	require.NoError(t, err)
-	return ss, h
-}
 
 // TestState_ReadDeleteReset: ReadState shows the stored state with its
 // cursor; DeleteState is refused while the id is held, removes every key
@@ -39,7 +21,7 @@ func TestState_ReadDeleteReset(t *testing.T) {
 	env := testutil.Start(t, testutil.Target{Name: "single"})
 	ctx := testutil.Ctx(t, time.Minute)
 	w, d := newWorld(t, env, world.Config{})
-	ss, h := holdState(t, ctx, w, d, "n1", "x")
+	ss, h := testutil.HoldState(t, ctx, w, d, "n1", "x")
 	var c testutil.Counter
 	send(t, ctx, w, "x", "a", "b")
 	res, err := h.Drain(ctx, drain.StateHandler(c.Handle).Handler())
@@ -70,7 +52,7 @@ func TestState_ReadDeleteReset(t *testing.T) {
 	require.ErrorIs(t, err, wire.ErrInvalidID)
 
 	// A new holder starts from the empty state.
-	_, h2 := holdState(t, ctx, w, d, "n2", "x")
+	_, h2 := testutil.HoldState(t, ctx, w, d, "n2", "x")
 	send(t, ctx, w, "x", "c")
 	_, err = h2.Drain(ctx, drain.StateHandler(c.Handle).Handler())
 	require.NoError(t, err)

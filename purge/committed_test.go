@@ -33,12 +33,12 @@ func TestPurgeByServer(t *testing.T) {
 	require.NoError(t, err)
 	lb, err := w.Ownership.Claim(ctx, "b", "n1", time.Minute)
 	require.NoError(t, err)
-	rec := &recorder{}
-	_, err = d.DrainLease(ctx, la, rec.handle, drain.WithMax(3))
+	rec := &testutil.Recorder{}
+	_, err = d.DrainLease(ctx, la, rec.Handle, drain.WithMax(3))
 	require.NoError(t, err)
-	_, err = d.DrainAll(ctx, []*ownership.Lease{lb}, rec.handle)
+	_, err = d.DrainAll(ctx, []*ownership.Lease{lb}, rec.Handle)
 	require.NoError(t, err)
-	require.Len(t, rec.bodies(), 8)
+	require.Len(t, rec.Bodies(), 8)
 	require.EqualValues(t, 5, stored(t, w, a), "the drain purged nothing")
 	require.EqualValues(t, 5, stored(t, w, b), "DrainAll purged nothing")
 
@@ -53,7 +53,7 @@ func TestPurgeByServer(t *testing.T) {
 		return nil
 	})
 	// New commits while it runs are purged too.
-	_, err = d.DrainLease(ctx, la, rec.handle)
+	_, err = d.DrainLease(ctx, la, rec.Handle)
 	require.NoError(t, err)
 	servertest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if n := stored(t, w, a); n != 0 {
@@ -61,7 +61,7 @@ func TestPurgeByServer(t *testing.T) {
 		}
 		return nil
 	})
-	require.Len(t, rec.bodies(), 10, "every message once")
+	require.Len(t, rec.Bodies(), 10, "every message once")
 	stop()
 	require.NoError(t, <-done)
 }

@@ -89,8 +89,8 @@ func TestPurger_WildcardCursorKey(t *testing.T) {
 	// it has seen the forged key too (the watch delivers in stream order).
 	la, err := w.Ownership.Claim(ctx, "a", "n1", time.Minute)
 	require.NoError(t, err)
-	rec := &recorder{}
-	_, err = d.DrainLease(ctx, la, rec.handle, drain.WithMax(2))
+	rec := &testutil.Recorder{}
+	_, err = d.DrainLease(ctx, la, rec.Handle, drain.WithMax(2))
 	require.NoError(t, err)
 
 	var r refusals
@@ -123,8 +123,8 @@ func TestPurger_ForgedCursor(t *testing.T) {
 	require.NoError(t, err)
 	lb, err := w.Ownership.Claim(ctx, "b", "n1", time.Minute)
 	require.NoError(t, err)
-	rec := &recorder{}
-	_, err = d.DrainLease(ctx, la, rec.handle, drain.WithMax(2))
+	rec := &testutil.Recorder{}
+	_, err = d.DrainLease(ctx, la, rec.Handle, drain.WithMax(2))
 	require.NoError(t, err)
 	genuine := cursorOf(t, ctx, w, "a")
 	require.Positive(t, genuine)
@@ -158,11 +158,11 @@ func TestPurger_ForgedCursor(t *testing.T) {
 	// not committed: nothing lost.
 	send(t, ctx, w, "a", "a-after")
 	send(t, ctx, w, "b", "b-after")
-	_, err = d.DrainLease(ctx, la, rec.handle)
+	_, err = d.DrainLease(ctx, la, rec.Handle)
 	require.NoError(t, err)
-	_, err = d.DrainLease(ctx, lb, rec.handle)
+	_, err = d.DrainLease(ctx, lb, rec.Handle)
 	require.NoError(t, err)
-	require.Equal(t, []string{"a0", "a1", "a2", "a3", "a4", "a-after", "b0", "b1", "b2", "b3", "b4", "b-after"}, rec.bodies())
+	require.Equal(t, []string{"a0", "a1", "a2", "a3", "a4", "a-after", "b0", "b1", "b2", "b3", "b4", "b-after"}, rec.Bodies())
 	servertest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if n, m := stored(t, w, a), stored(t, w, b); n != 0 || m != 0 {
 			return fmt.Errorf("stored a=%d b=%d, want 0 (all committed, purged by the purger)", n, m)

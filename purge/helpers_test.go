@@ -1,8 +1,6 @@
 package purge_test
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,26 +39,3 @@ var (
 	stored = testutil.Stored
 	raw    = testutil.Publish
 )
-
-// recorder is a handler that keeps what it was given.
-type recorder struct {
-	mu   sync.Mutex
-	msgs []drain.Message
-}
-
-func (r *recorder) handle(_ context.Context, m drain.Message) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, m)
-	return nil
-}
-
-func (r *recorder) bodies() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]string, len(r.msgs))
-	for i, m := range r.msgs {
-		out[i] = string(m.Body)
-	}
-	return out
-}

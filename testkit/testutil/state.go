@@ -2,8 +2,6 @@ package testutil
 
 import (
 	"context"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,37 +13,8 @@ import (
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
 )
-
-// Counter is a state handler: each message adds one to its id's "count"
-// and appends its body to "seen". It records every call.
-type Counter struct {
-	mu    sync.Mutex
-	calls []string
-}
-
-// Handle is the state handler.
-func (c *Counter) Handle(_ context.Context, m drain.Message, st *drain.State) error {
-	c.mu.Lock()
-	c.calls = append(c.calls, string(m.Body))
-	c.mu.Unlock()
-	n := 0
-	if v, ok := st.Get("count"); ok {
-		n, _ = strconv.Atoi(string(v))
-	}
-	seen, _ := st.Get("seen")
-	if err := st.Put("count", []byte(strconv.Itoa(n+1))); err != nil {
-		return err
-	}
-	return st.Put("seen", append(seen, m.Body...))
-}
-
-// Bodies are the bodies of every call, in order.
-func (c *Counter) Bodies() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.calls...)
-}
 
 // StoredState reads id's state from the bucket through the stream leader
 // (a KV get may be answered by a lagging replica on R3): the subjects from
@@ -67,4 +36,18 @@ func StoredState(t *testing.T, w *client.World, id string) map[string]string {
 		out[key] = string(m.Data)
 	}
 	return out
+}
+
+// HoldState opens a session of node and holds id through it with state
+// (drain.Drainer.HoldState); the session closes when the test ends.
+func HoldState(t *testing.T, ctx context.Context, w *client.World, d *drain.Drainer, node, id string) (*ownership.Session, *drain.Holding) {
+	t.Helper()
+	ss, err := w.Ownership.OpenSession(ctx, node, time.Minute)
+	require.NoError(t, err)
+	t.Cleanup(func() { ss.Close() })
+	l, err := ss.Claim(ctx, id)
+	require.NoError(t, err)
+	h, err := d.HoldState(l)
+	require.NoError(t, err)
+	return ss, h
 }
