@@ -79,7 +79,33 @@ func ValidateWorld(world string) error {
 // EncodeID turns an id into a token that is valid both as a KV key part and
 // as a subject token: unpadded base64url (RFC 4648 section 5). It does not
 // validate; call ValidateID first.
-func EncodeID(id string) string { return idCodec.EncodeToString([]byte(id)) }
+func EncodeID(id string) string {
+	var buf [maxIDToken]byte
+	return string(encodeIDTo(&buf, id))
+}
+
+// maxIDToken is the length of the longest token EncodeID makes (of an id,
+// or a node, of MaxIDBytes).
+const maxIDToken = (MaxIDBytes*8 + 5) / 6
+
+// encodeIDTo is EncodeID into buf, without allocating for an id of at most
+// MaxIDBytes (the longer ones, invalid, are encoded on the heap). Subjects
+// and keys concatenate it (string(b) in a concatenation is not copied
+// twice): they are built on every message and commit.
+func encodeIDTo(buf *[maxIDToken]byte, id string) []byte {
+	if len(id) > MaxIDBytes {
+		return []byte(idCodec.EncodeToString([]byte(id)))
+	}
+	var src [MaxIDBytes]byte
+	return encodeBytesTo(buf, src[:copy(src[:], id)])
+}
+
+// encodeBytesTo encodes b, at most MaxIDBytes, into buf.
+func encodeBytesTo(buf *[maxIDToken]byte, b []byte) []byte {
+	dst := buf[:idCodec.EncodedLen(len(b))]
+	idCodec.Encode(dst, b)
+	return dst
+}
 
 // DecodeID reverses EncodeID and validates the result. It accepts only
 // canonical tokens, the ones EncodeID makes: unpadded base64url whose
@@ -93,18 +119,25 @@ func DecodeID(token string) (string, error) {
 	if token == "" {
 		return "", fmt.Errorf("%w: empty token", ErrInvalidID)
 	}
-	if len(token) > idCodec.EncodedLen(MaxIDBytes) {
+	if len(token) > maxIDToken {
 		return "", fmt.Errorf("%w: token of %d bytes encodes more than %d bytes", ErrInvalidID, len(token), MaxIDBytes)
 	}
-	b, err := idCodec.DecodeString(token)
+	// Decoded and checked on the stack: the feed of every worker decodes
+	// the subject of every message posted to the world. One allocation,
+	// the id.
+	var src [maxIDToken]byte
+	var dst [MaxIDBytes + 2]byte // DecodeString's room for maxIDToken bytes (CR and LF skipped)
+	b := dst[:idCodec.DecodedLen(copy(src[:], token))]
+	n, err := idCodec.Decode(b, src[:len(token)])
 	if err != nil {
 		return "", fmt.Errorf("%w: token %q is not canonical unpadded base64url: %v", ErrInvalidID, token, err)
 	}
-	id := string(b)
+	id := string(b[:n])
 	if err := ValidateID(id); err != nil {
 		return "", err
 	}
-	if EncodeID(id) != token { // the codec skips CR and LF; the round trip does not
+	var enc [maxIDToken]byte
+	if string(encodeBytesTo(&enc, b[:n])) != token { // the codec skips CR and LF; the round trip does not
 		return "", fmt.Errorf("%w: token %q is not the canonical encoding of its id", ErrInvalidID, token)
 	}
 	return id, nil
@@ -114,7 +147,10 @@ func DecodeID(token string) (string, error) {
 // records, the delivery cursors, the drain locks and the node leases, so that
 // a mailbox commit can be checked against an ownership record in one write
 // (both are subjects of the same stream).
-func Bucket(world string) string { return "fp_" + world }
+func Bucket(world string) string { return bucketPrefix + world }
+
+// bucketPrefix begins the name of every world's bucket (Bucket).
+const bucketPrefix = "fp_"
 
 // BucketStream is the JetStream stream behind Bucket.
 func BucketStream(world string) string { return "KV_" + Bucket(world) }
@@ -164,32 +200,46 @@ const BarrierKey = "barrier"
 func BarrierSubject(world string) string { return KeySubject(world, BarrierKey) }
 
 // RecordKey is the bucket key of id's ownership record.
-func RecordKey(id string) string { return RecordPrefix + EncodeID(id) }
+func RecordKey(id string) string { return prefixed(RecordPrefix, id) }
 
 // CursorKey is the bucket key of id's delivery cursor.
-func CursorKey(id string) string { return CursorPrefix + EncodeID(id) }
+func CursorKey(id string) string { return prefixed(CursorPrefix, id) }
 
 // LockKey is the bucket key of id's drain lock.
-func LockKey(id string) string { return LockPrefix + EncodeID(id) }
+func LockKey(id string) string { return prefixed(LockPrefix, id) }
 
 // ForceKey is the bucket key of id's last forced seize.
-func ForceKey(id string) string { return ForcePrefix + EncodeID(id) }
+func ForceKey(id string) string { return prefixed(ForcePrefix, id) }
 
 // NodeKey is the bucket key of a node lease.
-func NodeKey(node string) string { return NodePrefix + EncodeID(node) }
+func NodeKey(node string) string { return prefixed(NodePrefix, node) }
+
+// prefixed is prefix + EncodeID(id), in one allocation.
+func prefixed(prefix, id string) string {
+	var buf [maxIDToken]byte
+	return prefix + string(encodeIDTo(&buf, id))
+}
 
 // KeySubject is the subject a bucket key is stored under.
-func KeySubject(world, key string) string { return "$KV." + Bucket(world) + "." + key }
+func KeySubject(world, key string) string { return "$KV." + bucketPrefix + world + "." + key }
 
 // RecordSubject is the subject of id's ownership record: the subject a fenced
 // write names in Nats-Expected-Last-Subject-Sequence-Subject.
-func RecordSubject(world, id string) string { return KeySubject(world, RecordKey(id)) }
+func RecordSubject(world, id string) string {
+	// KeySubject(world, RecordKey(id)) in one allocation: every commit
+	// names it (fencing.Fence.Expect).
+	var buf [maxIDToken]byte
+	return "$KV." + bucketPrefix + world + "." + RecordPrefix + string(encodeIDTo(&buf, id))
+}
 
 // MailboxStream is the name of the world's mailbox stream.
 func MailboxStream(world string) string { return "FP_MB_" + world }
 
 // MailboxSubject is the subject of id's mailbox.
-func MailboxSubject(world, id string) string { return "fp." + world + ".mb." + EncodeID(id) }
+func MailboxSubject(world, id string) string {
+	var buf [maxIDToken]byte
+	return "fp." + world + ".mb." + string(encodeIDTo(&buf, id))
+}
 
 // MailboxFilter matches every mailbox of a world.
 func MailboxFilter(world string) string { return "fp." + world + ".mb.*" }
@@ -213,7 +263,18 @@ func UnroutableSubject(world string) string { return "fp." + world + ".dl." + Un
 // MailboxToken returns the token of a subject of the world's mailboxes
 // (fp.<world>.mb.<token>), and false for any other subject.
 func MailboxToken(world, subject string) (string, bool) {
-	return strings.CutPrefix(subject, "fp."+world+".mb.")
+	// Prefix by prefix: no subject built for each message of the feed.
+	rest, ok := strings.CutPrefix(subject, "fp.")
+	if ok {
+		rest, ok = strings.CutPrefix(rest, world)
+	}
+	if ok {
+		rest, ok = strings.CutPrefix(rest, ".mb.")
+	}
+	if !ok {
+		return subject, false // as strings.CutPrefix
+	}
+	return rest, true
 }
 
 // ScopedMsgID is the Nats-Msg-Id a post to id's mailbox carries for the

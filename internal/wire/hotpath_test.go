@@ -1,0 +1,80 @@
+package wire
+
+import (
+	"encoding/base64"
+	"strings"
+	"testing"
+)
+
+// The hot-path forms of the ids' tokens, keys and subjects (built on the
+// stack) are byte for byte the plain ones: every token of ids of each
+// length up to MaxIDBytes and past it, and every non-canonical token
+// DecodeID refuses, refused the same way.
+func TestHotPathForms(t *testing.T) {
+	plain := func(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
+	for n := 0; n <= MaxIDBytes+3; n++ {
+		id := strings.Repeat("é", n/2) + strings.Repeat("x", n%2)
+		if n > 2 {
+			id = id[:n-2] + "\xff\n" // bytes beyond ASCII and a LF too
+		}
+		tok := plain(id)
+		if got := EncodeID(id); got != tok {
+			t.Fatalf("EncodeID of %d bytes: %q, want %q", len(id), got, tok)
+		}
+		if got := MailboxSubject("w", id); got != "fp.w.mb."+tok {
+			t.Fatalf("MailboxSubject: %q", got)
+		}
+		if got := RecordSubject("w", id); got != KeySubject("w", RecordPrefix+tok) || got != "$KV."+Bucket("w")+".o."+tok {
+			t.Fatalf("RecordSubject: %q", got)
+		}
+		for _, k := range []struct{ got, prefix string }{{RecordKey(id), RecordPrefix}, {CursorKey(id), CursorPrefix}, {LockKey(id), LockPrefix}, {ForceKey(id), ForcePrefix}, {NodeKey(id), NodePrefix}} {
+			if k.got != k.prefix+tok {
+				t.Fatalf("key %q, want %q", k.got, k.prefix+tok)
+			}
+		}
+		got, err := DecodeID(tok)
+		if valid := ValidateID(id) == nil; valid != (err == nil) || valid && got != id {
+			t.Fatalf("DecodeID of the token of %d bytes: %q, %v", len(id), got, err)
+		}
+		if tok, ok := MailboxToken("w", "fp.w.mb."+tok); !ok || tok != plain(id) {
+			t.Fatalf("MailboxToken: %q %v", tok, ok)
+		}
+	}
+	for _, tok := range []string{"b3JkZXIuNDI=", "w7w+Pw", "b3JkZXIuNDK", "*", "b3Jk\nZXIuNDI", "b3JkZXIuNDI\r", "_w", "A", strings.Repeat("A", maxIDToken+1)} {
+		if id, err := DecodeID(tok); err == nil {
+			t.Fatalf("DecodeID(%q) = %q, want an error", tok, id)
+		}
+	}
+	for _, s := range []string{"fp.w.mbx", "fp.ww.mb.x", "fp.w.dl.eA", "fq.w.mb.eA", "fp.w"} {
+		if tok, ok := MailboxToken("w", s); ok || tok != s {
+			t.Fatalf("MailboxToken(%q) = %q, %v", s, tok, ok)
+		}
+	}
+}
+
+func BenchmarkDecodeID(b *testing.B) {
+	tok := EncodeID("order-123456")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeID(tok); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkMailboxID(b *testing.B) {
+	subj := MailboxSubject("world-one", "order-123456")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := MailboxID("world-one", subj); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRecordSubject(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = RecordSubject("world-one", "order-123456")
+	}
+}
