@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -76,5 +77,38 @@ func BenchmarkRecordSubject(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = RecordSubject("world-one", "order-123456")
+	}
+}
+
+// EncodeCursor's plain form is json.Marshal's bytes, and decodes back.
+func TestEncodeCursorPlain(t *testing.T) {
+	for _, seq := range []uint64{0, 1, 9, 10, 1041, 1<<53 + 1, 1<<64 - 1} {
+		c := Cursor{Seq: seq}
+		got, err := EncodeCursor(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.V = RecordVersion
+		want, _ := json.Marshal(c)
+		if string(got) != string(want) {
+			t.Fatalf("EncodeCursor(%d) = %s, want %s", seq, got, want)
+		}
+		if back, err := DecodeCursor(got); err != nil || back != c {
+			t.Fatalf("DecodeCursor(%s) = %+v, %v", got, back, err)
+		}
+	}
+	c := Cursor{Seq: 4, Head: 5, Failures: 2, Error: "timeout"}
+	got, err := EncodeCursor(c)
+	if c.V = RecordVersion; err != nil || string(got) != `{"v":1,"seq":4,"head":5,"failures":2,"error":"timeout"}` {
+		t.Fatalf("EncodeCursor(%+v) = %s, %v", c, got, err)
+	}
+}
+
+func BenchmarkEncodeCursor(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := EncodeCursor(Cursor{Seq: 123456789}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
