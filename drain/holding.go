@@ -457,8 +457,12 @@ func (h *Holding) begin(ctx context.Context, hd Handler, opts []RunOption) (*run
 		return nil, &ownership.FreeError{ID: l.ID, LastEpoch: l.Epoch}
 	}
 	var o runOptions
-	for _, opt := range opts {
-		opt(&o)
+	if len(opts) > 0 { // o stays on the stack for a delivery (no options)
+		p := new(runOptions)
+		for _, opt := range opts {
+			opt(p)
+		}
+		o = *p
 	}
 	a := &authority{id: l.ID, node: l.Node, epoch: l.Epoch, ttl: l.TTL, fence: h.fence, backed: true, lease: l, priorUntil: l.PriorUntil}
 	// Invariant 4: nothing to a holding that is no longer on the record.

@@ -158,7 +158,7 @@ func (r *run) end(ctx context.Context, err error) (Result, error) {
 	// then takes it over, which fences a commit still in flight. After an
 	// interrupted handler it is left lapsed at once: the next drain takes
 	// it over without waiting and labels what it hands out (maybeSeen).
-	if !r.uncertain {
+	if !r.uncertain && r.lk != nil { // a holding's run has no lock (release is a no-op): no timer per delivery
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		r.lk.release(cctx, r.interrupted)
 		cancel()
