@@ -1,0 +1,88 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/testkit/testutil"
+	"github.com/fencepost/fencepost/worker"
+	"github.com/fencepost/fencepost/world"
+)
+
+// BenchmarkWorkerFanIn is the bench's fan-in on a worker's delivery path,
+// in one process with the embedded server: 2 workers serve 2,000 ids; each
+// op is one message, posted round by round (one to every id per round) and
+// delivered. The ids are claimed and the workers warmed by one round
+// before the timer. allocs/op and the CPU profile are of the whole process
+// (server, producer and workers): the server's and the producer's share
+// is the same on every path of the workers, so a change of the workers
+// shows in them. cpu-us/op is the process's CPU time (user and system)
+// per message.
+//
+//	go test -run '^$' -bench WorkerFanIn -benchmem -benchtime 20000x ./worker/
+func BenchmarkWorkerFanIn(b *testing.B) {
+	const ids, workers = 2000, 2
+	env := testutil.Start(b, testutil.Targets()[0])
+	w := env.World(b, world.Config{})
+	ctx := testutil.Ctx(b, 10*time.Minute)
+	var delivered atomic.Int64
+	h := func(context.Context, drain.Message) error {
+		delivered.Add(1)
+		return nil
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, workers)
+	for i := range workers {
+		wk, err := w.NewWorker(worker.Config{Node: fmt.Sprint("pool-", i), TTL: 10 * time.Second, Idle: time.Hour, Log: slog.New(slog.DiscardHandler)}, h)
+		require.NoError(b, err)
+		go func() { done <- wk.Run(rctx) }()
+	}
+	names := make([]string, ids)
+	for i := range names {
+		names[i] = fmt.Sprint("id-", i)
+	}
+	post := func(n int) {
+		for i := range n {
+			p, err := w.Queue.SendAsync(names[i%ids], []byte("0123456789abcdef"))
+			require.NoError(b, err)
+			if i%500 == 499 || i == n-1 {
+				_, err = p.Wait(ctx)
+				require.NoError(b, err)
+			}
+		}
+	}
+	post(ids) // warm-up: every id claimed
+	testutil.WaitFor(b, 2*time.Minute, "the warm-up round delivered", func() bool { return delivered.Load() >= ids })
+	delivered.Store(0)
+	cpu0 := processCPU()
+	b.ResetTimer()
+	for sent := 0; sent < b.N; {
+		n := min(ids, b.N-sent)
+		post(n)
+		sent += n
+		testutil.WaitFor(b, 2*time.Minute, "the round delivered", func() bool { return delivered.Load() >= int64(sent) })
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+	stop()
+	for range workers {
+		require.NoError(b, <-done)
+	}
+}
+
+// processCPU is the CPU time this process used (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
