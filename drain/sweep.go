@@ -74,6 +74,13 @@ func (s *Sweeper) Saw(seq uint64, subject string) {
 	if err != nil {
 		id = ""
 	}
+	s.SawID(seq, id)
+}
+
+// SawID is Saw for a caller that decoded the subject itself: id is
+// wire.MailboxID's id, or "" where it failed (a message no id's mailbox
+// holds). A worker's feed decodes each message's subject once, for both.
+func (s *Sweeper) SawID(seq uint64, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if seq <= s.top {

@@ -91,10 +91,15 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 			wk.gapAll()
 			return
 		}
-		if wk.sweep != nil {
-			wk.sweep.Saw(meta.Sequence.Stream, m.Subject())
-		}
+		// The subject is decoded once, for the sweep and the routing.
 		id, err := wire.MailboxID(wk.w.Name, m.Subject())
+		if wk.sweep != nil {
+			if err != nil {
+				wk.sweep.SawID(meta.Sequence.Stream, "")
+			} else {
+				wk.sweep.SawID(meta.Sequence.Stream, id)
+			}
+		}
 		if err != nil || !wk.wants(id) {
 			return
 		}
