@@ -454,6 +454,11 @@ func TestAuth_OwnerRunsAWorkerAndDeadLetters(t *testing.T) {
 	stop()
 	require.NoError(t, <-done)
 	require.Empty(t, o.violations(0))
+	// The worker stopped: its last commits are stored, the poison message
+	// is behind the cursor (a dead letter now).
+	before, err := o.w.Mailboxes.Stat(ctx, "bad")
+	require.NoError(t, err)
+	require.Zero(t, before.Depth, "the dead-lettered message is committed: %+v", before)
 	// Reposting and purging dead letters delete messages: the operator's.
 	// An owner's repost is refused before it posts anything (it used to
 	// post, then fail to remove: every message twice).
@@ -463,7 +468,7 @@ func TestAuth_OwnerRunsAWorkerAndDeadLetters(t *testing.T) {
 	})
 	st, err := o.w.Mailboxes.Stat(ctx, "bad")
 	require.NoError(t, err)
-	require.Zero(t, st.Depth, "a refused repost wrote to the mailbox")
+	require.Zero(t, st.Depth, "a refused repost wrote to the mailbox: %+v", st)
 	require.Equal(t, uint64(1), st.DeadLetters)
 	op := a.as(t, daemon.RoleOperator)
 	n, err := op.w.Mailboxes.Repost(ctx, op.w.Queue, "bad")
