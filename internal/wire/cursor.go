@@ -198,6 +198,26 @@ func decodeStrict(data []byte, what string, into any) error {
 	return nil
 }
 
+// decodeOnce is decodeStrict's decode alone: it says whether data is one
+// JSON value, with nothing but white space after it, that decodes into
+// into without unknown fields. Where it is true and into's version is
+// RecordVersion, decodeStrict gives the same value and no error (its probe
+// of the version reads the same value of the same whole-valid JSON);
+// anywhere else the caller asks decodeStrict, for its error.
+func decodeOnce(data []byte, into any) bool {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		return false
+	}
+	for _, c := range data[dec.InputOffset():] {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return false
+		}
+	}
+	return true
+}
+
 // Force is the force key of an id (ForceKey): the last forced seize, JSON
 // {"v":1,"node":...,"at":<RFC 3339>,"ttl":<Go duration>}. Written by every
 // forced seize before the record; readers of the record ignore it.

@@ -112,3 +112,51 @@ func BenchmarkEncodeCursor(b *testing.B) {
 		}
 	}
 }
+
+// DecodeRecord's one-pass path gives what decodeStrict alone gives (value
+// and error) on records and on their corruptions: trailing data, unknown
+// fields, other versions, wrong types, duplicate keys.
+func TestDecodeRecordOnePass(t *testing.T) {
+	slow := func(data []byte) (Record, error) {
+		var r Record
+		if err := decodeStrict(data, "ownership record", &r); err != nil {
+			return Record{}, err
+		}
+		if err := r.validate(); err != nil {
+			return Record{}, err
+		}
+		return r, nil
+	}
+	const rec = `{"v":1,"node":"n-1","epoch":3,"state":"held","ttl_ms":5000,"acquired":"2026-01-01T00:00:00Z","expires":"2026-01-01T00:00:05Z","node_lease":2}`
+	inputs := []string{
+		rec, rec + " \n", rec + "}", rec + "x", rec + rec, " " + rec, "null", "", "{}", `{"v":2}`, `{"v":null}`,
+		strings.Replace(rec, `"v":1`, `"v":1.0`, 1), strings.Replace(rec, `"v":1`, `"v":"1"`, 1),
+		strings.Replace(rec, `"v":1`, `"v":2`, 1), strings.Replace(rec, `"v":1`, `"v":2,"x":1`, 1),
+		strings.Replace(rec, `"v":1`, `"v":1,"x":1`, 1), strings.Replace(rec, `"v":1`, `"v":2,"v":1`, 1),
+		strings.Replace(rec, `"v":1`, `"v":1,"v":2`, 1), strings.Replace(rec, `"v":1`, `"V":1`, 1),
+		strings.Replace(rec, `"node_lease":2`, `"node_lease":-1`, 1), strings.Replace(rec, `"epoch":3`, `"epoch":0`, 1),
+		strings.Replace(rec, `"state":"held"`, `"state":"gone"`, 1), strings.Replace(rec, `"n-1"`, `"n\ud800"`, 1),
+		strings.Replace(rec, `,"node_lease":2`, ``, 1),
+	}
+	for _, r := range []Record{{V: 1, Node: "a", Epoch: 1, State: StateFree}, {V: 1, Node: "é", Epoch: 9, State: StateHeld, TTLms: 1}} {
+		b, _ := json.Marshal(r)
+		inputs = append(inputs, string(b), string(b)+"\t")
+	}
+	for _, in := range inputs {
+		got, err := DecodeRecord([]byte(in))
+		want, werr := slow([]byte(in))
+		if got != want || (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
+			t.Fatalf("DecodeRecord(%s) = %+v, %v; decodeStrict: %+v, %v", in, got, err, want, werr)
+		}
+	}
+}
+
+func BenchmarkDecodeRecord(b *testing.B) {
+	data := []byte(`{"v":1,"node":"n-1","epoch":3,"state":"held","ttl_ms":5000,"acquired":"2026-01-01T00:00:00Z","expires":"2026-01-01T00:00:05Z","node_lease":2}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeRecord(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
