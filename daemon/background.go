@@ -139,12 +139,12 @@ func (d *Daemon) scrape(ctx context.Context) {
 // inspect reads a world's figures for the scrape: its streams' (world), and
 // its records' (ownership) unless --scrape-records=false.
 func (d *Daemon) inspect(ctx context.Context, name string) (world.Info, ownership.RecordCounts, error) {
-	info, err := world.Inspect(ctx, d.js, name, world.InspectOptions{})
-	if err != nil || !d.cfg.scrapeRecords() || info.Bucket.Msgs == 0 {
-		return info, ownership.RecordCounts{}, err
-	}
 	w, err := world.Open(ctx, d.js, name)
 	if err != nil {
+		return world.Info{}, ownership.RecordCounts{}, err
+	}
+	info, err := w.Inspect(ctx, world.InspectOptions{})
+	if err != nil || !d.cfg.scrapeRecords() || info.Bucket.Msgs == 0 {
 		return info, ownership.RecordCounts{}, err
 	}
 	own, err := ownership.New(w, ownership.WithLogger(d.log))

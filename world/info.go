@@ -43,13 +43,19 @@ func Inspect(ctx context.Context, js jetstream.JetStream, name string, opts Insp
 	if err != nil {
 		return Info{}, err
 	}
+	return w.Inspect(ctx, opts)
+}
+
+// Inspect reads the open world's state (the package function, for a world
+// the caller has open already).
+func (w *World) Inspect(ctx context.Context, opts InspectOptions) (Info, error) {
 	if opts.Now.IsZero() {
 		opts.Now = time.Now()
 	}
-	info := Info{Name: name, Config: w.Config}
+	info := Info{Name: w.Name, Config: w.Config}
 	bi, err := w.h.Bucket.Info(ctx)
 	if err != nil {
-		return Info{}, fmt.Errorf("world %q: bucket stream info: %w", name, err)
+		return Info{}, fmt.Errorf("world %q: bucket stream info: %w", w.Name, err)
 	}
 	info.Bucket = bi.State
 	if err := info.mailboxCounts(ctx, w, opts.Now); err != nil {

@@ -165,11 +165,11 @@ func worldInfo(e *env, name string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	info, err := world.Inspect(ctx, c.JetStream(), name, world.InspectOptions{})
+	w, err := world.Open(ctx, c.JetStream(), name)
 	if err != nil {
 		return e.fail(err)
 	}
-	w, err := world.Open(ctx, c.JetStream(), name)
+	info, err := w.Inspect(ctx, world.InspectOptions{})
 	if err != nil {
 		return e.fail(err)
 	}
