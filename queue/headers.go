@@ -72,8 +72,7 @@ func ValidateHeader(key, value string) error {
 			return fmt.Errorf("%w: header name %q has %q at byte %d; use printable ASCII without ':' or spaces", ErrInvalidMessage, key, c, i)
 		}
 	}
-	canon := strings.ToLower(key)
-	if strings.HasPrefix(canon, strings.ToLower(reservedFencepost)) || strings.HasPrefix(canon, strings.ToLower(reservedNats)) {
+	if reserved(key) {
 		return fmt.Errorf("%w: header name %q uses a reserved prefix (%q, %q)", ErrInvalidMessage, key, reservedNats, reservedFencepost)
 	}
 	if key == "Status" || key == "Description" {
@@ -92,13 +91,43 @@ func ValidateHeader(key, value string) error {
 func UserHeaders(h nats.Header) nats.Header {
 	out := nats.Header{}
 	for k, v := range h {
-		canon := strings.ToLower(k)
-		if strings.HasPrefix(canon, strings.ToLower(reservedFencepost)) || strings.HasPrefix(canon, strings.ToLower(reservedNats)) || k == "Status" || k == "Description" {
+		if reserved(k) || k == "Status" || k == "Description" {
 			continue
 		}
 		out[k] = append([]string(nil), v...)
 	}
 	return out
+}
+
+// reserved says whether header name k starts with a reserved prefix, in
+// any case. It compares ASCII letters only, without allocating (a worker
+// asks for every header of every message it delivers): that is the same
+// answer as strings.HasPrefix(strings.ToLower(k), lower prefix), since the
+// only runes outside ASCII whose lower case is ASCII are the Kelvin sign
+// (k) and the dotted capital I (i), and neither prefix has a k or an i
+// (TestReservedFold).
+func reserved(k string) bool {
+	return hasPrefixFold(k, reservedNats) || hasPrefixFold(k, reservedFencepost)
+}
+
+// hasPrefixFold: s starts with prefix, ASCII letters compared in any case.
+func hasPrefixFold(s, prefix string) bool {
+	if len(s) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		if lowerASCII(s[i]) != lowerASCII(prefix[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // HeaderValue is the first value of header key in h, whatever the case of

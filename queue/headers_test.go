@@ -33,6 +33,45 @@ func TestUserHeaders(t *testing.T) {
 	require.NotNil(t, queue.UserHeaders(nil))
 }
 
+// TestReservedFold: UserHeaders drops a header exactly when its name's
+// lower case starts with a reserved prefix, as the ToLower comparison it
+// replaced did, for names in any case and with runes outside ASCII whose
+// lower case is ASCII (FuzzUserHeaders tries others).
+func TestReservedFold(t *testing.T) {
+	for _, k := range []string{"NATS-Sequence", "nAtS-x", "Nats-", "Nats", "FENCEPOST-From", "fencepost-", "Fencepost", "\u212aey", "\u0130d", "Nat\u017f-x", "N\u0101ts-x", "Trace-Id", ""} {
+		t.Run(k, func(t *testing.T) { checkUserHeader(t, k) })
+	}
+}
+
+// FuzzUserHeaders: see TestReservedFold.
+func FuzzUserHeaders(f *testing.F) {
+	for _, k := range []string{"Nats-Msg-Id", "fencepost-from", "\u212a", "Trace-Id", "Status"} {
+		f.Add(k)
+	}
+	f.Fuzz(checkUserHeader)
+}
+
+func checkUserHeader(t *testing.T, k string) {
+	lower := strings.ToLower(k)
+	dropped := strings.HasPrefix(lower, "nats-") || strings.HasPrefix(lower, "fencepost-") || k == "Status" || k == "Description"
+	got := queue.UserHeaders(nats.Header{k: {"v"}})
+	if dropped {
+		require.Empty(t, got, "%q", k)
+	} else {
+		require.Equal(t, nats.Header{k: {"v"}}, got, "%q", k)
+	}
+}
+
+// BenchmarkUserHeaders: a delivered message's headers, as a producer with
+// a sender and a message id stores them.
+func BenchmarkUserHeaders(b *testing.B) {
+	h := nats.Header{"Fencepost-From": {"svc"}, "Nats-Msg-Id": {"m-1"}, "Trace-Id": {"t"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		queue.UserHeaders(h)
+	}
+}
+
 // FuzzValidateHeader: what the validator accepts survives the NATS header
 // encoding unchanged, and never smuggles in a reserved header.
 func FuzzValidateHeader(f *testing.F) {
