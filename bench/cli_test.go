@@ -58,6 +58,21 @@ func TestCLI(t *testing.T) {
 		t.Errorf("lost %v stale %v gap %v ratio %v", m["lost"], m["stale_commits"], m["takeover_gap_p99_ms"], m["ratio"])
 	}
 
+	// --owners and --faults: usage errors name what is wrong, and run
+	// nothing.
+	for _, c := range []struct{ args, want string }{
+		{"--scenario steady --owners 2", "--owners and --faults are of owner processes"},
+		{"--scenario fan-in --faults none", "--owners and --faults are of owner processes"},
+		{"--scenario takeover --faults kill,none", "none goes alone"},
+		{"--scenario takeover --faults kill,boom", `unknown fault "boom"`},
+		{"--scenario takeover --owners -1", "give 1 or more"},
+	} {
+		out, errOut, code := run(append([]string{"bench", "--quiet"}, strings.Fields(c.args)...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) || out != "" {
+			t.Errorf("bench %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, out, errOut, c.want)
+		}
+	}
+
 	if _, _, code := run("bench", "--scenario", "nope"); code != 2 {
 		t.Errorf("--scenario nope: exit %d, want 2", code)
 	}

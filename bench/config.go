@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/fencepost/fencepost/client"
@@ -57,7 +58,7 @@ type Config struct {
 	// (default: this executable, which must call OwnerMain when
 	// IsOwnerProcess); a fault every FaultEvery while ours posts, of the
 	// kinds in Faults in turn (default kill, stop, seize; handoff: term;
-	// zipf: kill).
+	// zipf: kill; none alone: no fault).
 	Owners     int
 	FaultEvery time.Duration
 	Faults     []string
@@ -210,6 +211,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("bench: cluster of %d members: use 3 to 5", c.Cluster)
 	case c.KillLeaders && c.Cluster == 0:
 		return c, errors.New("bench: kill-leaders kills members of the embedded cluster: give cluster 3")
+	case (c.Owners > 0 || len(c.Faults) > 0) && !c.withOwners():
+		return c, fmt.Errorf("bench: owners and faults are of owner processes: scenario %s has none (use takeover, handoff, zipf or counter)", c.Scenario)
 	case c.Auth && !c.withOwners():
 		return c, fmt.Errorf("bench: auth gives owner processes credentials of their own: scenario %s has none (use takeover, handoff or zipf)", c.Scenario)
 	}
@@ -224,8 +227,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.withOwners() {
 		for _, k := range c.Faults {
-			if k != FaultKill && k != FaultStop && k != FaultSeize && k != FaultTerm {
-				return c, fmt.Errorf("bench: fault %q: use kill, stop, seize or term", k)
+			if k == FaultNone && len(c.Faults) > 1 {
+				return c, fmt.Errorf("bench: faults %q: none goes alone", strings.Join(c.Faults, ","))
+			}
+			if k != FaultKill && k != FaultStop && k != FaultSeize && k != FaultTerm && k != FaultNone {
+				return c, fmt.Errorf("bench: fault %q: use kill, stop, seize, term or none", k)
 			}
 		}
 		if c.OwnerExe == "" {

@@ -27,6 +27,10 @@ const (
 	FaultStop  = "stop"  // SIGSTOP past the ttl, then SIGCONT: the woken owner must be fenced
 	FaultSeize = "seize" // another node force-seizes the owner's ids (then releases them)
 	FaultTerm  = "term"  // SIGTERM: a graceful stop that releases every id at once (handoff)
+	// FaultNone, alone in Config.Faults, injects none: the owners' cost
+	// without takeovers (what reading every post in every owner process
+	// costs: docs/design.md 3.10).
+	FaultNone = "none"
 )
 
 // Fault is one injected fault.
@@ -379,6 +383,9 @@ func (ps *procSet) seize(ctx context.Context, id string) error {
 // the posting ends (so that its ids still get mail to take over).
 func (ps *procSet) during(ctx context.Context, start time.Time, d time.Duration) {
 	every := ps.cfg.FaultEvery
+	if slices.Equal(ps.kinds, []string{FaultNone}) {
+		return
+	}
 	for k := 0; ; k++ {
 		at := start.Add(every/2 + time.Duration(k)*every)
 		if at.After(start.Add(d - every/2)) {

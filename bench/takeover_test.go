@@ -83,6 +83,29 @@ func TestTakeoverTiny(t *testing.T) {
 	}
 }
 
+// TestNoFaultsTiny: with Faults none the owner processes run the whole
+// round untouched (the cost of the owners alone, docs/design.md 3.10), and
+// owners or faults for a scenario without owner processes are refused.
+func TestNoFaultsTiny(t *testing.T) {
+	rep := runTiny(t, bench.Config{
+		Scenario: bench.ScenarioTakeover, Size: bench.SizeSmoke,
+		IDs: 4, Producers: 1, Duration: 3 * time.Second, Rounds: 1, Window: 32, MaxBacklog: 500, Settle: 15 * time.Second,
+		Owners: 2, FaultEvery: time.Second, Faults: []string{bench.FaultNone},
+	})
+	if rep.Takeovers != 0 || len(rep.Faults) != 0 || rep.Owners != 2 {
+		t.Errorf("%d takeovers %+v, %d owners; want none and 2", rep.Takeovers, rep.Faults, rep.Owners)
+	}
+	for _, cfg := range []bench.Config{
+		{Scenario: bench.ScenarioSteady, Owners: 2},
+		{Scenario: bench.ScenarioFanIn, Faults: []string{bench.FaultNone}},
+		{Scenario: bench.ScenarioTakeover, Faults: []string{bench.FaultKill, bench.FaultNone}},
+	} {
+		if _, err := bench.Run(context.Background(), cfg); err == nil {
+			t.Errorf("%+v: no error", cfg)
+		}
+	}
+}
+
 // TestHandoffTiny: owners stopped gracefully (SIGTERM) hand their ids to
 // a standby at once: no ttl to wait for.
 func TestHandoffTiny(t *testing.T) {

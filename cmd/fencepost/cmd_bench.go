@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -46,6 +47,8 @@ var benchFlags struct {
 	Cluster     int           `name:"cluster" placeholder:"N" help:"run an embedded cluster of N members (3 to 5) in this process instead of one server; the world and the raw stream are then R3 (see --replicas)"`
 	Replicas    int           `name:"replicas" placeholder:"N" help:"replicas of the world's streams and of the raw stream (default: 3 with --cluster, else 1)"`
 	KillLeaders bool          `name:"kill-leaders" help:"with --cluster: in each round kill the leader of the mailbox stream, then of the bucket stream (raw: its stream's leader twice), each member started again before the next kill; the stall of each kill is reported"`
+	Owners      int           `name:"owners" placeholder:"N" help:"takeover, handoff, zipf, counter: owner processes (default: the size's)"`
+	Faults      string        `name:"faults" placeholder:"LIST" complete:"kill,stop,seize,term,none" help:"takeover, handoff, zipf, counter: the faults injected in turn, comma-separated: kill, stop, seize, term; or none (default: the scenario's)"`
 	Quiet       bool          `name:"quiet" help:"no progress on stderr"`
 	Chart       string        `name:"chart" placeholder:"FILE" help:"write an SVG chart of throughput and latency p99 per second, takeovers marked, to this file"`
 }
@@ -54,15 +57,41 @@ func init() {
 	cliVars["bench_scenario"] = bench.ScenarioSteady
 	cliVars["bench_size"] = bench.SizeSmoke
 	register("bench", &command{
-		usage: "bench [--scenario steady|takeover|handoff|fan-in|zipf] [--size smoke|full] [--auth] [--chart FILE]",
+		usage: "bench [--scenario steady|takeover|handoff|fan-in|zipf|counter] [--size smoke|full] [--owners N] [--faults LIST] [--auth] [--chart FILE]",
 		short: "benchmark delivery beside raw JetStream on the same server; exit 1 if a message was lost or committed under a stale epoch",
 		examples: []string{
 			"fencepost bench --scenario takeover --size smoke   # a table: fencepost beside raw JetStream, lost and stale-epoch commits (both must be 0)",
+			"fencepost bench --scenario takeover --owners 1 --faults none   # what each owner process costs: compare with --owners 3",
 			"fencepost bench --server nats://10.0.0.1:4222 --scenario steady --json",
 		},
 		flags: &benchFlags,
 		run:   runBench,
 	})
+}
+
+// ownerScenarios are the scenarios with owner processes (--owners,
+// --faults).
+var ownerScenarios = []string{bench.ScenarioTakeover, bench.ScenarioHandoff, bench.ScenarioZipf, bench.ScenarioCounter}
+
+// benchFaults parses --faults: nil for the scenario's own, else the kinds
+// in turn; msg says what is wrong with it.
+func benchFaults(list string) (faults []string, msg string) {
+	if list == "" {
+		return nil, ""
+	}
+	for k := range strings.SplitSeq(list, ",") {
+		k = strings.TrimSpace(k)
+		switch k {
+		case bench.FaultKill, bench.FaultStop, bench.FaultSeize, bench.FaultTerm, bench.FaultNone:
+		default:
+			return nil, fmt.Sprintf("unknown fault %q: use kill, stop, seize, term (comma-separated) or none", k)
+		}
+		faults = append(faults, k)
+	}
+	if slices.Contains(faults, bench.FaultNone) && len(faults) > 1 {
+		return nil, "none goes alone"
+	}
+	return faults, ""
 }
 
 func runBench(e *env, args []string) int {
@@ -97,10 +126,21 @@ func runBench(e *env, args []string) int {
 		return e.usageErr("bench", "--auth gives owner processes credentials of their own: use takeover, handoff or zipf")
 	}
 
+	faults, msg := benchFaults(benchFlags.Faults)
+	if msg != "" {
+		return e.usageErr("bench", "--faults %q: %s", benchFlags.Faults, msg)
+	}
+	if benchFlags.Owners < 0 {
+		return e.usageErr("bench", "--owners %d: give 1 or more", benchFlags.Owners)
+	}
+	if (benchFlags.Owners > 0 || faults != nil) && !slices.Contains(ownerScenarios, benchFlags.Scenario) {
+		return e.usageErr("bench", "--owners and --faults are of owner processes: use %s", strings.Join(ownerScenarios, ", "))
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := bench.Config{Scenario: benchFlags.Scenario, Size: benchFlags.Size, IDs: benchFlags.IDs, Duration: benchFlags.Duration, Rounds: benchFlags.Rounds, Log: e.log, Auth: benchFlags.Auth,
-		Cluster: benchFlags.Cluster, Replicas: benchFlags.Replicas, KillLeaders: benchFlags.KillLeaders}
+		Cluster: benchFlags.Cluster, Replicas: benchFlags.Replicas, KillLeaders: benchFlags.KillLeaders, Owners: benchFlags.Owners, Faults: faults}
 	where := "an embedded server"
 	if cfg.Cluster != 0 {
 		where = fmt.Sprintf("an embedded %d-member cluster", cfg.Cluster)
