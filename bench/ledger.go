@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/world"
 )
@@ -135,7 +136,7 @@ func (l *ledger) follow(ctx context.Context, w *world.World, history int64) erro
 			return
 		}
 		subj := m.Subject()
-		op := m.Headers().Get("KV-Operation")
+		op := m.Headers().Get(jsapi.HeaderKVOperation)
 		switch {
 		case strings.HasPrefix(subj, wire.KeySubject(l.world, wire.RecordPrefix)):
 			id, err := wire.KeyID(l.world, wire.RecordPrefix, subj)

@@ -10,15 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/history"
-)
-
-// Headers of a fenced write (docs/wire.md, "Fence").
-const (
-	hdrExpectSeq     = "Nats-Expected-Last-Subject-Sequence"
-	hdrExpectSubject = "Nats-Expected-Last-Subject-Sequence-Subject"
-	hdrKVOperation   = "KV-Operation"
 )
 
 // commitLog is a list of commits, safe for concurrent use: the commits the
@@ -101,7 +96,7 @@ func (f *follower) onMsg(m jetstream.Msg) {
 	f.skipped += seq - f.last - 1
 	f.last = seq
 	f.read++
-	if m.Headers().Get(hdrKVOperation) != "" {
+	if m.Headers().Get(jsapi.HeaderKVOperation) != "" {
 		return // a delete or purge marker
 	}
 	subj := m.Subject()
@@ -125,8 +120,8 @@ func (f *follower) onMsg(m jetstream.Msg) {
 			f.bad++
 			return
 		}
-		rev, _ := strconv.ParseUint(m.Headers().Get(hdrExpectSeq), 10, 64)
-		f.writes = append(f.writes, CursorWrite{ID: id, Seq: seq, Cursor: c.Seq, Revision: rev, Subject: m.Headers().Get(hdrExpectSubject), At: at})
+		rev, _ := strconv.ParseUint(m.Headers().Get(fencing.HeaderExpectedSeq), 10, 64)
+		f.writes = append(f.writes, CursorWrite{ID: id, Seq: seq, Cursor: c.Seq, Revision: rev, Subject: m.Headers().Get(fencing.HeaderExpectedSubject), At: at})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/history"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -39,8 +40,8 @@ func TestFollower_AttributesAndFlagsUnfenced(t *testing.T) {
 		m := nats.NewMsg(wire.KeySubject(w.Name, wire.CursorKey("x")))
 		m.Data = body
 		if rev != 0 {
-			m.Header.Set(hdrExpectSeq, fmt.Sprint(rev))
-			m.Header.Set(hdrExpectSubject, wire.RecordSubject(w.Name, fenceOf))
+			m.Header.Set(fencing.HeaderExpectedSeq, fmt.Sprint(rev))
+			m.Header.Set(fencing.HeaderExpectedSubject, wire.RecordSubject(w.Name, fenceOf))
 		}
 		ack, err := js.PublishMsg(ctx, m)
 		if err == nil {

@@ -35,6 +35,14 @@ func WithTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 // ErrNotFound: the stream has no message that matches.
 var ErrNotFound = errors.New("jsapi: no message")
 
+// The header of a KV entry that is a marker, not a value, and its values:
+// a delete or a purge (JetStream's KV layout).
+const (
+	HeaderKVOperation = "KV-Operation"
+	KVOpDelete        = "DEL"
+	KVOpPurge         = "PURGE"
+)
+
 // GetRequest is JetStream's message get request.
 type GetRequest struct {
 	Seq       uint64   `json:"seq,omitempty"`
@@ -104,8 +112,8 @@ func IsMarker(h nats.Header) bool {
 	if len(h) == 0 {
 		return false
 	}
-	switch h.Get("KV-Operation") {
-	case "DEL", "PURGE":
+	switch h.Get(HeaderKVOperation) {
+	case KVOpDelete, KVOpPurge:
 		return true
 	}
 	return h.Get(jetstream.MarkerReasonHeader) != ""

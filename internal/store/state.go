@@ -76,12 +76,6 @@ type StateWrite struct {
 	Value []byte
 }
 
-// A KV delete marker's header.
-const (
-	kvOperation = "KV-Operation"
-	kvDelete    = "DEL"
-)
-
 // StateMsgs is a state batch of world: the writes, then the cursor, each
 // with the fence.
 func StateMsgs(world string, f fencing.Fence, cursorSubj string, cursor []byte, w []StateWrite) []*nats.Msg {
@@ -89,7 +83,7 @@ func StateMsgs(world string, f fencing.Fence, cursorSubj string, cursor []byte, 
 	for _, x := range w {
 		m := nats.NewMsg(wire.KeySubject(world, wire.StateKey(f.ID, x.Key)))
 		if x.Value == nil {
-			m.Header.Set(kvOperation, kvDelete)
+			m.Header.Set(jsapi.HeaderKVOperation, jsapi.KVOpDelete)
 		} else {
 			m.Data = x.Value
 		}
