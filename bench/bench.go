@@ -169,6 +169,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.RawLatencyP50, rep.RawLatencyP99, rep.RawLatencyP999, _ = raw.s.percentiles()
 	rep.CPUPerMsgUs, rep.RequestsPerMsg = ours.s.costPerMsg()
 	rep.RawCPUPerMsgUs, rep.RawRequestsPerMsg = raw.s.costPerMsg()
+	rep.OwnersCPUPerMsgUs = ours.s.ownersCPUPerMsg()
 	rep.DuplicatesPct = ours.s.duplicatesPct()
 	rep.Lost, rep.RawLost = ours.s.lost(), raw.s.lost()
 	rep.Timeline = timeline(ours.s, raw.s)

@@ -52,6 +52,15 @@ func (s *side) costPerMsg() (cpuUs, requests float64) {
 	return round(float64(s.cpu.Microseconds())/n, 1), round(float64(s.inMsgs)/n, 3)
 }
 
+// ownersCPUPerMsg is the owner processes' CPU microseconds per delivered
+// message (0 without owners).
+func (s *side) ownersCPUPerMsg() float64 {
+	if s.delivered <= 0 {
+		return 0
+	}
+	return round(float64(s.ownersCPU.Microseconds())/float64(s.delivered), 1)
+}
+
 // machineCPU is the CPU time the machine spent outside idle since boot
 // (Linux /proc/stat, in USER_HZ ticks of 10 ms), or 0.
 func machineCPU() time.Duration {

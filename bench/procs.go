@@ -111,6 +111,7 @@ type procSet struct {
 	faults    []Fault
 	closing   bool
 	nFaults   atomic.Int64
+	cpu       atomic.Int64 // CPU time of the owner processes that exited, in ns
 	unplanned atomic.Int64
 	readers   sync.WaitGroup
 	spawns    sync.WaitGroup // replacements being started
@@ -188,6 +189,9 @@ func (ps *procSet) spawn(ctx context.Context) (*proc, error) {
 			ps.report(fmt.Errorf("bench: reading owner %s: %w", node, err))
 		}
 		p.exit = cmd.Wait()
+		if st := cmd.ProcessState; st != nil {
+			ps.cpu.Add(int64(st.UserTime() + st.SystemTime()))
+		}
 		close(p.done)
 		ps.exited(p)
 	}()

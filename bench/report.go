@@ -51,6 +51,12 @@ type Report struct {
 	RawRequestsPerMsg float64 `json:"raw_round_trips_per_msg,omitempty"`
 	CPUPerMsgUs       float64 `json:"cpu_us_per_msg,omitempty"`
 	RawCPUPerMsgUs    float64 `json:"raw_cpu_us_per_msg,omitempty"`
+	// OwnersCPUPerMsgUs is the part of CPUPerMsgUs spent in the owner
+	// processes (takeover, handoff, zipf, counter): their own CPU time, over
+	// their whole lives (the raw rounds they sat through included), per
+	// delivered message. Each owner reads every post (docs/design.md 3.10):
+	// compare --owners 1 and 3.
+	OwnersCPUPerMsgUs float64 `json:"owners_cpu_us_per_msg,omitempty"`
 
 	// Takeovers is the number of faults injected; the gaps run from each
 	// fault to the first delivery of each of the victim's ids under a newer

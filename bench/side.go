@@ -30,6 +30,7 @@ type side struct {
 
 	sent, delivered int64         // final figures
 	cpu             time.Duration // machine CPU time during the side's rounds (cost.go)
+	ownersCPU       time.Duration // the owner processes' own CPU time, their whole lives (0: none)
 	inMsgs          int64         // messages clients sent the server during them
 	nSent           atomic.Int64
 	nDelivered      atomic.Int64

@@ -95,6 +95,11 @@ func TestNoFaultsTiny(t *testing.T) {
 	if rep.Takeovers != 0 || len(rep.Faults) != 0 || rep.Owners != 2 {
 		t.Errorf("%d takeovers %+v, %d owners; want none and 2", rep.Takeovers, rep.Faults, rep.Owners)
 	}
+	// The owners' CPU, read from the exited processes, is part of the
+	// machine's.
+	if rep.OwnersCPUPerMsgUs <= 0 || (rep.CPUPerMsgUs > 0 && rep.OwnersCPUPerMsgUs >= rep.CPUPerMsgUs) {
+		t.Errorf("owners' CPU %.1f us per message, the machine's %.1f", rep.OwnersCPUPerMsgUs, rep.CPUPerMsgUs)
+	}
 	for _, cfg := range []bench.Config{
 		{Scenario: bench.ScenarioSteady, Owners: 2},
 		{Scenario: bench.ScenarioFanIn, Faults: []string{bench.FaultNone}},

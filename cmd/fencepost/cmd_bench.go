@@ -311,6 +311,9 @@ func printBenchTable(e *env, r bench.Report) {
 	if r.CPUPerMsgUs > 0 {
 		fmt.Fprintf(tw, "machine CPU per delivery us (every process)\t%.1f\t%.1f\t%s\t\n", r.CPUPerMsgUs, r.RawCPUPerMsgUs, ratio(r.CPUPerMsgUs, r.RawCPUPerMsgUs))
 	}
+	if r.OwnersCPUPerMsgUs > 0 {
+		fmt.Fprintf(tw, "  of which the owner processes us\t%.1f\t\t\t\n", r.OwnersCPUPerMsgUs)
+	}
 	fmt.Fprintf(tw, "messages sent\t%d\t%d\t\t\n", r.Sent, r.RawSent)
 	fmt.Fprintf(tw, "duplicates %%\t%.4f\t\t\t\n", r.DuplicatesPct)
 	fmt.Fprintf(tw, "lost\t%d\t%d\t\t\n", r.Lost, r.RawLost)
