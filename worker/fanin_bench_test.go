@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -62,7 +61,7 @@ func BenchmarkWorkerFanIn(b *testing.B) {
 	post(ids) // warm-up: every id claimed
 	testutil.WaitFor(b, 2*time.Minute, "the warm-up round delivered", func() bool { return delivered.Load() >= ids })
 	delivered.Store(0)
-	cpu0 := processCPU()
+	cpu0 := testutil.ProcessCPU()
 	b.ResetTimer()
 	for sent := 0; sent < b.N; {
 		n := min(ids, b.N-sent)
@@ -71,18 +70,9 @@ func BenchmarkWorkerFanIn(b *testing.B) {
 		testutil.WaitFor(b, 2*time.Minute, "the round delivered", func() bool { return delivered.Load() >= int64(sent) })
 	}
 	b.StopTimer()
-	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+	b.ReportMetric(float64((testutil.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
 	stop()
 	for range workers {
 		require.NoError(b, <-done)
 	}
-}
-
-// processCPU is the CPU time this process used (user and system).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
