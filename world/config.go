@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fencepost/fencepost/internal/wire"
 )
 
 // Storage says where a world's streams keep their data.
@@ -64,6 +66,12 @@ type Config struct {
 	// PurgeByServer (fencepostd, from the stored cursors), for worlds whose
 	// owners may not purge (docs/security.md).
 	Purge PurgeMode `json:"purge,omitempty"`
+	// Partitions, if not 0, has the mailbox stream republish every post
+	// to one of this many partitions by its id, so that each worker reads
+	// the posts of the partitions it serves instead of every post
+	// (docs/design.md 3.13). 0, the default, is none: every worker reads
+	// every post.
+	Partitions int `json:"partitions,omitempty"`
 }
 
 // PurgeMode says who purges committed messages.
@@ -220,6 +228,8 @@ func (c Config) Validate() error {
 		return bad("storage", "%q is neither %q nor %q", c.Storage, FileStorage, MemoryStorage)
 	case c.Purge != PurgeByOwner && c.Purge != PurgeByServer:
 		return bad("purge", "%q is neither %q nor %q", c.Purge, PurgeByOwner, PurgeByServer)
+	case c.Partitions < 0 || c.Partitions > wire.MaxPartitions:
+		return bad("partitions", "%d is outside 0 (none)..%d", c.Partitions, wire.MaxPartitions)
 	}
 	return nil
 }

@@ -180,6 +180,10 @@ func mailboxConfig(name string, cfg Config, storage jetstream.StorageType) jetst
 	if maxBytes == 0 {
 		maxBytes = -1
 	}
+	var republish *jetstream.RePublish
+	if cfg.Partitions > 0 {
+		republish = &jetstream.RePublish{Source: wire.RepublishSource(name), Destination: wire.RepublishDestination(name, cfg.Partitions)}
+	}
 	return jetstream.StreamConfig{
 		Name:                 wire.MailboxStream(name),
 		Description:          "fencepost world " + name + ": mailboxes and dead letters",
@@ -195,6 +199,7 @@ func mailboxConfig(name string, cfg Config, storage jetstream.StorageType) jetst
 		Storage:              storage,
 		AllowDirect:          true,
 		AllowAtomicPublish:   true,
+		RePublish:            republish,
 	}
 }
 

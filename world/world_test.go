@@ -1,6 +1,7 @@
 package world_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,4 +50,44 @@ func TestConfig_Purge(t *testing.T) {
 	c.Purge = "nobody"
 	require.ErrorIs(t, c.Validate(), world.ErrInvalidConfig)
 	require.ErrorContains(t, c.Validate(), "purge")
+}
+
+// TestCreate_Partitions: a world with partitions republishes each post to
+// its id's partition (what a worker subscribes to), with the subject's
+// previous sequence; after a reset too. Partitions outside 0..1024 are
+// refused and create nothing.
+func TestCreate_Partitions(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	ctx := testutil.Ctx(t, 20*time.Second)
+	for _, n := range []int{-1, wire.MaxPartitions + 1} {
+		_, err := world.Create(ctx, env.Client.JetStream(), "bad", world.Config{Partitions: n})
+		require.ErrorIs(t, err, world.ErrInvalidConfig, "%d partitions", n)
+		_, err = world.Open(ctx, env.Client.JetStream(), "bad")
+		require.ErrorIs(t, err, world.ErrUnknownWorld, "a refused world was created")
+	}
+	w := env.World(t, world.Config{Partitions: 8})
+	require.Equal(t, 8, w.Config.Partitions)
+	nc := env.Client.JetStream().Conn()
+	for round := range 2 {
+		sub, err := nc.SubscribeSync(wire.RepublishSubject(w.Name, "order-1", 8))
+		require.NoError(t, err)
+		require.NoError(t, nc.Flush())
+		a, err := w.Queue.Send(ctx, "order-1", []byte("a"))
+		require.NoError(t, err)
+		b, err := w.Queue.Send(ctx, "order-1", []byte("b"))
+		require.NoError(t, err)
+		for _, want := range []struct {
+			seq, prev uint64
+			body      string
+		}{{a.Seq, 0, "a"}, {b.Seq, a.Seq, "b"}} {
+			m, err := sub.NextMsg(5 * time.Second)
+			require.NoError(t, err, "round %d", round)
+			require.Equal(t, want.body, string(m.Data))
+			require.Equal(t, wire.MailboxSubject(w.Name, "order-1"), m.Header.Get(wire.HeaderRepublishSubject))
+			require.Equal(t, fmt.Sprint(want.seq), m.Header.Get(wire.HeaderRepublishSeq))
+			require.Equal(t, fmt.Sprint(want.prev), m.Header.Get(wire.HeaderLastSeq))
+		}
+		require.NoError(t, sub.Unsubscribe())
+		require.NoError(t, world.Reset(ctx, env.Client.JetStream(), w.Name))
+	}
 }
