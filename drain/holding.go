@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -184,8 +185,12 @@ func (h *Holding) Deliver(ctx context.Context, msgs []*jetstream.RawStreamMsg, h
 	if !h.live {
 		return Result{}, false, nil
 	}
-	for len(msgs) > 0 && msgs[0].Sequence <= h.position() {
-		msgs = msgs[1:]
+	msgs, whole := following(msgs, h.position())
+	if !whole {
+		// A message of the id was stored between what the holding has
+		// and msgs, and is not in msgs: drain from the cursor instead.
+		h.live = false
+		return Result{}, false, nil
 	}
 	if len(msgs) == 0 {
 		return Result{}, true, nil
@@ -207,6 +212,42 @@ func (h *Holding) Deliver(ctx context.Context, msgs []*jetstream.RawStreamMsg, h
 	}
 	res, err = h.end(ctx, r, err, err == nil && !again)
 	return res, true, err
+}
+
+// following is msgs without what the holding has (sequences up to pos)
+// and without repeats, in stream order; whole says whether it holds every
+// message of the id stored after pos up to its last. A message that says
+// which message of its subject was stored before it (wire.HeaderLastSeq: a
+// post republished to a partitioned world's workers, 3.13) proves that
+// nothing was missed before it when that one is pos or earlier, or the
+// message before it in msgs; a message that does not say (the one
+// consumer of every post, which never skips one) is taken as it comes.
+func following(msgs []*jetstream.RawStreamMsg, pos uint64) (out []*jetstream.RawStreamMsg, whole bool) {
+	for len(msgs) > 0 && msgs[0].Sequence <= pos {
+		msgs = msgs[1:]
+	}
+	seen := pos
+	for i, m := range msgs {
+		if m.Sequence <= seen {
+			if out == nil {
+				out = append(make([]*jetstream.RawStreamMsg, 0, len(msgs)), msgs[:i]...)
+			}
+			continue
+		}
+		if prev := m.Header.Get(wire.HeaderLastSeq); prev != "" {
+			if p, err := strconv.ParseUint(prev, 10, 64); err != nil || p > seen {
+				return nil, false
+			}
+		}
+		if out != nil {
+			out = append(out, m)
+		}
+		seen = m.Sequence
+	}
+	if out == nil {
+		return msgs, true
+	}
+	return out, true
 }
 
 // Start is the first delivery of a holding whose caller read every message

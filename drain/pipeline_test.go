@@ -544,3 +544,54 @@ func TestRestAfter(t *testing.T) {
 	require.Equal(t, start.Add(15*time.Second), drain.RestAfter(start, start.Add(3*time.Second)))
 	require.Equal(t, start, drain.RestAfter(start, start), "a purge that took no time: no rest")
 }
+
+// TestHolding_DeliverGap: a message that names its subject's previous
+// message (a partitioned world's republished post, wire.HeaderLastSeq)
+// is handed out only if the holding has that one or an earlier one, or it
+// is in the batch before it; a batch with a gap is not delivered at all
+// and the holding drains instead, which hands out every message once and
+// in order. Repeats within a batch (the same post through two
+// subscriptions) are skipped.
+func TestHolding_DeliverGap(t *testing.T) {
+	ctx, w, _, ss, _, h := holdX(t)
+	defer ss.Close()
+	var rec testutil.Recorder
+	send(t, ctx, w, "x", "1")
+	_, err := h.Drain(ctx, rec.Handle)
+	require.NoError(t, err)
+	require.True(t, h.Live())
+	first := mailboxMsgs(t, ctx, w, "x", 0)[0].Sequence
+
+	// As republished: each message names the one before it.
+	send(t, ctx, w, "x", "2", "3", "4")
+	msgs := mailboxMsgs(t, ctx, w, "x", first)
+	require.Len(t, msgs, 3)
+	prev := first
+	for _, m := range msgs {
+		m.Header.Set(wire.HeaderLastSeq, fmt.Sprint(prev))
+		prev = m.Sequence
+	}
+	// "2" lost: "3" names it, the holding never had it.
+	_, ok, err := h.Deliver(ctx, msgs[1:], rec.Handle)
+	require.NoError(t, err)
+	require.False(t, ok, "a batch after a gap")
+	require.False(t, h.Live(), "a gap ends liveness")
+	require.Equal(t, []string{"1"}, rec.Bodies(), "nothing of a batch with a gap is handed out")
+	_, err = h.Drain(ctx, rec.Handle)
+	require.NoError(t, err)
+	require.Equal(t, []string{"1", "2", "3", "4"}, rec.Bodies(), "the drain hands out what the gap hid, once")
+	require.True(t, h.Live())
+
+	// Contiguous, with repeats (and the messages already handed out): "5"
+	// and "6" once, in order.
+	send(t, ctx, w, "x", "5", "6")
+	more := mailboxMsgs(t, ctx, w, "x", msgs[2].Sequence)
+	more[0].Header.Set(wire.HeaderLastSeq, fmt.Sprint(msgs[2].Sequence))
+	more[1].Header.Set(wire.HeaderLastSeq, fmt.Sprint(more[0].Sequence))
+	batch := []*jetstream.RawStreamMsg{msgs[2], more[0], msgs[2], more[0], more[1], more[0]}
+	_, ok, err = h.Deliver(ctx, batch, rec.Handle)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, []string{"1", "2", "3", "4", "5", "6"}, rec.Bodies())
+	require.NoError(t, h.Flush(ctx))
+}
