@@ -25,3 +25,17 @@ func SetFeedFault(wk *Worker, f func() error) { wk.feedFault = f }
 // EndMax is the most held ids seen sending their last writes at once while
 // wk stopped, and the bound.
 func EndMax(wk *Worker) (seen int64, bound int) { return wk.endMax.Load(), stopWrites }
+
+// Partitions is how many partitions wk serves, and how many posts its
+// partitioned feed received (0, 0 on a world without partitions).
+func Partitions(wk *Worker) (served int, received int64) {
+	if wk.parts == nil {
+		return 0, 0
+	}
+	return wk.parts.served(), wk.parts.received.Load()
+}
+
+// SetRepublishFault makes the partitioned feed drop a republished post
+// whenever f returns true for it: a loss of core NATS delivery, which the
+// server cannot be made to cause on demand.
+func SetRepublishFault(wk *Worker, f func(seq uint64) bool) { wk.dropRepublished = f }

@@ -58,76 +58,13 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 			return fmt.Errorf("worker: follow posts: %w", err)
 		}
 	}
-	filter := []string{wire.MailboxFilter(wk.w.Name)}
-	if wk.ids != nil && len(wk.ids) <= 64 {
-		filter = filter[:0]
-		for id := range wk.ids {
-			filter = append(filter, wire.MailboxSubject(wk.w.Name, id))
-		}
-	}
-	// With a sweep the consumer reads every message from the first on
-	// (the sweep must see each); without, from the next one stored. Never
-	// "new": an ordered consumer that is reset before it delivered a
-	// message is made again with its first policy, and "new" then skips
-	// what was stored in between, which no inbox would ever get (the soak
-	// lost three messages so, a cluster member killed under a fresh
-	// worker). A start sequence read once is the same on every reset.
-	occ := jetstream.OrderedConsumerConfig{FilterSubjects: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
-	if wk.sweep == nil {
-		info, err := handles.Of(wk.w).Mailbox.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("worker: follow posts: %w", err)
-		}
-		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, info.State.LastSeq+1
-	}
-	cons, err := handles.Of(wk.w).Mailbox.OrderedConsumer(ctx, occ)
+	stopPosts, err := wk.followPosts(ctx, cand)
 	if err != nil {
-		return fmt.Errorf("worker: follow posts: %w", err)
-	}
-	posts, err := cons.Consume(func(m jetstream.Msg) {
-		meta, err := m.Metadata()
-		if err != nil {
-			wk.log.Warn("follow posts: a message without metadata", "subject", m.Subject(), "error", err)
-			wk.gapAll()
-			return
-		}
-		// The subject is decoded once, for the sweep and the routing.
-		id, err := wire.MailboxID(wk.w.Name, m.Subject())
-		if wk.sweep != nil {
-			if err != nil {
-				wk.sweep.SawID(meta.Sequence.Stream, "")
-			} else {
-				wk.sweep.SawID(meta.Sequence.Stream, id)
-			}
-		}
-		if err != nil || !wk.wants(id) {
-			return
-		}
-		sm := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
-		wk.mu.Lock()
-		h := wk.held[id]
-		if h == nil {
-			wk.kept.add(id, sm)
-		}
-		wk.mu.Unlock()
-		if h != nil {
-			h.post(sm)
-			return
-		}
-		wk.propose(cand, candidate{id, fromPost})
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		// The consumer may have missed messages while it failed: every
-		// held id drains from its cursor before it takes its inbox again.
-		wk.log.Debug("follow posts", "error", err)
-		wk.gapAll()
-		wk.missed.Store(true) // and posts of ids not held here
-	}))
-	if err != nil {
-		return fmt.Errorf("worker: follow posts: %w", err)
+		return err
 	}
 	events, err := wk.own.Watch(ctx, "")
 	if err != nil {
-		posts.Stop()
+		stopPosts()
 		return fmt.Errorf("worker: watch ownership: %w", err)
 	}
 	if wk.sweep != nil {
@@ -154,7 +91,7 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		defer posts.Stop()
+		defer stopPosts()
 		for ev := range events {
 			if h := wk.holding(ev.ID); h != nil && h.lost != nil && ev.Epoch > h.lease.Epoch {
 				// A newer epoch is on the record: stop this holding's
@@ -165,6 +102,7 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 			case ownership.EventLapsed, ownership.EventReleased, ownership.EventDeleted:
 				if ev.Kind == ownership.EventLapsed && ev.NodeLease != 0 {
 					wk.dropPeer(ev.Node) // its node lease lapsed: it is gone
+					wk.reassign(ctx)
 				}
 				if wk.wants(ev.ID) {
 					wk.propose(cand, candidate{ev.ID, fromFree})
@@ -215,6 +153,88 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 		}
 	}()
 	return nil
+}
+
+// followPosts starts following posts to mailboxes: one ordered consumer of
+// every post (or of the worker's ids), or on a partitioned world the
+// partitions' subscriptions (parts.go). A held id's messages go to its
+// inbox, another id's make it a candidate. stop ends it.
+func (wk *Worker) followPosts(ctx context.Context, cand chan<- candidate) (stop func(), err error) {
+	if wk.parts != nil {
+		if err := wk.startParts(cand); err != nil {
+			wk.parts.stop()
+			return nil, fmt.Errorf("worker: follow posts: %w", err)
+		}
+		return wk.parts.stop, nil
+	}
+	filter := []string{wire.MailboxFilter(wk.w.Name)}
+	if wk.ids != nil && len(wk.ids) <= 64 {
+		filter = filter[:0]
+		for id := range wk.ids {
+			filter = append(filter, wire.MailboxSubject(wk.w.Name, id))
+		}
+	}
+	// With a sweep the consumer reads every message from the first on
+	// (the sweep must see each); without, from the next one stored. Never
+	// "new": an ordered consumer that is reset before it delivered a
+	// message is made again with its first policy, and "new" then skips
+	// what was stored in between, which no inbox would ever get (the soak
+	// lost three messages so, a cluster member killed under a fresh
+	// worker). A start sequence read once is the same on every reset.
+	occ := jetstream.OrderedConsumerConfig{FilterSubjects: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if wk.sweep == nil {
+		info, err := handles.Of(wk.w).Mailbox.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("worker: follow posts: %w", err)
+		}
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, info.State.LastSeq+1
+	}
+	cons, err := handles.Of(wk.w).Mailbox.OrderedConsumer(ctx, occ)
+	if err != nil {
+		return nil, fmt.Errorf("worker: follow posts: %w", err)
+	}
+	posts, err := cons.Consume(func(m jetstream.Msg) {
+		meta, err := m.Metadata()
+		if err != nil {
+			wk.log.Warn("follow posts: a message without metadata", "subject", m.Subject(), "error", err)
+			wk.gapAll()
+			return
+		}
+		// The subject is decoded once, for the sweep and the routing.
+		id, err := wire.MailboxID(wk.w.Name, m.Subject())
+		if wk.sweep != nil {
+			if err != nil {
+				wk.sweep.SawID(meta.Sequence.Stream, "")
+			} else {
+				wk.sweep.SawID(meta.Sequence.Stream, id)
+			}
+		}
+		if err != nil || !wk.wants(id) {
+			return
+		}
+		sm := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
+		wk.mu.Lock()
+		h := wk.held[id]
+		if h == nil {
+			wk.kept.add(id, sm)
+		}
+		wk.mu.Unlock()
+		if h != nil {
+			h.post(sm)
+			return
+		}
+		wk.propose(cand, candidate{id, fromPost})
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		// The consumer may have missed messages while it failed: every
+		// held id drains from its cursor before it takes its inbox again.
+		wk.log.Debug("follow posts", "error", err)
+		wk.gapAll()
+		wk.missed.Store(true) // and posts of ids not held here
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("worker: follow posts: %w", err)
+	}
+	return posts.Stop, nil
 }
 
 // propose offers a candidate. One the channel has no room for is noted,

@@ -186,6 +186,13 @@ func (wk *Worker) claim(ctx context.Context, wg *sync.WaitGroup, ss *ownership.S
 		wk.log.Warn("cannot drain a claimed id", "id", id, "error", err)
 		return false
 	}
+	if wk.parts != nil {
+		// Its posts reach this worker before its first drain reads.
+		if err := wk.parts.hold(id); err != nil {
+			wk.log.Warn("subscribe to a claimed id's posts; its deliveries are drains until a scan", "id", id, "error", err)
+			wk.missed.Store(true)
+		}
+	}
 	hctx, lost := context.WithCancelCause(ctx)
 	h := &holding{lease: l, drains: drains, more: make(chan struct{}, 1), inbox: newInbox(), lost: lost}
 	h.active.Store(time.Now().UnixNano())
@@ -223,24 +230,34 @@ const freedFallback = 50 * time.Millisecond
 // killed and its node lease not lapsed yet; a node whose lease lapsed is
 // dropped before its ids' lapses are handled).
 func (wk *Worker) claimWait(id string, freed bool) time.Duration {
-	load := min(time.Duration(wk.count())*wk.cfg.Spread, wk.cfg.MaxSpread) + rank(id, wk.cfg.Node, 10*wk.cfg.Spread)
+	key := id
+	if wk.parts != nil {
+		key = partKey(wk.parts.partition(id))
+	}
+	load := min(time.Duration(wk.count())*wk.cfg.Spread, wk.cfg.MaxSpread) + rank(key, wk.cfg.Node, 10*wk.cfg.Spread)
 	peers := wk.peers.Load()
 	if peers == nil {
 		return load
 	}
-	first, best := wk.cfg.Node, score(id, wk.cfg.Node)
-	for _, n := range *peers {
-		if sc := score(id, n); sc > best || sc == best && n < first {
-			first, best = n, sc
-		}
-	}
-	if first == wk.cfg.Node {
+	if wk.first(key, *peers) == wk.cfg.Node {
 		return 0
 	}
 	if freed {
 		return freedFallback + load
 	}
 	return max(claimFallback, wk.cfg.TTL) + load
+}
+
+// first is the node that tries key first: the highest score among the
+// live nodes and this one (rendezvous hashing).
+func (wk *Worker) first(key string, peers []string) string {
+	first, best := wk.cfg.Node, score(key, wk.cfg.Node)
+	for _, n := range peers {
+		if sc := score(key, n); sc > best || sc == best && n < first {
+			first, best = n, sc
+		}
+	}
+	return first
 }
 
 // listPeers lists the live nodes again.
@@ -254,6 +271,7 @@ func (wk *Worker) listPeers(ctx context.Context) {
 	}
 	slices.Sort(nodes)
 	wk.peers.Store(&nodes)
+	wk.reassign(ctx)
 }
 
 // dropPeer removes a node whose node lease lapsed from the live nodes, so

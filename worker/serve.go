@@ -59,6 +59,12 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 			}
 		}
 		cancel()
+		if wk.parts != nil {
+			// Before the id leaves the map: a claim of it again (which
+			// waits for that) subscribes anew, and this drop cannot
+			// undo it.
+			wk.parts.drop(id)
+		}
 		wk.mu.Lock()
 		delete(wk.held, id)
 		wk.mu.Unlock()

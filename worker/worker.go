@@ -83,6 +83,9 @@ type Worker struct {
 	// second (drain.Sweeper), fed by the worker's consumer; nil when the
 	// worker reads only some ids (cfg.IDs) or the server purges.
 	sweep *drain.Sweeper
+	// parts: the feed of a worker of every id of a partitioned world
+	// (parts.go); nil: one consumer of every post (feed.go).
+	parts *parts
 
 	slots      chan struct{} // one per running drain (cfg.Parallel)
 	claimSlots int           // claims run at once (cfg.Parallel, at most maxClaims)
@@ -110,6 +113,9 @@ type Worker struct {
 	serving   atomic.Int64
 	// feedFault (tests only) fails feed's setup when it returns an error.
 	feedFault func() error
+	// dropRepublished (tests only) drops the republished posts it says
+	// true of (parts.go).
+	dropRepublished func(seq uint64) bool
 
 	mu      sync.Mutex
 	held    map[string]*holding
@@ -216,7 +222,12 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 		return nil, err
 	}
 	wk := &Worker{w: w, own: own, cfg: cfg, slots: make(chan struct{}, cfg.Parallel), endSlots: make(chan struct{}, stopWrites), claimSlots: min(cfg.Parallel, maxClaims), h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}, parkAfter: defaultParkAfter}
-	if len(cfg.IDs) == 0 && w.Config.Purge != world.PurgeByServer {
+	switch {
+	case len(cfg.IDs) == 0 && w.Config.Partitions > 0:
+		// Nothing here reads every post: no sweep, and each id purges
+		// its own (3.13).
+		wk.parts = newParts(w.Name, w.Config.Partitions)
+	case len(cfg.IDs) == 0 && w.Config.Purge != world.PurgeByServer:
 		wk.sweep = dr.NewSweeper()
 	}
 	// Keeping needs a consumer that reads from the first message: the

@@ -1,0 +1,269 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/wire"
+)
+
+// parts is the feed of a worker of a partitioned world (docs/design.md
+// 3.13): instead of one consumer of every post, core subscriptions to the
+// posts the mailbox stream republishes to the partitions this worker
+// serves (those whose first choice it is among the live nodes), and to the
+// posts of each id it holds outside them. A message of a held id goes to
+// its inbox; another id's post makes it a candidate, as with the
+// consumer. Core NATS may lose a message (a reconnect): each republished
+// post names its subject's previous message, so the holding sees the gap
+// (drain.Holding.Deliver) and drains from its cursor, and a reconnect
+// flags every holding and asks for a scan.
+type parts struct {
+	n     int // the world's partitions
+	world string
+	nc    *nats.Conn
+	on    nats.MsgHandler
+
+	mu   sync.Mutex
+	mine map[int]*nats.Subscription    // the partitions served
+	own  map[string]*nats.Subscription // held ids outside them, by id
+	want map[string]bool               // ids being claimed or held here
+	// reconnects: the connection's count when last looked at.
+	reconnects uint64
+	// received counts the posts received (tests).
+	received atomic.Int64
+}
+
+func newParts(w string, n int) *parts {
+	return &parts{n: n, world: w, mine: map[int]*nats.Subscription{}, own: map[string]*nats.Subscription{}, want: map[string]bool{}}
+}
+
+// partition is id's partition.
+func (p *parts) partition(id string) int { return wire.Partition(wire.EncodeID(id), p.n) }
+
+// key is what orders the nodes for id (claimWait): its partition, so that
+// an id's first choice is the node that reads its posts.
+func partKey(q int) string { return "partition " + strconv.Itoa(q) }
+
+// start subscribes to every partition until the live nodes are listed
+// (more reading than needed, never less).
+func (p *parts) start(nc *nats.Conn, on nats.MsgHandler) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.nc, p.on = nc, on
+	p.reconnects = nc.Stats().Reconnects
+	all := map[int]bool{}
+	for q := range p.n {
+		all[q] = true
+	}
+	_, err := p.assignLocked(all)
+	return err
+}
+
+// stop ends every subscription.
+func (p *parts) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for q, s := range p.mine {
+		_ = s.Unsubscribe()
+		delete(p.mine, q)
+	}
+	for id, s := range p.own {
+		_ = s.Unsubscribe()
+		delete(p.own, id)
+	}
+}
+
+// assign serves the partitions in mine from now on; gained says whether
+// any is new. A held id whose partition goes gets a subscription of its
+// own first, and every new subscription is in place at the server before
+// any old one ends: no post of a held id falls between the two.
+func (p *parts) assign(mine map[int]bool) (gained bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.nc == nil {
+		return false, nil
+	}
+	return p.assignLocked(mine)
+}
+
+func (p *parts) assignLocked(mine map[int]bool) (gained bool, err error) {
+	for q := range mine {
+		if p.mine[q] != nil {
+			continue
+		}
+		s, err := p.subscribe(wire.RepublishPartitionFilter(p.world, q))
+		if err != nil {
+			return gained, err
+		}
+		p.mine[q], gained = s, true
+	}
+	for id := range p.want {
+		if !mine[p.partition(id)] && p.own[id] == nil {
+			s, err := p.subscribe(wire.RepublishSubject(p.world, id, p.n))
+			if err != nil {
+				return gained, err
+			}
+			p.own[id] = s
+		}
+	}
+	if err := p.nc.Flush(); err != nil {
+		return gained, fmt.Errorf("worker: subscribe to the partitions: %w", err)
+	}
+	for q, s := range p.mine {
+		if !mine[q] {
+			_ = s.Unsubscribe()
+			delete(p.mine, q)
+		}
+	}
+	for id, s := range p.own {
+		if mine[p.partition(id)] || !p.want[id] {
+			_ = s.Unsubscribe()
+			delete(p.own, id)
+		}
+	}
+	return gained, nil
+}
+
+// hold makes sure id's posts reach this worker from now on: its partition
+// is served here, or it gets a subscription of its own, in place at the
+// server when hold returns. Call it before the holding's first drain, as
+// the holding enters the worker's map before it: every post stored after
+// that drain's read then reaches the inbox (or its loss shows).
+func (p *parts) hold(id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.want[id] = true
+	if p.nc == nil || p.mine[p.partition(id)] != nil || p.own[id] != nil {
+		return nil
+	}
+	s, err := p.subscribe(wire.RepublishSubject(p.world, id, p.n))
+	if err != nil {
+		return err
+	}
+	p.own[id] = s
+	return p.nc.Flush()
+}
+
+// drop: id is no longer held here.
+func (p *parts) drop(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.want, id)
+	if s := p.own[id]; s != nil {
+		_ = s.Unsubscribe()
+		delete(p.own, id)
+	}
+}
+
+// reconnected says whether the connection reconnected since it last
+// looked: posts may have been lost meanwhile.
+func (p *parts) reconnected() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.nc == nil {
+		return false
+	}
+	n := p.nc.Stats().Reconnects
+	changed := n != p.reconnects
+	p.reconnects = n
+	return changed
+}
+
+// served is how many partitions this worker serves (tests).
+func (p *parts) served() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.mine)
+}
+
+func (p *parts) subscribe(subj string) (*nats.Subscription, error) {
+	s, err := p.nc.Subscribe(subj, p.on)
+	if err != nil {
+		return nil, fmt.Errorf("worker: subscribe to %s: %w", subj, err)
+	}
+	// The inboxes bound what is queued; the client must drop nothing.
+	if err := s.SetPendingLimits(-1, -1); err != nil {
+		_ = s.Unsubscribe()
+		return nil, err
+	}
+	return s, nil
+}
+
+// startParts starts a partitioned feed: posts of held ids to their
+// inboxes, others' posts as candidates.
+func (wk *Worker) startParts(cand chan<- candidate) error {
+	nc := handles.Of(wk.w).JS.Conn()
+	return wk.parts.start(nc, func(m *nats.Msg) {
+		wk.parts.received.Add(1)
+		sm, id, err := republished(wk.w.Name, m)
+		if err == nil && wk.dropRepublished != nil && wk.dropRepublished(sm.Sequence) {
+			return
+		}
+		if err != nil {
+			// Not a post of an id (an unroutable subject): fencepostd
+			// moves such messages aside (3.6a).
+			wk.log.Debug("republished post", "subject", m.Subject, "error", err)
+			return
+		}
+		wk.mu.Lock()
+		h := wk.held[id]
+		wk.mu.Unlock()
+		if h != nil {
+			h.post(sm)
+			return
+		}
+		wk.propose(cand, candidate{id, fromPost})
+	})
+}
+
+// republished is the stored message a republished post carries, and its
+// id.
+func republished(w string, m *nats.Msg) (*jetstream.RawStreamMsg, string, error) {
+	subj := m.Header.Get(wire.HeaderRepublishSubject)
+	id, err := wire.MailboxID(w, subj)
+	if err != nil {
+		return nil, "", err
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(wire.HeaderRepublishSeq), 10, 64)
+	if err != nil {
+		return nil, "", fmt.Errorf("worker: republished post without its sequence: %w", err)
+	}
+	at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(wire.HeaderRepublishTime))
+	return &jetstream.RawStreamMsg{Subject: subj, Sequence: seq, Header: m.Header, Data: m.Data, Time: at}, id, nil
+}
+
+// reassign serves the partitions whose first choice this worker is among
+// the live nodes; a partition gained is scanned for ids with mail (its
+// posts before now reached another worker, or none).
+func (wk *Worker) reassign(ctx context.Context) {
+	if wk.parts == nil {
+		return
+	}
+	mine := map[int]bool{}
+	peers := wk.peers.Load()
+	for q := range wk.parts.n {
+		if peers == nil || wk.first(partKey(q), *peers) == wk.cfg.Node {
+			mine[q] = true
+		}
+	}
+	gained, err := wk.parts.assign(mine)
+	if err != nil && ctx.Err() == nil {
+		wk.log.Warn("partitions", "error", err)
+		wk.missed.Store(true)
+	}
+	if gained {
+		wk.missed.Store(true)
+	}
+	if wk.parts.reconnected() {
+		wk.gapAll()
+		wk.missed.Store(true)
+	}
+}
