@@ -97,6 +97,10 @@ type Config struct {
 	// round of raw, its stream's leader twice at the same times. Each
 	// kill's stall is reported (Report.LeaderKills).
 	KillLeaders bool
+	// Partitions, if not 0, creates ours' world with that many partitions:
+	// each worker reads the posts of the partitions it serves, not every
+	// post (world.Config.Partitions, docs/design.md 3.13).
+	Partitions int
 
 	auth *authServer // the server of an Auth run, set by Run
 }

@@ -29,7 +29,7 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 			r.close()
 		}
 	}()
-	wcfg := world.Config{MaxMsgSize: 4096, MinTTL: min(cfg.TTL, time.Second), Replicas: cfg.Replicas}
+	wcfg := world.Config{MaxMsgSize: 4096, MinTTL: min(cfg.TTL, time.Second), Replicas: cfg.Replicas, Partitions: cfg.Partitions}
 	if cfg.auth != nil {
 		wcfg.Purge = world.PurgeByServer // as fencepostd --auth creates its world: owners may not purge
 	}

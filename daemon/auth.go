@@ -95,6 +95,7 @@ var Permissions = []Grant{
 	{"$JS.API.CONSUMER.DELETE.FP_MB_<w>.*", pub, ownerOnly, "delete that consumer after the drain (no consumer exists at rest)"},
 	{"$JS.API.CONSUMER.MSG.NEXT.FP_MB_<w>.*", pub, ownerOnly, "pull messages from that consumer"},
 	{"$JS.FC.FP_MB_<w>.>", pub, ownerOnly, "flow control replies of a worker's ordered consumer on the mailbox stream"},
+	{"fp.<w>.rp.>", sub, ownerOnly, "a partitioned world's posts, republished by partition: a worker reads the partitions it serves and the ids it holds (design 3.13)"},
 }
 
 // rolePermissions are the subject permissions of role for world w and the

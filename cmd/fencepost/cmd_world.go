@@ -26,6 +26,7 @@ var worldFlags struct {
 	Replicas      int           `name:"replicas" placeholder:"N" help:"add: 1, 3 or 5 (default 1; 3 on a 3-node cluster)"`
 	Storage       string        `name:"storage" placeholder:"KIND" complete:"file,memory" help:"add: file or memory (default file)"`
 	Purge         string        `name:"purge" placeholder:"WHO" complete:"owner,server" help:"add: who removes committed messages: owner (the drain, default) or server (fencepostd; for worlds whose owners may not purge, docs/security.md)"`
+	Partitions    int           `name:"partitions" placeholder:"N" help:"add: republish each post to one of N partitions by its id, so that each worker reads the posts of the partitions it serves, not every post (0, the default: every worker reads every post; up to 1024)"`
 	Yes           bool          `name:"yes" help:"rm: confirm"`
 }
 
@@ -52,7 +53,7 @@ func worldConfig() world.Config {
 		MaxBody: wf.MaxBody, MaxHeaders: wf.MaxHeaders,
 		MaxMsgsPerMailbox: wf.MaxMsgs, MaxBytes: wf.MaxBytes, MaxDeliveries: wf.MaxDeliveries,
 		DedupeWindow: wf.DedupeWindow, Replicas: wf.Replicas,
-		Storage: world.Storage(wf.Storage), Purge: world.PurgeMode(wf.Purge),
+		Storage: world.Storage(wf.Storage), Purge: world.PurgeMode(wf.Purge), Partitions: wf.Partitions,
 	}
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = wf.MaxMsgSize
@@ -222,7 +223,7 @@ func settingFields(c world.Config) []field {
 		f("min_ttl", c.MinTTL.String()), f("max_ttl", c.MaxTTL.String()), f("default_ttl", c.DefaultTTL.String()),
 		f("max_body", c.MaxBody), f("max_headers", c.MaxHeaders), f("max_msgs", c.MailboxMsgs()), f("max_bytes", maxBytes),
 		f("max_deliveries", c.MaxDeliveries), f("dedupe_window", c.DedupeWindow.String()),
-		f("replicas", c.Replicas), f("storage", string(c.Storage)), f("purge", string(c.Purge)),
+		f("replicas", c.Replicas), f("storage", string(c.Storage)), f("purge", string(c.Purge)), f("partitions", c.Partitions),
 	}
 }
 
