@@ -98,6 +98,12 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 				// drain and handler now, not at its next commit.
 				h.lost(fmt.Errorf("%w: %s by node %q at epoch %d", errTakenOver, ev.Kind, ev.Node, ev.Epoch))
 			}
+			if wk.parts != nil && ev.Kind != ownership.EventLapsed && ev.Kind != ownership.EventRenewed {
+				// Taken, or let go with its mail committed (a worker
+				// releases only a clean holding): no mail waiting that
+				// this worker knows of (parts.mail).
+				wk.parts.clearMail(ev.ID)
+			}
 			switch ev.Kind {
 			case ownership.EventLapsed, ownership.EventReleased, ownership.EventDeleted:
 				if ev.Kind == ownership.EventLapsed && ev.NodeLease != 0 {
@@ -271,6 +277,14 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 			continue
 		}
 		if id, err := wire.MailboxID(wk.w.Name, subj); err == nil && wk.wants(id) {
+			if wk.parts != nil {
+				// Another partition's ids are its first choice's: a claim
+				// from here would mostly be told it is held.
+				if !wk.parts.serves(id) {
+					continue
+				}
+				wk.parts.noteMail(id)
+			}
 			// The scan waits for room (the dispatcher never blocks): a
 			// scan that dropped candidates would ask for another, and at
 			// 200,000 ids with mail each scan asked for the next.

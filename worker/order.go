@@ -129,7 +129,15 @@ func (wk *Worker) candidate(c candidate, pending map[string]bool, others map[str
 // committed messages not swept yet claims nothing. Without a sweep (a
 // worker of a list of ids, a world its server purges) every candidate may
 // have.
-func (wk *Worker) unread(id string) bool { return wk.sweep == nil || wk.sweep.Unread(id) }
+func (wk *Worker) unread(id string) bool {
+	switch {
+	case wk.parts != nil:
+		return wk.parts.hasMail(id)
+	case wk.sweep != nil:
+		return wk.sweep.Unread(id)
+	}
+	return true
+}
 
 // laterClaims is a min-heap of claims by due time.
 type laterClaims []laterClaim

@@ -34,15 +34,23 @@ type parts struct {
 	mu   sync.Mutex
 	mine map[int]*nats.Subscription    // the partitions served
 	own  map[string]*nats.Subscription // held ids outside them, by id
-	want map[string]bool               // ids being claimed or held here
+	want map[string]int                // ids being claimed or held here, and their partitions
 	// reconnects: the connection's count when last looked at.
 	reconnects uint64
 	// received counts the posts received (tests).
 	received atomic.Int64
+
+	// mail: ids that may have mail waiting, as far as this worker can
+	// tell without following the cursors (unread): a post of the id came,
+	// or a scan listed it, since the watch last showed it claimed, seized,
+	// released or deleted. A lapse keeps it: the holder died, maybe with
+	// the mail uncommitted.
+	mailMu sync.Mutex
+	mail   map[string]bool
 }
 
 func newParts(w string, n int) *parts {
-	return &parts{n: n, world: w, mine: map[int]*nats.Subscription{}, own: map[string]*nats.Subscription{}, want: map[string]bool{}}
+	return &parts{n: n, world: w, mine: map[int]*nats.Subscription{}, own: map[string]*nats.Subscription{}, want: map[string]int{}, mail: map[string]bool{}}
 }
 
 // partition is id's partition.
@@ -95,6 +103,18 @@ func (p *parts) assign(mine map[int]bool) (gained bool, err error) {
 }
 
 func (p *parts) assignLocked(mine map[int]bool) (gained bool, err error) {
+	if len(mine) == len(p.mine) {
+		same := true
+		for q := range mine {
+			if p.mine[q] == nil {
+				same = false
+				break
+			}
+		}
+		if same {
+			return false, nil // the usual case: every few hundred ms, nothing changed
+		}
+	}
 	for q := range mine {
 		if p.mine[q] != nil {
 			continue
@@ -105,8 +125,8 @@ func (p *parts) assignLocked(mine map[int]bool) (gained bool, err error) {
 		}
 		p.mine[q], gained = s, true
 	}
-	for id := range p.want {
-		if !mine[p.partition(id)] && p.own[id] == nil {
+	for id, q := range p.want {
+		if !mine[q] && p.own[id] == nil {
 			s, err := p.subscribe(wire.RepublishSubject(p.world, id, p.n))
 			if err != nil {
 				return gained, err
@@ -124,7 +144,7 @@ func (p *parts) assignLocked(mine map[int]bool) (gained bool, err error) {
 		}
 	}
 	for id, s := range p.own {
-		if mine[p.partition(id)] || !p.want[id] {
+		if q, ok := p.want[id]; !ok || mine[q] {
 			_ = s.Unsubscribe()
 			delete(p.own, id)
 		}
@@ -138,10 +158,11 @@ func (p *parts) assignLocked(mine map[int]bool) (gained bool, err error) {
 // the holding enters the worker's map before it: every post stored after
 // that drain's read then reaches the inbox (or its loss shows).
 func (p *parts) hold(id string) error {
+	q := p.partition(id)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.want[id] = true
-	if p.nc == nil || p.mine[p.partition(id)] != nil || p.own[id] != nil {
+	p.want[id] = q
+	if p.nc == nil || p.mine[q] != nil || p.own[id] != nil {
 		return nil
 	}
 	s, err := p.subscribe(wire.RepublishSubject(p.world, id, p.n))
@@ -175,6 +196,35 @@ func (p *parts) reconnected() bool {
 	changed := n != p.reconnects
 	p.reconnects = n
 	return changed
+}
+
+// serves says whether id's partition is served here.
+func (p *parts) serves(id string) bool {
+	q := p.partition(id)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mine[q] != nil
+}
+
+// noteMail: id may have mail waiting.
+func (p *parts) noteMail(id string) {
+	p.mailMu.Lock()
+	p.mail[id] = true
+	p.mailMu.Unlock()
+}
+
+// clearMail: a holder took id, or let it go with its mail committed.
+func (p *parts) clearMail(id string) {
+	p.mailMu.Lock()
+	delete(p.mail, id)
+	p.mailMu.Unlock()
+}
+
+// hasMail says whether id may have mail waiting (noteMail).
+func (p *parts) hasMail(id string) bool {
+	p.mailMu.Lock()
+	defer p.mailMu.Unlock()
+	return p.mail[id]
 }
 
 // served is how many partitions this worker serves (tests).
@@ -213,6 +263,7 @@ func (wk *Worker) startParts(cand chan<- candidate) error {
 			wk.log.Debug("republished post", "subject", m.Subject, "error", err)
 			return
 		}
+		wk.parts.noteMail(id)
 		wk.mu.Lock()
 		h := wk.held[id]
 		wk.mu.Unlock()

@@ -38,8 +38,14 @@ func ciScenarios() []scenario {
 	// live, and the server crashed once; every counter must end exact.
 	counter := mk("counter", ServerInterval, false, OwnerKill, OwnerSeize, OwnerStop, OwnerSeize, ServerCrash, OwnerKill, OwnerStop, OwnerSeize, OwnerKill, OwnerStop)
 	counter.Counter = true
+	// A partitioned world (3.13): owners of every id, each reading the
+	// posts of its partitions; killed and stopped as in owners, and cut
+	// off through the proxy, which loses republished posts on the way.
+	partitioned := mk("partitioned", Single, true, OwnerKill, ProxyCut, OwnerStop, OwnerKill, ProxyLatency, OwnerStop, ProxyCut)
+	partitioned.Partitions = 16
 	scs := []scenario{
 		owners,
+		partitioned,
 		counter,
 		mk("proxy", Single, true, ProxyCut, ProxyLatency, ProxyRefuse, ProxyCut, ProxyLatency, ProxyRefuse, ProxyCut, ProxyLatency, ProxyRefuse),
 		mk("server-sync-always", ServerAlways, false, ServerCrash, ServerCrash, ServerCrash),

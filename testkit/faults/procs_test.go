@@ -76,7 +76,10 @@ func ownerMain() int {
 	}
 	url, worldName, node := os.Getenv("FP_URL"), os.Getenv("FP_WORLD"), os.Getenv("FP_NODE")
 	ttl, _ := time.ParseDuration(os.Getenv("FP_TTL"))
-	ids := strings.Split(os.Getenv("FP_IDS"), ",")
+	var ids []string // none: every id of the world
+	if v := os.Getenv("FP_IDS"); v != "" {
+		ids = strings.Split(v, ",")
+	}
 	out := os.NewFile(3, "report")
 	var mu sync.Mutex
 	write := func(line string) {

@@ -105,6 +105,10 @@ type scenario struct {
 	// deliveries of a holder displaced by a forced seize (OwnerSeize) are
 	// counted apart; every other check holds as always.
 	Counter bool
+	// Partitions creates the world with that many partitions, and the
+	// owners serve every id (not a list of ids), so that each reads the
+	// posts of its partitions (docs/design.md 3.13).
+	Partitions int
 }
 
 // outcome is what one run measured.
@@ -222,7 +226,7 @@ func deploy(t testing.TB, sc scenario) *deployment {
 	t.Cleanup(c.Close)
 	d.admin = c
 	d.world = fmt.Sprintf("f%d", worldSeq.Add(1))
-	cfg := world.Config{MinTTL: 10 * time.Millisecond}
+	cfg := world.Config{MinTTL: 10 * time.Millisecond, Partitions: sc.Partitions}
 	if d.cluster != nil {
 		cfg.Replicas = 3
 	}
@@ -350,7 +354,11 @@ func run(t testing.TB, sc scenario) outcome {
 		}
 		return env
 	}
-	own := startOwners(t, rec, sc.Owners, sc.TTL, slotEnv, "FP_WORLD="+d.world, "FP_IDS="+strings.Join(mbIDs, ","), fmt.Sprintf("FP_WORK=%v", sc.Work), fmt.Sprintf("FP_STATE=%v", sc.Counter))
+	ownIDs := strings.Join(mbIDs, ",")
+	if sc.Partitions > 0 {
+		ownIDs = "" // every id: a partitioned world's workers read by partition
+	}
+	own := startOwners(t, rec, sc.Owners, sc.TTL, slotEnv, "FP_WORLD="+d.world, "FP_IDS="+ownIDs, fmt.Sprintf("FP_WORK=%v", sc.Work), fmt.Sprintf("FP_STATE=%v", sc.Counter))
 	ownersStopped := false
 	defer func() {
 		if !ownersStopped {
