@@ -112,6 +112,14 @@ func extraScenarios() []scenario {
 			heal.Faults = []string{PartMinority, PartMinority, PartMinority, PartMinority}
 			out = append(out, bucket, mailbox, heal)
 		}
+		if sc.Name == "cluster" {
+			// A partitioned world on R3 (3.13): members killed under
+			// owners of every id, each reading its partitions' republished
+			// posts, which a new stream leader may not republish.
+			parts := sc
+			parts.Name, parts.Partitions = "partitioned-cluster", 16
+			out = append(out, parts)
+		}
 	}
 	return out
 }
