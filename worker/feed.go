@@ -98,10 +98,8 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 				// drain and handler now, not at its next commit.
 				h.lost(fmt.Errorf("%w: %s by node %q at epoch %d", errTakenOver, ev.Kind, ev.Node, ev.Epoch))
 			}
-			if wk.parts != nil && ev.Kind != ownership.EventLapsed && ev.Kind != ownership.EventRenewed {
-				// Taken, or let go with its mail committed (a worker
-				// releases only a clean holding): no mail waiting that
-				// this worker knows of (parts.mail).
+			if wk.parts != nil && (ev.Kind == ownership.EventClaimed || ev.Kind == ownership.EventSeized || ev.Kind == ownership.EventDeleted) {
+				// Taken (or gone): its holder has its mail (parts.mail).
 				wk.parts.clearMail(ev.ID)
 			}
 			switch ev.Kind {

@@ -42,9 +42,10 @@ type parts struct {
 
 	// mail: ids that may have mail waiting, as far as this worker can
 	// tell without following the cursors (unread): a post of the id came,
-	// or a scan listed it, since the watch last showed it claimed, seized,
-	// released or deleted. A lapse keeps it: the holder died, maybe with
-	// the mail uncommitted.
+	// or a scan listed it, since the watch last showed it claimed, seized
+	// or deleted. A lapse or a release keeps it: the holder died, maybe
+	// with the mail uncommitted, or released with a post it had not
+	// handed out yet.
 	mailMu sync.Mutex
 	mail   map[string]bool
 }
@@ -213,7 +214,7 @@ func (p *parts) noteMail(id string) {
 	p.mailMu.Unlock()
 }
 
-// clearMail: a holder took id, or let it go with its mail committed.
+// clearMail: a holder took id: its mail is the holder's.
 func (p *parts) clearMail(id string) {
 	p.mailMu.Lock()
 	delete(p.mail, id)
