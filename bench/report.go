@@ -13,6 +13,8 @@ type Report struct {
 	// Auth: the run was on a fencepostd --auth, producers and each owner
 	// process with credentials of their own (Config.Auth).
 	Auth bool `json:"auth,omitempty"`
+	// Partitions: ours' world had partitions (Config.Partitions).
+	Partitions int `json:"partitions,omitempty"`
 	// Cluster is the embedded cluster's members (0: one server), Replicas
 	// the replication of the world's and the raw side's streams.
 	Cluster  int `json:"cluster,omitempty"`

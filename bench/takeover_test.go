@@ -192,6 +192,25 @@ func TestTakeoverTinyAuth(t *testing.T) {
 	}
 }
 
+// TestTakeoverTinyPartitioned: the takeover scenario on a partitioned world
+// (docs/design.md 3.13) under fencepostd --auth: each owner process, with
+// credentials of its own, reads the republished posts of its partitions
+// (the owner role's subscribe permission), and takes over the ids of the
+// killed, stopped and seized ones; nothing lost, no stale commit (runTiny).
+func TestTakeoverTinyPartitioned(t *testing.T) {
+	rep := runTiny(t, bench.Config{
+		Scenario: bench.ScenarioTakeover, Size: bench.SizeSmoke, Auth: true, Partitions: 8,
+		IDs: 4, Producers: 1, Duration: 6 * time.Second, Rounds: 1, Window: 32, MaxBacklog: 500, Settle: 15 * time.Second,
+		Owners: 2, FaultEvery: 2 * time.Second,
+	})
+	if rep.Partitions != 8 {
+		t.Errorf("the report says %d partitions", rep.Partitions)
+	}
+	if g := rep.TakeoverGaps[bench.FaultKill]; rep.Takeovers < 2 || g.Samples == 0 || g.Unmeasured == g.Samples {
+		t.Errorf("%d takeovers, kill gaps %+v", rep.Takeovers, g)
+	}
+}
+
 // TestAuthNeedsOwnerProcesses: Auth is for the scenarios with owner
 // processes, on a server of its own.
 func TestAuthNeedsOwnerProcesses(t *testing.T) {

@@ -98,9 +98,19 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 				// drain and handler now, not at its next commit.
 				h.lost(fmt.Errorf("%w: %s by node %q at epoch %d", errTakenOver, ev.Kind, ev.Node, ev.Epoch))
 			}
-			if wk.parts != nil && (ev.Kind == ownership.EventClaimed || ev.Kind == ownership.EventSeized || ev.Kind == ownership.EventDeleted) {
-				// Taken (or gone): its holder has its mail (parts.mail).
-				wk.parts.clearMail(ev.ID)
+			if wk.parts != nil {
+				switch {
+				case ev.Kind == ownership.EventClaimed || ev.Kind == ownership.EventSeized || ev.Kind == ownership.EventDeleted:
+					// Taken (or gone): its holder has its mail (parts.mail).
+					wk.parts.clearMail(ev.ID)
+				case ev.Kind == ownership.EventReleased && ev.Node != wk.cfg.Node && wk.parts.serves(ev.ID):
+					// Let go by another node, whose posts reached this
+					// worker only if it held the id outside its
+					// partitions: it may have left mail (a forced seize
+					// released at once), and this worker is the first to
+					// try it.
+					wk.parts.noteMail(ev.ID)
+				}
 			}
 			switch ev.Kind {
 			case ownership.EventLapsed, ownership.EventReleased, ownership.EventDeleted:

@@ -68,6 +68,15 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 		wk.mu.Lock()
 		delete(wk.held, id)
 		wk.mu.Unlock()
+		if wk.parts != nil && errors.Is(context.Cause(ctx), errTakenOver) {
+			// Taken while this worker read its posts: whatever it had not
+			// committed is the new holder's, and if that one lets it go
+			// (a forced seize, then a release) nobody else may know there
+			// is mail (parts.mail). A candidate again: a claim finds the
+			// id held, or free and with mail.
+			wk.parts.noteMail(id)
+			wk.propose(wk.cand, candidate{id, fromFree})
+		}
 	}()
 	inbox := h.takeInbox()
 	idle := time.NewTimer(wk.idleLeft(h))

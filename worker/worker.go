@@ -116,6 +116,8 @@ type Worker struct {
 	// dropRepublished (tests only) drops the republished posts it says
 	// true of (parts.go).
 	dropRepublished func(seq uint64) bool
+	// cand: the candidates of the running worker (Run).
+	cand chan candidate
 
 	mu      sync.Mutex
 	held    map[string]*holding
@@ -298,6 +300,7 @@ func (wk *Worker) Run(ctx context.Context) error {
 	// it full is dropped (the scan finds it again), and a dropped note of
 	// another node's claim made this worker race that node for the id.
 	cand := make(chan candidate, 1<<16)
+	wk.cand = cand
 	err = wk.startFeed(rctx, &wg, cand)
 	if err == nil {
 		wk.dispatch(rctx, &wg, ss, cand)
