@@ -103,6 +103,11 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 				case ev.Kind == ownership.EventClaimed || ev.Kind == ownership.EventSeized || ev.Kind == ownership.EventDeleted:
 					// Taken (or gone): its holder has its mail (parts.mail).
 					wk.parts.clearMail(ev.ID)
+				case ev.Kind == ownership.EventReleased && ev.Node == wk.cfg.Node:
+					// This worker released it: idle, every post it saw
+					// handed out and committed (or it stops). Not claimed
+					// again until a post comes.
+					wk.parts.clearMail(ev.ID)
 				case ev.Kind == ownership.EventReleased && ev.Node != wk.cfg.Node && wk.parts.serves(ev.ID):
 					// Let go by another node, whose posts reached this
 					// worker only if it held the id outside its

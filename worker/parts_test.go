@@ -135,3 +135,46 @@ func TestPartitioned(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitioned_IdleStaysReleased: a partitioned world's worker that
+// releases an idle id does not claim it again (it saw the id's posts while
+// it held it, and they are committed): no claim and release churn of idle
+// ids. The next post claims it again.
+func TestPartitioned_IdleStaysReleased(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Partitions: 4})
+	ctx := testutil.Ctx(t, time.Minute)
+	lg := newLedger()
+	wk, err := w.NewWorker(worker.Config{Node: "w1", TTL: time.Second, Idle: 200 * time.Millisecond}, lg.handler("w1"))
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-done)
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the worker serves every partition", func() bool {
+		n, _ := worker.Partitions(wk)
+		return n == 4
+	})
+	// Posts while it holds the id: the worker sees them (its partition).
+	for i, body := range []string{"a", "b", "c"} {
+		_, err = w.Queue.Send(ctx, "order-1", []byte(body))
+		require.NoError(t, err)
+		testutil.WaitFor(t, 10*time.Second, "delivered", func() bool { return lg.delivered() == i+1 })
+	}
+	testutil.WaitFor(t, 10*time.Second, "released when idle", func() bool {
+		st, err := w.Ownership.Owner(ctx, "order-1")
+		return err == nil && !st.Held
+	})
+	// Idle for 5 idle periods: it stays released (epoch 1 is the last).
+	time.Sleep(time.Second) // a span in which nothing may happen: no condition to poll for
+	st, err := w.Ownership.Owner(ctx, "order-1")
+	require.NoError(t, err)
+	require.False(t, st.Held, "an idle id was claimed again")
+	require.EqualValues(t, 1, st.Epoch, "an idle id was claimed again (and released)")
+	_, err = w.Queue.Send(ctx, "order-1", []byte("d"))
+	require.NoError(t, err)
+	testutil.WaitFor(t, 10*time.Second, "the next post delivered", func() bool { return lg.delivered() == 4 })
+}
