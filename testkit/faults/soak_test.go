@@ -33,6 +33,12 @@ func soakScenarios(round time.Duration) []scenario {
 	counter := mk("counter", ServerInterval, true, OwnerKill, OwnerSeize, OwnerStop, ProxyCut, OwnerSeize, ServerCrash, OwnerKill, OwnerStop, OwnerSeize, ProxyRefuse)
 	counter.Counter = true
 	scs = append(scs, counter)
+	// A partitioned world (docs/design.md 3.13): owners of every id, each
+	// reading the republished posts of its partitions, under the mixed
+	// faults (a cut connection loses republished posts on the way).
+	partitioned := mk("partitioned", ServerInterval, true, OwnerKill, ProxyCut, OwnerStop, ProxyLatency, OwnerKill, ServerCrash, OwnerStop, ProxyRefuse)
+	partitioned.Partitions = 16
+	scs = append(scs, partitioned)
 	parts := mk("partitions", ClusterRoutes, false, PartMinority, OwnerKill, PartIsolate, OwnerStop, PartFlap, PartMinority, PartFlap)
 	parts.Cut, parts.MinorityOf = 6*time.Second, "mailbox" // the mailbox leader only, as CI before read barriers (docs/reliability.md section 6: not yet run with the bucket leader)
 	scs = append(scs, parts)
