@@ -5,6 +5,15 @@ import "time"
 // Unread is Worker.unread.
 func Unread(wk *Worker, id string) bool { return wk.unread(id) }
 
+// Peers is the world's live nodes as wk last listed them (nil before its
+// first listing).
+func Peers(wk *Worker) []string {
+	if p := wk.peers.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // Scans says how many scans wk made, and how many of them a miss asked for.
 func Scans(wk *Worker) (all, afterMiss int64) { return wk.scans.Load(), wk.scansAfterMiss.Load() }
 

@@ -65,6 +65,18 @@ func TestPool_IdleIdsOfADeadNodeStayFree(t *testing.T) {
 		}
 	}()
 	testutil.WaitFor(t, 30*time.Second, "both node leases", func() bool { return a.wk.Session() != nil && b.wk.Session() != nil })
+	// Each has listed the other before the mail comes: a worker whose
+	// list does not have the other node yet is every id's first choice,
+	// and a, listed alone, took all 40 ids now and then (b held none: 3
+	// runs of 20 with drain's tests beside).
+	testutil.WaitFor(t, 30*time.Second, "each node lists both", func() bool {
+		for _, r := range []*running{a, b} {
+			if p := worker.Peers(r.wk); !slices.Contains(p, "a") || !slices.Contains(p, "b") {
+				return false
+			}
+		}
+		return true
+	})
 
 	ids := make([]string, 40)
 	for i := range ids {
