@@ -108,13 +108,6 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 					// handed out and committed (or it stops). Not claimed
 					// again until a post comes.
 					wk.parts.clearMail(ev.ID)
-				case ev.Kind == ownership.EventReleased && ev.Node != wk.cfg.Node && wk.parts.serves(ev.ID):
-					// Let go by another node, whose posts reached this
-					// worker only if it held the id outside its
-					// partitions: it may have left mail (a forced seize
-					// released at once), and this worker is the first to
-					// try it.
-					wk.parts.noteMail(ev.ID)
 				}
 			}
 			switch ev.Kind {
