@@ -76,10 +76,12 @@ func (p *parts) start(nc *nats.Conn, on nats.MsgHandler) error {
 	return err
 }
 
-// stop ends every subscription.
+// stop ends every subscription; a claim that ends after it subscribes to
+// nothing (hold).
 func (p *parts) stop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.nc = nil
 	for q, s := range p.mine {
 		_ = s.Unsubscribe()
 		delete(p.mine, q)
