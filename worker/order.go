@@ -126,9 +126,10 @@ func (wk *Worker) candidate(c candidate, pending map[string]bool, others map[str
 // message of it that the consumer read is not committed yet. An id with
 // none is claimed when mail comes (its post is a candidate), not before:
 // after a node dies its idle ids cost nothing, and a scan that finds
-// committed messages not swept yet claims nothing. Without a sweep (a
-// worker of a list of ids, a world its server purges) every candidate may
-// have.
+// committed messages not swept yet claims nothing. On a partitioned world,
+// what the worker saw itself (parts.mail: posts, scans, its holding taken
+// over, since the id was last taken). Without either (a worker of a list
+// of ids, a world its server purges) every candidate may have.
 func (wk *Worker) unread(id string) bool {
 	switch {
 	case wk.parts != nil:
