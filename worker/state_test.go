@@ -193,7 +193,14 @@ func TestState_CountersExactThroughServerRestarts(t *testing.T) {
 			}
 			defer c.Close()
 			for gen := 0; wctx.Err() == nil; gen++ {
-				cw, err := c.World(wctx, w.Name)
+				// The open is bounded on its own, as a supervisor would: a
+				// request sent as the server restarts gets no answer, and
+				// waited for the test's whole context (4 hangs in 137 runs
+				// under load, and one CI failure, with every counter
+				// stuck behind two workers that never started again).
+				octx, cancel := context.WithTimeout(wctx, 10*time.Second)
+				cw, err := c.World(octx, w.Name)
+				cancel()
 				if err == nil {
 					var wk *worker.Worker
 					wk, err = cw.NewStateWorker(worker.Config{Node: fmt.Sprintf("n%d-%d", i, gen), TTL: 2 * time.Second}, count)
