@@ -68,7 +68,10 @@ func DirectGet(ctx context.Context, nc *nats.Conn, stream string, r GetRequest) 
 		case <-ctx.Done():
 			return Batch{}, fmt.Errorf("read %s from %d: %w", what, r.Seq, ctx.Err())
 		}
-		if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+		// A status of the server's own, not a stored message: a stored
+		// one always carries the server's Nats-Sequence, and its own
+		// headers may include a "Status" a publisher sent.
+		if len(m.Data) == 0 && m.Header.Get("Status") != "" && LastValue(m.Header, jetstream.SequenceHeader) == "" {
 			switch m.Header.Get("Status") {
 			case "204": // end of batch
 				out.Pending, _ = strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
@@ -92,15 +95,18 @@ func DirectGet(ctx context.Context, nc *nats.Conn, stream string, r GetRequest) 
 // RawFromDirect reads a message of a direct get's answer (its Nats-Sequence,
 // Nats-Time-Stamp and Nats-Subject headers).
 func RawFromDirect(m *nats.Msg) (*jetstream.RawStreamMsg, error) {
-	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	// The server's headers come after the stored message's own, which a
+	// publisher may have named the same (LastValue): the last is the
+	// server's (TestRawFromDirect_PublisherHeaders).
+	seq, err := strconv.ParseUint(LastValue(m.Header, jetstream.SequenceHeader), 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("bad sequence header %q", m.Header.Get(jetstream.SequenceHeader))
+		return nil, fmt.Errorf("bad sequence header %q", LastValue(m.Header, jetstream.SequenceHeader))
 	}
-	ts, err := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+	ts, err := time.Parse(time.RFC3339Nano, LastValue(m.Header, jetstream.TimeStampHeaer))
 	if err != nil {
-		return nil, fmt.Errorf("bad timestamp header %q", m.Header.Get(jetstream.TimeStampHeaer))
+		return nil, fmt.Errorf("bad timestamp header %q", LastValue(m.Header, jetstream.TimeStampHeaer))
 	}
-	return &jetstream.RawStreamMsg{Subject: m.Header.Get(jetstream.SubjectHeader), Sequence: seq, Header: m.Header, Data: m.Data, Time: ts}, nil
+	return &jetstream.RawStreamMsg{Subject: LastValue(m.Header, jetstream.SubjectHeader), Sequence: seq, Header: m.Header, Data: m.Data, Time: ts}, nil
 }
 
 // APIStreamInfo is the stream info subject prefix (default API prefix).

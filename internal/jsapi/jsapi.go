@@ -35,6 +35,19 @@ func WithTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 // ErrNotFound: the stream has no message that matches.
 var ErrNotFound = errors.New("jsapi: no message")
 
+// LastValue is the last value of header key in h, or "". A message the
+// server republishes (a stream's RePublish) carries the stored message's
+// headers first and the server's after them: a publisher that set a header
+// of the same name (Nats-Sequence, say) comes first, the server's value
+// last.
+func LastValue(h nats.Header, key string) string {
+	vs := h.Values(key)
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[len(vs)-1]
+}
+
 // The header of a KV entry that is a marker, not a value, and its values:
 // a delete or a purge (JetStream's KV layout).
 const (

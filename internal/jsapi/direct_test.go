@@ -1,0 +1,69 @@
+package jsapi_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/server/servertest"
+)
+
+// TestRawFromDirect_PublisherHeaders: a publisher may store headers named
+// like the server's (the broker stores what it is given; a producer in
+// another language is not checked): a Nats-Sequence, Nats-Subject and
+// Nats-Time-Stamp of its own, an empty body with "Status: 204" (what an
+// end of batch looks like) and a Nats-Num-Pending of 0. A batched direct
+// get still reads every message, each at its stored sequence and subject,
+// and the pending count is the server's. Read by the first value of each
+// name (as before), the batch ended at that message with 0 pending: a
+// drain would have taken the mailbox for empty.
+func TestRawFromDirect_PublisherHeaders(t *testing.T) {
+	nc, js := servertest.Connect(t, servertest.New(t).ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for i, forged := range []bool{false, true, false, false} {
+		m := nats.NewMsg("s.x")
+		m.Data = []byte{byte('a' + i)}
+		if forged {
+			m.Data = nil
+			m.Header.Set("Status", "204")
+			m.Header.Set("Nats-Num-Pending", "0")
+			m.Header.Set(jetstream.SequenceHeader, "999999")
+			m.Header.Set(jetstream.SubjectHeader, "s.y")
+			m.Header.Set(jetstream.TimeStampHeaer, "2001-01-01T00:00:00Z")
+		}
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	b, err := jsapi.DirectGet(ctx, nc, "S", jsapi.GetRequest{Seq: 1, NextFor: "s.x", Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Msgs) != 2 || b.Pending != 2 {
+		t.Fatalf("a batch of 2 from the first: %d messages, %d pending; want 2 and 2", len(b.Msgs), b.Pending)
+	}
+	b2, err := jsapi.DirectGet(ctx, nc, "S", jsapi.GetRequest{Seq: b.Msgs[1].Sequence + 1, NextFor: "s.x", Batch: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append(b.Msgs, b2.Msgs...)
+	if len(all) != len(seqs) {
+		t.Fatalf("%d messages read, %d stored", len(all), len(seqs))
+	}
+	for i, m := range all {
+		if m.Sequence != seqs[i] || m.Subject != "s.x" || m.Time.Year() < 2020 {
+			t.Errorf("message %d: sequence %d subject %q time %v; stored at %d on s.x", i, m.Sequence, m.Subject, m.Time, seqs[i])
+		}
+	}
+}
