@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
@@ -234,7 +235,7 @@ func following(msgs []*jetstream.RawStreamMsg, pos uint64) (out []*jetstream.Raw
 			}
 			continue
 		}
-		if prev := m.Header.Get(wire.HeaderLastSeq); prev != "" {
+		if prev := jsapi.LastValue(m.Header, wire.HeaderLastSeq); prev != "" {
 			if p, err := strconv.ParseUint(prev, 10, 64); err != nil || p > seen {
 				return nil, false
 			}

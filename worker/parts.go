@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
@@ -256,7 +257,7 @@ func (wk *Worker) startParts(cand chan<- candidate) error {
 	nc := handles.Of(wk.w).JS.Conn()
 	return wk.parts.start(nc, func(m *nats.Msg) {
 		wk.parts.received.Add(1)
-		sm, id, err := republished(wk.w.Name, m)
+		sm, id, err := republished(wk.w.Name, wk.parts.n, m)
 		if err == nil && wk.dropRepublished != nil && wk.dropRepublished(sm.Sequence) {
 			return
 		}
@@ -279,18 +280,25 @@ func (wk *Worker) startParts(cand chan<- candidate) error {
 }
 
 // republished is the stored message a republished post carries, and its
-// id.
-func republished(w string, m *nats.Msg) (*jetstream.RawStreamMsg, string, error) {
-	subj := m.Header.Get(wire.HeaderRepublishSubject)
-	id, err := wire.MailboxID(w, subj)
+// id. The id comes from the subject the server republished to, and the
+// stored subject, sequence and time from the server's headers, which come
+// after the post's own: a producer that sent a Nats-Sequence or a
+// Nats-Subject of its own (the broker stores what it is given) names
+// nothing here (TestPartitioned_ForgedHeaders).
+func republished(w string, n int, m *nats.Msg) (*jetstream.RawStreamMsg, string, error) {
+	id, err := wire.RepublishedID(w, m.Subject, n)
 	if err != nil {
 		return nil, "", err
 	}
-	seq, err := strconv.ParseUint(m.Header.Get(wire.HeaderRepublishSeq), 10, 64)
+	subj := jsapi.LastValue(m.Header, wire.HeaderRepublishSubject)
+	if subj != wire.MailboxSubject(w, id) || jsapi.LastValue(m.Header, wire.HeaderRepublishStream) != wire.MailboxStream(w) {
+		return nil, "", fmt.Errorf("worker: a post republished to %q names %q of stream %q", m.Subject, subj, jsapi.LastValue(m.Header, wire.HeaderRepublishStream))
+	}
+	seq, err := strconv.ParseUint(jsapi.LastValue(m.Header, wire.HeaderRepublishSeq), 10, 64)
 	if err != nil {
 		return nil, "", fmt.Errorf("worker: republished post without its sequence: %w", err)
 	}
-	at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(wire.HeaderRepublishTime))
+	at, _ := time.Parse(time.RFC3339Nano, jsapi.LastValue(m.Header, wire.HeaderRepublishTime))
 	return &jetstream.RawStreamMsg{Subject: subj, Sequence: seq, Header: m.Header, Data: m.Data, Time: at}, id, nil
 }
 

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
 	"github.com/fencepost/fencepost/world"
@@ -177,4 +179,56 @@ func TestPartitioned_IdleStaysReleased(t *testing.T) {
 	_, err = w.Queue.Send(ctx, "order-1", []byte("d"))
 	require.NoError(t, err)
 	testutil.WaitFor(t, 10*time.Second, "the next post delivered", func() bool { return lg.delivered() == 4 })
+}
+
+// TestPartitioned_ForgedHeaders: a producer may send headers named like
+// those the server adds to a republished post (the broker stores what it
+// is given): a post to x that claims to be y's, at another sequence, with
+// no predecessor. The worker takes the id from the subject the server
+// republished to and the sequence from the server's own headers (the last
+// of each name), so the post is x's, at its stored sequence, and the posts
+// around it are delivered too, in order.
+func TestPartitioned_ForgedHeaders(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Partitions: 4})
+	ctx := testutil.Ctx(t, time.Minute)
+	lg := newLedger()
+	wk, err := w.NewWorker(worker.Config{Node: "w1", TTL: time.Second}, lg.handler("w1"))
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-done)
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the worker serves every partition", func() bool {
+		n, _ := worker.Partitions(wk)
+		return n == 4
+	})
+	var seqs []uint64
+	a, err := w.Queue.Send(ctx, "x", []byte("a"))
+	require.NoError(t, err)
+	seqs = append(seqs, a.Seq)
+	m := nats.NewMsg(wire.MailboxSubject(w.Name, "x"))
+	m.Data = []byte("forged")
+	m.Header.Set(wire.HeaderRepublishSubject, wire.MailboxSubject(w.Name, "y"))
+	m.Header.Set(wire.HeaderRepublishSeq, "999999")
+	m.Header.Set(wire.HeaderRepublishStream, "ELSEWHERE")
+	m.Header.Set(wire.HeaderLastSeq, "0")
+	ack, err := env.Client.JetStream().PublishMsg(ctx, m)
+	require.NoError(t, err)
+	seqs = append(seqs, ack.Sequence)
+	c, err := w.Queue.Send(ctx, "x", []byte("c"))
+	require.NoError(t, err)
+	seqs = append(seqs, c.Seq)
+	testutil.WaitFor(t, 20*time.Second, "x's three posts delivered", func() bool { return lg.delivered() >= 3 })
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	require.NotContains(t, lg.byID, "y", "a forged header made a post another id's")
+	var got []uint64
+	for _, d := range lg.byID["x"] {
+		got = append(got, d.seq)
+	}
+	require.Equal(t, seqs, got, "x's posts at their stored sequences, in order, once")
 }
