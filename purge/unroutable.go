@@ -158,12 +158,15 @@ func (p *Purger) FollowUnroutable(ctx context.Context) error {
 		case <-cc.Closed():
 			return fmt.Errorf("purge: following the mailboxes of %q stopped", p.world)
 		case b := <-found:
-			m, err := handles.Of(p.w).Mailbox.GetMsg(ctx, b.seq)
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
+			// Read with the server's headers last (jsapi.RawFromDirect):
+			// a producer's own Nats-Sequence on an unroutable post named
+			// the message this removed (nats.go's GetMsg reads the first).
+			got, err := jsapi.DirectGet(ctx, p.nc, wire.MailboxStream(p.world), jsapi.GetRequest{Seq: b.seq, Batch: 1})
+			if err == nil && (len(got.Msgs) == 0 || got.Msgs[0].Sequence != b.seq) {
 				continue // moved or removed already
 			}
 			if err == nil {
-				err = p.moveAside(ctx, m, b.reason)
+				err = p.moveAside(ctx, got.Msgs[0], b.reason)
 			}
 			if err == nil {
 				p.metrics.UnroutableMoved(p.world, 1)

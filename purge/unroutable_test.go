@@ -2,6 +2,7 @@ package purge_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ var unroutableCases = []struct {
 	{"NonCanonicalTokens_Surfaced_ThenMoved", testUnroutable},
 	{"UnroutableStoreFull_StaysCounted", testUnroutableFull},
 	{"Unroutable_MovedAsPosted", testFollowUnroutable},
+	{"Unroutable_ForgedSequence_MovesItself", testFollowUnroutableForged},
 }
 
 func TestUnroutable(t *testing.T) {
@@ -127,6 +129,30 @@ func testFollowUnroutable(t *testing.T, env *testutil.Env) {
 		require.True(t, strings.HasPrefix(dl.Error, "unroutable: "), dl.Error)
 		require.Equal(t, "js", dl.From)
 	}
+}
+
+// A producer's own Nats-Sequence and Nats-Subject on an unroutable post
+// (the broker stores any header) name a routable message: the follower
+// moves the unroutable post aside and leaves that message where it is.
+// Read with nats.go's GetMsg, the follower removed the routable one.
+func testFollowUnroutableForged(t *testing.T, env *testutil.Env) {
+	ctx := testutil.Ctx(t, time.Minute)
+	w, _ := newWorld(t, env, world.Config{})
+	p := newPurger(t, w)
+	routable := raw(t, ctx, w, wire.MailboxSubject(w.Name, "order.42"), "routable")
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.FollowUnroutable(fctx) }()
+	bad := "fp." + w.Name + ".mb.__8"
+	raw(t, ctx, w, bad, "forged", "Nats-Sequence", strconv.FormatUint(routable, 10), "Nats-Subject", wire.MailboxSubject(w.Name, "order.42"))
+	testutil.WaitFor(t, 30*time.Second, "the unroutable post moved", func() bool { return stored(t, w, bad) == 0 })
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, uint64(1), stored(t, w, wire.MailboxSubject(w.Name, "order.42")), "the routable message the forged header named was removed")
+	un, err := w.Mailboxes.Unroutable(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, un, 1)
+	require.Equal(t, "forged", string(un[0].Body))
 }
 
 // The unroutable store is one subject with the mailbox limit: what does
