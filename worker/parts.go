@@ -43,10 +43,10 @@ type parts struct {
 
 	// mail: ids that may have mail waiting, as far as this worker can
 	// tell without following the cursors (unread): a post of the id came,
-	// or a scan listed it, since the watch last showed it claimed, seized
-	// or deleted. A lapse or a release keeps it: the holder died, maybe
-	// with the mail uncommitted, or released with a post it had not
-	// handed out yet.
+	// a scan listed it, or this worker's holding of it was taken over,
+	// since the watch last showed it claimed, seized or deleted or this
+	// worker released it. A lapse keeps it (the holder died, maybe with
+	// the mail uncommitted), and so does another node's release.
 	mailMu sync.Mutex
 	mail   map[string]bool
 }
@@ -58,8 +58,8 @@ func newParts(w string, n int) *parts {
 // partition is id's partition.
 func (p *parts) partition(id string) int { return wire.Partition(wire.EncodeID(id), p.n) }
 
-// key is what orders the nodes for id (claimWait): its partition, so that
-// an id's first choice is the node that reads its posts.
+// partKey is what orders the nodes for an id of partition q (claimWait),
+// so that an id's first choice is the node that reads its posts.
 func partKey(q int) string { return "partition " + strconv.Itoa(q) }
 
 // start subscribes to every partition until the live nodes are listed
