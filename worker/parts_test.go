@@ -143,23 +143,8 @@ func TestPartitioned(t *testing.T) {
 // it held it, and they are committed): no claim and release churn of idle
 // ids. The next post claims it again.
 func TestPartitioned_IdleStaysReleased(t *testing.T) {
-	env := testutil.Start(t, testutil.Targets()[0])
-	w := env.World(t, world.Config{Partitions: 4})
-	ctx := testutil.Ctx(t, time.Minute)
-	lg := newLedger()
-	wk, err := w.NewWorker(worker.Config{Node: "w1", TTL: time.Second, Idle: 200 * time.Millisecond}, lg.handler("w1"))
-	require.NoError(t, err)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- wk.Run(rctx) }()
-	defer func() {
-		stop()
-		require.NoError(t, <-done)
-	}()
-	testutil.WaitFor(t, 10*time.Second, "the worker serves every partition", func() bool {
-		n, _ := worker.Partitions(wk)
-		return n == 4
-	})
+	_, w, ctx, lg := runPartitioned(t, 200*time.Millisecond)
+	var err error
 	// Posts while it holds the id: the worker sees them (its partition).
 	for i, body := range []string{"a", "b", "c"} {
 		_, err = w.Queue.Send(ctx, "order-1", []byte(body))
@@ -189,23 +174,7 @@ func TestPartitioned_IdleStaysReleased(t *testing.T) {
 // of each name), so the post is x's, at its stored sequence, and the posts
 // around it are delivered too, in order.
 func TestPartitioned_ForgedHeaders(t *testing.T) {
-	env := testutil.Start(t, testutil.Targets()[0])
-	w := env.World(t, world.Config{Partitions: 4})
-	ctx := testutil.Ctx(t, time.Minute)
-	lg := newLedger()
-	wk, err := w.NewWorker(worker.Config{Node: "w1", TTL: time.Second}, lg.handler("w1"))
-	require.NoError(t, err)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- wk.Run(rctx) }()
-	defer func() {
-		stop()
-		require.NoError(t, <-done)
-	}()
-	testutil.WaitFor(t, 10*time.Second, "the worker serves every partition", func() bool {
-		n, _ := worker.Partitions(wk)
-		return n == 4
-	})
+	env, w, ctx, lg := runPartitioned(t, 0)
 	var seqs []uint64
 	a, err := w.Queue.Send(ctx, "x", []byte("a"))
 	require.NoError(t, err)
@@ -231,4 +200,29 @@ func TestPartitioned_ForgedHeaders(t *testing.T) {
 		got = append(got, d.seq)
 	}
 	require.Equal(t, seqs, got, "x's posts at their stored sequences, in order, once")
+}
+
+// runPartitioned runs one worker ("w1", ttl 1 s, idle as given, 0: the
+// default) of a new world with 4 partitions until the test ends, and
+// returns once it serves every partition.
+func runPartitioned(t *testing.T, idle time.Duration) (*testutil.Env, *client.World, context.Context, *ledger) {
+	t.Helper()
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Partitions: 4})
+	ctx := testutil.Ctx(t, time.Minute)
+	lg := newLedger()
+	wk, err := w.NewWorker(worker.Config{Node: "w1", TTL: time.Second, Idle: idle}, lg.handler("w1"))
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+	})
+	testutil.WaitFor(t, 10*time.Second, "the worker serves every partition", func() bool {
+		n, _ := worker.Partitions(wk)
+		return n == 4
+	})
+	return env, w, ctx, lg
 }
