@@ -199,8 +199,10 @@ func BenchmarkDrainManyIDs(b *testing.B) {
 // 3.10): the 10,000 ids are held through one session and caught up (a
 // drain each, before the timer); one ordered consumer reads every mailbox
 // and hands each id's messages to its holding's Deliver, at most 256
-// deliveries at once, as a worker does; the timer stops once every commit
-// settled. Raw: the same pull consume as DrainManyIDs.
+// deliveries at once, and tells the drainer's Sweeper of each, as a worker
+// does (the holdings leave their purges to its sweeps, one purge a second
+// for every id); the timer stops once every commit settled. Raw: the same
+// pull consume as DrainManyIDs.
 //
 //	go test -run '^$' -bench DrainManyIDsHeld -benchtime 1x -count 3 ./drain/
 func BenchmarkDrainManyIDsHeld(b *testing.B) {
@@ -234,26 +236,35 @@ func BenchmarkDrainManyIDsHeld(b *testing.B) {
 			b.Fatal(err)
 		}
 		e.raw = m
+		sw := e.w.Drainer.NewSweeper()
+		swctx, stopSweep := context.WithCancel(e.ctx)
+		swept := make(chan error, 1)
+		go func() { swept <- sw.Run(swctx, time.Second) }()
 		e.fill(b, ids*per, func(i int) string { return wire.MailboxSubject("bench", names[i%ids]) })
 		e.fill(b, ids*per, func(i int) string { return fmt.Sprintf("rawm.%d", i%ids) })
 		rawD := e.rawConsume(b, "", ids*per)
 		b.StartTimer()
 		start := time.Now()
-		delivered := deliverHeld(b, e, holdings, ids*per, parallel)
+		delivered := deliverHeld(b, e, holdings, sw, ids*per, parallel)
 		oursD := time.Since(start)
 		if delivered != ids*per {
 			b.Fatalf("delivered %d of %d", delivered, ids*per)
 		}
 		report(b, ids*per, rawD, oursD)
+		b.StopTimer()
+		stopSweep()
+		if err := <-swept; err != nil && swctx.Err() == nil {
+			b.Fatal(err)
+		}
 		ss.Orphan()
 	}
 }
 
 // deliverHeld reads n mailbox messages with one ordered consumer and hands
 // each id's to its holding (a goroutine per id, at most parallel
-// deliveries at once), then settles every commit; it returns how many
-// messages the handlers got.
-func deliverHeld(b *testing.B, e *benchEnv, holdings map[string]*drain.Holding, n, parallel int) int {
+// deliveries at once) and each message to sw, then settles every commit;
+// it returns how many messages the handlers got.
+func deliverHeld(b *testing.B, e *benchEnv, holdings map[string]*drain.Holding, sw *drain.Sweeper, n, parallel int) int {
 	cons, err := handles.Of(e.w).Mailbox.OrderedConsumer(e.ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.MailboxFilter("bench")}})
 	if err != nil {
 		b.Fatal(err)
@@ -312,6 +323,7 @@ func deliverHeld(b *testing.B, e *benchEnv, holdings map[string]*drain.Holding, 
 		if err != nil {
 			b.Fatal(err)
 		}
+		sw.SawID(meta.Sequence.Stream, id)
 		inbox[id] <- &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
 	}
 	for _, ch := range inbox {
