@@ -167,7 +167,7 @@ const (
 func (s *Store) readNode(ctx context.Context, op, node string) (view, error) {
 	s.nodeReads.Add(1)
 	key := wire.NodeKey(node)
-	m, err := jsapi.LeaderGet(ctx, s.js.Conn(), wire.BucketStream(s.world), jsapi.GetRequest{LastFor: wire.KeySubject(s.world, key)})
+	m, err := s.last(ctx, wire.KeySubject(s.world, key))
 	if errors.Is(err, jsapi.ErrNotFound) {
 		if s.debugOn(ctx) {
 			s.debugNode(ctx, op, node, "outcome", "absent")

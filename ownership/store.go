@@ -187,10 +187,23 @@ func (v view) exhausted(what string) error {
 	return nil
 }
 
+// last reads the last message of subject in the bucket stream as its
+// leader holds it. A single replica answers a direct get from the very
+// state every conditional write is checked against (and confirm needs no
+// barrier there): the same read, outside the JetStream API queue and
+// without its JSON. A replicated stream's direct get may come from a
+// follower that lags, so there it is a leader read.
+func (s *Store) last(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error) {
+	if s.cfg.Replicas <= 1 {
+		return jsapi.DirectLast(ctx, s.js.Conn(), wire.BucketStream(s.world), subject)
+	}
+	return jsapi.LeaderGet(ctx, s.js.Conn(), wire.BucketStream(s.world), jsapi.GetRequest{LastFor: subject})
+}
+
 // read fetches the record of id. A record that does not decode is an error
 // naming the id, and no operation writes over it.
 func (s *Store) read(ctx context.Context, id string) (view, error) {
-	m, err := jsapi.LeaderGet(ctx, s.js.Conn(), wire.BucketStream(s.world), jsapi.GetRequest{LastFor: wire.RecordSubject(s.world, id)})
+	m, err := s.last(ctx, wire.RecordSubject(s.world, id))
 	if errors.Is(err, jsapi.ErrNotFound) {
 		if s.debugOn(ctx) {
 			s.debug(ctx, "read", id, "outcome", "absent")

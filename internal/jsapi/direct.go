@@ -134,7 +134,9 @@ func DirectLast(ctx context.Context, nc *nats.Conn, stream, subject string) (*je
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", subject, err)
 	}
-	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+	// A status of the server's own carries no stored sequence (a stored
+	// message may carry a "Status" its publisher sent: DirectGet).
+	if len(m.Data) == 0 && m.Header.Get("Status") != "" && LastValue(m.Header, jetstream.SequenceHeader) == "" {
 		switch m.Header.Get("Status") {
 		case "404":
 			return nil, ErrNotFound

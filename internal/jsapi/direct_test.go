@@ -2,6 +2,7 @@ package jsapi_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -65,5 +66,43 @@ func TestRawFromDirect_PublisherHeaders(t *testing.T) {
 		if m.Sequence != seqs[i] || m.Subject != "s.x" || m.Time.Year() < 2020 {
 			t.Errorf("message %d: sequence %d subject %q time %v; stored at %d on s.x", i, m.Sequence, m.Subject, m.Time, seqs[i])
 		}
+	}
+}
+
+// DirectLast reads the last message of a subject, tells an absent one
+// (ErrNotFound), and takes a stored message whose publisher sent the
+// headers of a "not found" status (an empty body, "Status: 404") for the
+// message it is, not for the server's answer: an ownership record read so
+// would have been taken for absent.
+func TestDirectLast(t *testing.T) {
+	nc, js := servertest.Connect(t, servertest.New(t).ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jsapi.DirectLast(ctx, nc, "S", "s.x"); !errors.Is(err, jsapi.ErrNotFound) {
+		t.Fatalf("nothing stored: %v, want ErrNotFound", err)
+	}
+	if _, err := js.Publish(ctx, "s.x", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg("s.x")
+	m.Header.Set("Status", "404")
+	m.Header.Set("Description", "Message Not Found")
+	m.Header.Set(jetstream.SequenceHeader, "1")
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := jsapi.DirectLast(ctx, nc, "S", "s.x")
+	if err != nil {
+		t.Fatalf("a stored message with a publisher's status headers: %v", err)
+	}
+	if got.Sequence != ack.Sequence || got.Subject != "s.x" || len(got.Data) != 0 {
+		t.Fatalf("read sequence %d subject %q body %q; want the last stored, %d on s.x, empty", got.Sequence, got.Subject, got.Data, ack.Sequence)
+	}
+	if _, err := jsapi.DirectLast(ctx, nc, "S", "s.y"); !errors.Is(err, jsapi.ErrNotFound) {
+		t.Fatalf("another subject: %v, want ErrNotFound", err)
 	}
 }
