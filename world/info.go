@@ -2,12 +2,12 @@ package world
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
@@ -79,13 +79,17 @@ func (info *Info) mailboxCounts(ctx context.Context, w *World, now time.Time) er
 	if info.Depth == 0 {
 		return nil
 	}
-	m, err := w.h.Mailbox.GetMsg(ctx, info.Mailbox.FirstSeq, jetstream.WithGetMsgSubject(wire.MailboxFilter(w.Name)))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil // drained since the stream info
-	}
+	// Read with jsapi's direct get: the time is the server's
+	// Nats-Time-Stamp, the last of that name (a publisher may have sent
+	// one of its own, which nats.go's GetMsg would read).
+	b, err := jsapi.DirectGet(ctx, w.h.JS.Conn(), wire.MailboxStream(w.Name), jsapi.GetRequest{Seq: info.Mailbox.FirstSeq, NextFor: wire.MailboxFilter(w.Name), Batch: 1})
 	if err != nil {
 		return fmt.Errorf("world %q: oldest mailbox message: %w", w.Name, err)
 	}
+	if len(b.Msgs) == 0 {
+		return nil // drained since the stream info
+	}
+	m := b.Msgs[0]
 	info.Oldest = m.Time
 	info.OldestAge = max(now.Sub(m.Time), 0)
 	return nil

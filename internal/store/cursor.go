@@ -22,10 +22,9 @@ func ReadCursor(ctx context.Context, w *world.World, id string) (c wire.Cursor, 
 	h := handles.Of(w)
 	var m *jetstream.RawStreamMsg
 	if w.Config.Replicas == 1 {
-		m, err = h.Bucket.GetLastMsgForSubject(ctx, subj)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			err = jsapi.ErrNotFound
-		}
+		// jsapi's direct get, not nats.go's: the sequence is the server's
+		// header, the last of its name (a writer may have stored one).
+		m, err = jsapi.DirectLast(ctx, h.JS.Conn(), wire.BucketStream(w.Name), subj)
 	} else {
 		m, err = jsapi.LeaderGet(ctx, h.JS.Conn(), wire.BucketStream(w.Name), jsapi.GetRequest{LastFor: subj})
 	}
