@@ -484,6 +484,18 @@ func (h *Holding) Clean() bool {
 		(h.handed <= h.cur.Seq || (h.cur.Failures > 0 && h.handed <= h.cur.Head))
 }
 
+// Covers says whether the holding has handed out every message of its id
+// up to seq (and failed none): its cursor, stored, in flight or owed, is
+// known and at seq or after it. Messages are handed out in stream order
+// without a gap, so a caller whose copy of the id's messages missed some,
+// none after seq, may still Deliver what it has after them (a worker whose
+// inbox overflowed while a drain read the mailbox).
+func (h *Holding) Covers(seq uint64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.known && h.position() >= seq
+}
+
 // Live says whether Deliver may be used (see Deliver).
 func (h *Holding) Live() bool {
 	h.mu.Lock()

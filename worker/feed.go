@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -15,8 +16,13 @@ import (
 	"github.com/fencepost/fencepost/ownership"
 )
 
-// inboxSize is how many messages a held id's inbox holds (see holding).
-const inboxSize = 256
+// inboxSize is how many messages a held id's inbox holds at first (see
+// holding); an inbox that overflowed while its id drained grows, up to
+// maxInboxSize (holding.grow), until the holding parks.
+const (
+	inboxSize    = 256
+	maxInboxSize = 8192
+)
 
 // startFeed starts the feed, again and again while its setup fails for a
 // reason that passes (a request timed out, no JetStream responder: a
@@ -304,7 +310,7 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 }
 
 // post puts a message from the feed in the holding's inbox, or, when the
-// inbox is full, notes the gap.
+// inbox is full, notes the gap (holding.dropped).
 func (h *holding) post(m *jetstream.RawStreamMsg) {
 	h.mu.Lock()
 	if h.inbox == nil {
@@ -316,8 +322,27 @@ func (h *holding) post(m *jetstream.RawStreamMsg) {
 		h.wake()
 	default:
 		h.mu.Unlock()
-		h.gap.Store(true)
-		nudge(h)
+		// No nudge: the inbox is full, so its goroutine has messages to
+		// take, and with them it reads dropped (deliver). A nudge left
+		// over after that would make a drain of nothing.
+		h.drop(m.Sequence)
+		h.full.Store(true)
+		h.wake()
+	}
+}
+
+// gapUnknown in holding.dropped: messages may be missing that the worker
+// cannot name; only a drain covers them.
+const gapUnknown = math.MaxUint64
+
+// drop notes that the inbox missed the message at seq (gapUnknown: some
+// it cannot name).
+func (h *holding) drop(seq uint64) {
+	for {
+		d := h.dropped.Load()
+		if d >= seq || h.dropped.CompareAndSwap(d, seq) {
+			return
+		}
 	}
 }
 
@@ -329,7 +354,7 @@ func (wk *Worker) gapAll() {
 	defer wk.mu.Unlock()
 	wk.kept = newKept(false) // what it kept may miss messages too
 	for _, h := range wk.held {
-		h.gap.Store(true)
+		h.drop(gapUnknown)
 		nudge(h)
 	}
 }
