@@ -62,7 +62,10 @@ func WithBackoff(min, max time.Duration) Option {
 }
 
 // WithCommitEvery sets how often a drain commits within a batch: every n
-// messages (n >= 1) or every d (d > 0), whichever comes first.
+// messages (n >= 1) or every d (d > 0), whichever comes first. A holding
+// (a worker's) commits what Deliver handed out the same way, across its
+// deliveries, and never within one: each batch a Deliver is given (a
+// worker's inbox, at most 256 messages at a time) is committed as one.
 func WithCommitEvery(n int, d time.Duration) Option {
 	return func(dr *Drainer) error {
 		if n < 1 || d <= 0 {
