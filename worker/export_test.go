@@ -47,31 +47,18 @@ func Partitions(wk *Worker) (served int, received int64) {
 // DrainRuns is how many of wk's deliveries drained from the cursor.
 func DrainRuns(wk *Worker) int64 { return wk.drainRuns.Load() }
 
-// InboxCap is the capacity of the inbox of id's holding (0: not held, or
-// parked without one).
-func InboxCap(wk *Worker, id string) int {
+// Inbox is how many messages the inbox of id's holding holds, and its
+// capacity (0, 0: not held, or parked without one).
+func Inbox(wk *Worker, id string) (n, capacity int) {
 	wk.mu.Lock()
 	h := wk.held[id]
 	wk.mu.Unlock()
 	if h == nil {
-		return 0
+		return 0, 0
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return cap(h.inbox)
-}
-
-// InboxLen is how many messages the inbox of id's holding holds.
-func InboxLen(wk *Worker, id string) int {
-	wk.mu.Lock()
-	h := wk.held[id]
-	wk.mu.Unlock()
-	if h == nil {
-		return 0
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.inbox)
+	return len(h.inbox), cap(h.inbox)
 }
 
 // SetRepublishFault makes the partitioned feed drop a republished post

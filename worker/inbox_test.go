@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
@@ -30,17 +31,6 @@ func TestInbox_OverflowDuringDrain(t *testing.T) {
 	release := make(chan struct{})
 	var got []uint64
 	gotCh := make(chan uint64, 4096)
-	hd := func(ctx context.Context, m drain.Message) error {
-		if m.Seq == 1 {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		gotCh <- m.Seq
-		return nil
-	}
 	send := func(n int) {
 		for i := range n {
 			_, err := w.Queue.Send(ctx, "x", fmt.Appendf(nil, "m%d", i))
@@ -48,21 +38,13 @@ func TestInbox_OverflowDuringDrain(t *testing.T) {
 		}
 	}
 	send(300)
-	wk, err := w.NewWorker(worker.Config{Node: "n1", TTL: 5 * time.Second, IDs: []string{"x"}, Scan: time.Hour,
-		DrainOptions: []drain.Option{drain.WithBatch(100)}}, hd)
-	require.NoError(t, err)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- wk.Run(rctx) }()
-	defer func() { stop(); <-done }()
+	wk := runWorker(t, ctx, w, blockFirst(release, gotCh), drain.WithBatch(100))
 	testutil.WaitFor(t, 30*time.Second, "the first drain in its handler", func() bool { return len(gotCh) == 0 && worker.DrainRuns(wk) == 1 })
 
 	send(600)
 	// The feed delivers the posts to the inbox while the handler waits:
 	// 256 fit, the rest are dropped.
-	testutil.WaitFor(t, 30*time.Second, "the inbox to overflow", func() bool {
-		return worker.InboxCap(wk, "x") > 0 && worker.InboxLen(wk, "x") == worker.InboxCap(wk, "x")
-	})
+	testutil.WaitFor(t, 30*time.Second, "the inbox to overflow", func() bool { return inboxFull(wk) })
 	close(release)
 	collect := func(n int) {
 		deadline := time.After(time.Minute)
@@ -81,7 +63,7 @@ func TestInbox_OverflowDuringDrain(t *testing.T) {
 	}
 	// Whatever the feed still hands the holding is covered: no second
 	// drain, however long it is given.
-	testutil.WaitFor(t, 30*time.Second, "the inbox to grow", func() bool { return worker.InboxCap(wk, "x") > 256 })
+	testutil.WaitFor(t, 30*time.Second, "the inbox to grow", func() bool { _, c := worker.Inbox(wk, "x"); return c > 256 })
 	before := worker.DrainRuns(wk)
 	require.EqualValues(t, 1, before, "a drain after the overflow that the first drain covered")
 
@@ -112,33 +94,15 @@ func TestInbox_OverflowNotCovered(t *testing.T) {
 
 	release := make(chan struct{})
 	gotCh := make(chan uint64, 4096)
-	hd := func(ctx context.Context, m drain.Message) error {
-		if m.Seq == 1 {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		gotCh <- m.Seq
-		return nil
-	}
 	_, err := w.Queue.Send(ctx, "x", []byte("first"))
 	require.NoError(t, err)
-	wk, err := w.NewWorker(worker.Config{Node: "n1", TTL: 5 * time.Second, IDs: []string{"x"}, Scan: time.Hour}, hd)
-	require.NoError(t, err)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- wk.Run(rctx) }()
-	defer func() { stop(); <-done }()
+	wk := runWorker(t, ctx, w, blockFirst(release, gotCh))
 	testutil.WaitFor(t, 30*time.Second, "the first drain", func() bool { return worker.DrainRuns(wk) == 1 })
 	for i := range 600 {
 		_, err := w.Queue.Send(ctx, "x", fmt.Appendf(nil, "m%d", i))
 		require.NoError(t, err)
 	}
-	testutil.WaitFor(t, 30*time.Second, "the inbox to overflow", func() bool {
-		return worker.InboxCap(wk, "x") > 0 && worker.InboxLen(wk, "x") == worker.InboxCap(wk, "x")
-	})
+	testutil.WaitFor(t, 30*time.Second, "the inbox to overflow", func() bool { return inboxFull(wk) })
 	close(release)
 	deadline := time.After(time.Minute)
 	for want := uint64(1); want <= 601; want++ {
@@ -150,4 +114,39 @@ func TestInbox_OverflowNotCovered(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, worker.DrainRuns(wk), int64(2), "the dropped posts came without a drain")
+}
+
+// blockFirst is a handler that waits in the call for message 1 until
+// release is closed, and sends each sequence it handles to got.
+func blockFirst(release <-chan struct{}, got chan<- uint64) drain.Handler {
+	return func(ctx context.Context, m drain.Message) error {
+		if m.Seq == 1 {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		got <- m.Seq
+		return nil
+	}
+}
+
+// runWorker runs a worker of id x only (the scan an hour away: only its
+// consumer brings posts) until the test ends.
+func runWorker(t *testing.T, ctx context.Context, w *client.World, hd drain.Handler, opts ...drain.Option) *worker.Worker {
+	t.Helper()
+	wk, err := w.NewWorker(worker.Config{Node: "n1", TTL: 5 * time.Second, IDs: []string{"x"}, Scan: time.Hour, DrainOptions: opts}, hd)
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return wk
+}
+
+// inboxFull says whether x's inbox is full.
+func inboxFull(wk *worker.Worker) bool {
+	n, c := worker.Inbox(wk, "x")
+	return c > 0 && n == c
 }
