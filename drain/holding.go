@@ -202,14 +202,24 @@ func (h *Holding) Deliver(ctx context.Context, msgs []*jetstream.RawStreamMsg, h
 		return Result{}, true, err
 	}
 	r.deferLast = true
+	// Group commit: what is owed goes out as soon as no commit of the id
+	// is in flight; while one is, deliveries add to the next. The same
+	// for a commit that falls due within msgs (WithCommitEvery).
+	owe := func() error {
+		h.owe(r)
+		r.last = nil
+		if h.sent == nil || h.sent.answered() || h.commitDue() {
+			return h.sendOwed(r.ctx)
+		}
+		return nil
+	}
+	r.owe = func(next wire.Cursor, acked, dead int) error {
+		r.last = &lastCommit{next, acked, dead}
+		return owe()
+	}
 	again, err := r.handle(r.ctx, msgs)
 	if err == nil && r.last != nil {
-		h.owe(r)
-		// Group commit: what is owed goes out as soon as no commit of the
-		// id is in flight; while one is, deliveries add to the next.
-		if h.sent == nil || h.sent.answered() || h.commitDue() {
-			err = h.sendOwed(r.ctx)
-		}
+		err = owe()
 	}
 	res, err = h.end(ctx, r, err, err == nil && !again)
 	return res, true, err

@@ -611,10 +611,10 @@ func TestState_SharedBatchNeighbourRecommits(t *testing.T) {
 }
 
 // TestState_RefusedCommitNotSentBack: a state holding's commit P1 is in a
-// shared batch refused for a neighbour's fence; the Deliver after it
-// commits nothing within its batch (even with a commit due every 2
-// messages: a Deliver's batch is committed as one, through the holding's
-// group commit) and owes its three messages when P1 is settled. P1 is not
+// shared batch refused for a neighbour's fence; the Deliver after it owes
+// the commit that falls due within its batch (every 2 messages here) and
+// the rest, to the holding's group commit, which sends nothing while P1
+// is in flight: it owes its three messages when P1 is settled. P1 is not
 // sent again (its keys would go back behind what is owed): what is owed
 // goes, with every dirty key. Each message writes its own key here, so a
 // key put back would stay back.
@@ -650,7 +650,7 @@ func TestState_RefusedCommitNotSentBack(t *testing.T) {
 	_, ok, err = h.Deliver(ctx, more, put) // k1=1, k0=3, k2=1 owed; P1 in flight
 	require.True(t, ok)
 	require.NoError(t, err)
-	require.Equal(t, 2, drain.QueueLen(d), "P1 and y's part queued, nothing of the Deliver's batch")
+	require.Equal(t, 2, drain.QueueLen(d), "P1 and y's part queued, nothing of the Deliver's batch (owed)")
 	release()
 	require.NoError(t, h.Flush(ctx))
 	require.Equal(t, map[string]string{"k0": "3", "k1": "1", "k2": "1"}, testutil.StoredState(t, w, "x"))

@@ -322,12 +322,21 @@ func (h *holding) post(m *jetstream.RawStreamMsg) {
 		h.wake()
 	default:
 		h.mu.Unlock()
-		// No nudge: the inbox is full, so its goroutine has messages to
-		// take, and with them it reads dropped (deliver). A nudge left
-		// over after that would make a drain of nothing.
 		h.drop(m.Sequence)
 		h.full.Store(true)
-		h.wake()
+		// The goroutine reads dropped after it takes messages from the
+		// inbox (deliver). While some are still there it will; if it
+		// took them all before the drop was noted, a nudge makes it
+		// look. Only then: a nudge left over after it dealt with the drop
+		// would be a drain of nothing.
+		h.mu.Lock()
+		empty := len(h.inbox) == 0
+		h.mu.Unlock()
+		if empty {
+			nudge(h)
+		} else {
+			h.wake()
+		}
 	}
 }
 
