@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/follow"
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
@@ -126,11 +127,10 @@ func (l *ledger) follow(ctx context.Context, w *world.World, history int64) erro
 			return fmt.Errorf("bench: keep %d revisions per key in the bucket stream: %w", history, err)
 		}
 	}
-	cons, err := handles.Of(w).Bucket.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return fmt.Errorf("bench: follow the bucket stream: %w", err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
+	// In stream order, one message at a time (internal/follow): a
+	// record taken after the commits it fenced would make them look
+	// stale.
+	_, err = follow.Start(ctx, handles.Of(w).Bucket, follow.Options{}, func(m jetstream.Msg) {
 		md, err := m.Metadata()
 		if err != nil {
 			return
@@ -175,8 +175,7 @@ func (l *ledger) follow(ctx context.Context, w *world.World, history int64) erro
 	if err != nil {
 		return fmt.Errorf("bench: follow the bucket stream: %w", err)
 	}
-	context.AfterFunc(ctx, cc.Stop)
-	return nil
+	return nil // until ctx ends
 }
 
 func (l *ledger) fail(err error) {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/follow"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/history"
@@ -58,7 +59,7 @@ type recordAt struct {
 // counted.
 type follower struct {
 	world string
-	cc    jetstream.ConsumeContext
+	f     *follow.Follower
 
 	mu      sync.Mutex
 	records map[uint64]recordAt
@@ -69,13 +70,16 @@ type follower struct {
 	bad     int
 }
 
-func follow(ctx context.Context, js jetstream.JetStream, world string) (*follower, error) {
+func followBucket(ctx context.Context, js jetstream.JetStream, world string) (*follower, error) {
 	f := &follower{world: world, records: map[uint64]recordAt{}}
-	cons, err := js.OrderedConsumer(ctx, wire.BucketStream(world), jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	s, err := js.Stream(ctx, wire.BucketStream(world))
 	if err != nil {
 		return nil, fmt.Errorf("verify: follow the bucket stream: %w", err)
 	}
-	if f.cc, err = cons.Consume(f.onMsg); err != nil {
+	// In stream order, one message at a time (internal/follow): a record
+	// read after the cursor write it fenced would misname the holder.
+	opts := follow.Options{Consumer: jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}}
+	if f.f, err = follow.Start(ctx, s, opts, f.onMsg); err != nil {
 		return nil, fmt.Errorf("verify: follow the bucket stream: %w", err)
 	}
 	return f, nil
@@ -91,7 +95,7 @@ func (f *follower) onMsg(m jetstream.Msg) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if seq <= f.last {
-		return // redelivered after the ordered consumer was reset
+		return // a guard: internal/follow gives each message once, in order
 	}
 	f.skipped += seq - f.last - 1
 	f.last = seq
@@ -132,7 +136,7 @@ func (f *follower) caughtUp(seq uint64) bool {
 	return f.last >= seq
 }
 
-func (f *follower) stop() { f.cc.Stop() }
+func (f *follower) stop() { f.f.Stop() }
 
 // Coverage is what the follower saw of the bucket stream.
 type Coverage struct {

@@ -25,7 +25,7 @@ func TestFollower_AttributesAndFlagsUnfenced(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	w := env.World(t, world.Config{})
 	ctx := testutil.Ctx(t, 30*time.Second)
-	fol, err := follow(ctx, env.Client.JetStream(), w.Name)
+	fol, err := followBucket(ctx, env.Client.JetStream(), w.Name)
 	require.NoError(t, err)
 	defer fol.stop()
 

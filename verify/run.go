@@ -109,7 +109,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 // drain, and puts the history into res (also when it ends early).
 func (r *run) exercise(ctx context.Context, res *Result) error {
 	name := res.Meta.World
-	fol, err := follow(ctx, r.admin.JetStream(), name)
+	fol, err := followBucket(ctx, r.admin.JetStream(), name)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/internal/follow"
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
@@ -201,11 +202,19 @@ func (wk *Worker) followPosts(ctx context.Context, cand chan<- candidate) (stop 
 		}
 		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, info.State.LastSeq+1
 	}
-	cons, err := handles.Of(wk.w).Mailbox.OrderedConsumer(ctx, occ)
-	if err != nil {
-		return nil, fmt.Errorf("worker: follow posts: %w", err)
-	}
-	posts, err := cons.Consume(func(m jetstream.Msg) {
+	// One goroutine handles the posts, in stream order (internal/follow):
+	// nats.go's ordered Consume could hand this callback the post after
+	// x, on a new consumer's goroutine, while x was still being routed
+	// (a reconnect in between), and a holding whose posts carry no
+	// predecessor took that one first and committed past x.
+	posts, err := follow.Start(ctx, handles.Of(wk.w).Mailbox, follow.Options{Consumer: occ, Reset: func(err error) {
+		// A new consumer: no post was skipped, but every held id drains
+		// from its cursor before it takes its inbox again, and the ids
+		// not held are scanned for.
+		wk.log.Debug("follow posts: consumer replaced", "error", err)
+		wk.gapAll()
+		wk.missed.Store(true)
+	}}, func(m jetstream.Msg) {
 		meta, err := m.Metadata()
 		if err != nil {
 			wk.log.Warn("follow posts: a message without metadata", "subject", m.Subject(), "error", err)
@@ -236,13 +245,7 @@ func (wk *Worker) followPosts(ctx context.Context, cand chan<- candidate) (stop 
 			return
 		}
 		wk.propose(cand, candidate{id, fromPost})
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		// The consumer may have missed messages while it failed: every
-		// held id drains from its cursor before it takes its inbox again.
-		wk.log.Debug("follow posts", "error", err)
-		wk.gapAll()
-		wk.missed.Store(true) // and posts of ids not held here
-	}))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: follow posts: %w", err)
 	}
