@@ -202,14 +202,24 @@ func (h *Holding) Deliver(ctx context.Context, msgs []*jetstream.RawStreamMsg, h
 		return Result{}, true, err
 	}
 	r.deferLast = true
+	// Group commit: what is owed goes out as soon as no commit of the id
+	// is in flight; while one is, deliveries add to the next. The same
+	// for a commit that falls due within msgs (WithCommitEvery).
+	owe := func() error {
+		h.owe(r)
+		r.last = nil
+		if h.sent == nil || h.sent.answered() || h.commitDue() {
+			return h.sendOwed(r.ctx)
+		}
+		return nil
+	}
+	r.owe = func(next wire.Cursor, acked, dead int) error {
+		r.last = &lastCommit{next, acked, dead}
+		return owe()
+	}
 	again, err := r.handle(r.ctx, msgs)
 	if err == nil && r.last != nil {
-		h.owe(r)
-		// Group commit: what is owed goes out as soon as no commit of the
-		// id is in flight; while one is, deliveries add to the next.
-		if h.sent == nil || h.sent.answered() || h.commitDue() {
-			err = h.sendOwed(r.ctx)
-		}
+		err = owe()
 	}
 	res, err = h.end(ctx, r, err, err == nil && !again)
 	return res, true, err
@@ -482,6 +492,18 @@ func (h *Holding) Clean() bool {
 	defer h.mu.Unlock()
 	return h.known && h.owed == nil && h.sent == nil &&
 		(h.handed <= h.cur.Seq || (h.cur.Failures > 0 && h.handed <= h.cur.Head))
+}
+
+// Covers says whether the holding has handed out every message of its id
+// up to seq (and failed none): its cursor, stored, in flight or owed, is
+// known and at seq or after it. Messages are handed out in stream order
+// without a gap, so a caller whose copy of the id's messages missed some,
+// none after seq, may still Deliver what it has after them (a worker whose
+// inbox overflowed while a drain read the mailbox).
+func (h *Holding) Covers(seq uint64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.known && h.position() >= seq
 }
 
 // Live says whether Deliver may be used (see Deliver).

@@ -62,7 +62,9 @@ func WithBackoff(min, max time.Duration) Option {
 }
 
 // WithCommitEvery sets how often a drain commits within a batch: every n
-// messages (n >= 1) or every d (d > 0), whichever comes first.
+// messages (n >= 1) or every d (d > 0), whichever comes first. A holding's
+// Deliver (a worker's) owes such a commit to the holding's group commit,
+// which sends it without waiting once no commit of the id is in flight.
 func WithCommitEvery(n int, d time.Duration) Option {
 	return func(dr *Drainer) error {
 		if n < 1 || d <= 0 {

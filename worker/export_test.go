@@ -44,6 +44,23 @@ func Partitions(wk *Worker) (served int, received int64) {
 	return wk.parts.served(), wk.parts.received.Load()
 }
 
+// DrainRuns is how many of wk's deliveries drained from the cursor.
+func DrainRuns(wk *Worker) int64 { return wk.drainRuns.Load() }
+
+// Inbox is how many messages the inbox of id's holding holds, and its
+// capacity (0, 0: not held, or parked without one).
+func Inbox(wk *Worker, id string) (n, capacity int) {
+	wk.mu.Lock()
+	h := wk.held[id]
+	wk.mu.Unlock()
+	if h == nil {
+		return 0, 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.inbox), cap(h.inbox)
+}
+
 // SetRepublishFault makes the partitioned feed drop a republished post
 // whenever f returns true for it: a loss of core NATS delivery, which the
 // server cannot be made to cause on demand.

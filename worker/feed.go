@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -16,8 +17,13 @@ import (
 	"github.com/fencepost/fencepost/ownership"
 )
 
-// inboxSize is how many messages a held id's inbox holds (see holding).
-const inboxSize = 256
+// inboxSize is how many messages a held id's inbox holds at first (see
+// holding); an inbox that overflowed while its id drained grows, up to
+// maxInboxSize (holding.grow), until the holding parks.
+const (
+	inboxSize    = 256
+	maxInboxSize = 8192
+)
 
 // startFeed starts the feed, again and again while its setup fails for a
 // reason that passes (a request timed out, no JetStream responder: a
@@ -307,7 +313,7 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 }
 
 // post puts a message from the feed in the holding's inbox, or, when the
-// inbox is full, notes the gap.
+// inbox is full, notes the gap (holding.dropped).
 func (h *holding) post(m *jetstream.RawStreamMsg) {
 	h.mu.Lock()
 	if h.inbox == nil {
@@ -319,8 +325,36 @@ func (h *holding) post(m *jetstream.RawStreamMsg) {
 		h.wake()
 	default:
 		h.mu.Unlock()
-		h.gap.Store(true)
-		nudge(h)
+		h.drop(m.Sequence)
+		h.full.Store(true)
+		// The goroutine reads dropped after it takes messages from the
+		// inbox (deliver). While some are still there it will; if it
+		// took them all before the drop was noted, a nudge makes it
+		// look. Only then: a nudge left over after it dealt with the drop
+		// would be a drain of nothing.
+		h.mu.Lock()
+		empty := len(h.inbox) == 0
+		h.mu.Unlock()
+		if empty {
+			nudge(h)
+		} else {
+			h.wake()
+		}
+	}
+}
+
+// gapUnknown in holding.dropped: messages may be missing that the worker
+// cannot name; only a drain covers them.
+const gapUnknown = math.MaxUint64
+
+// drop notes that the inbox missed the message at seq (gapUnknown: some
+// it cannot name).
+func (h *holding) drop(seq uint64) {
+	for {
+		d := h.dropped.Load()
+		if d >= seq || h.dropped.CompareAndSwap(d, seq) {
+			return
+		}
 	}
 }
 
@@ -332,7 +366,7 @@ func (wk *Worker) gapAll() {
 	defer wk.mu.Unlock()
 	wk.kept = newKept(false) // what it kept may miss messages too
 	for _, h := range wk.held {
-		h.gap.Store(true)
+		h.drop(gapUnknown)
 		nudge(h)
 	}
 }

@@ -108,6 +108,27 @@ func (h *holding) takeInbox() chan *jetstream.RawStreamMsg {
 	return h.inbox
 }
 
+// grow replaces the inbox with one twice its size (at most maxInboxSize),
+// holding what the old one held, in order, and returns it: the inbox
+// overflowed while the id drained, and at this id's rate a drain outlasts
+// what it holds. A drain that outlasts its inbox leaves messages dropped
+// after its last read, so the next delivery is a drain too, and so on:
+// with 256 the counter bench's state holdings never delivered from their
+// inbox (their drains wait on each commit's atomic batch).
+func (h *holding) grow(inbox chan *jetstream.RawStreamMsg) chan *jetstream.RawStreamMsg {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inbox != inbox || cap(inbox) >= maxInboxSize {
+		return h.inbox
+	}
+	bigger := make(chan *jetstream.RawStreamMsg, min(2*cap(inbox), maxInboxSize))
+	for len(inbox) > 0 {
+		bigger <- <-inbox
+	}
+	h.inbox = bigger
+	return bigger
+}
+
 // idleLeft is how long until the holding has been idle for Config.Idle.
 func (wk *Worker) idleLeft(h *holding) time.Duration {
 	return max(wk.cfg.Idle-time.Since(time.Unix(0, h.active.Load())), 0)

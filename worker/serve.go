@@ -157,6 +157,9 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 		}
 		res, err := wk.deliver(ctx, h, msgs)
 		<-wk.slots
+		if h.full.Swap(false) {
+			inbox = h.grow(inbox)
+		}
 		if by := h.drains.FlushBy(); !by.IsZero() {
 			flush.Reset(max(time.Until(by), 0))
 		}
@@ -205,9 +208,18 @@ func takeInbox(msgs []*jetstream.RawStreamMsg, inbox chan *jetstream.RawStreamMs
 }
 
 // deliver hands out msgs from the inbox, or drains the id from its cursor
-// when the holding is not caught up or the inbox missed messages (the gap
-// is read after msgs were taken: a message dropped before one of msgs
-// was put in the inbox set it first).
+// when the holding is not caught up or the inbox missed messages it has
+// not handed out. The gap is read after msgs were taken: a message dropped
+// before one of msgs was put in the inbox noted its sequence first, and
+// one dropped later comes after all of msgs.
+//
+// A drop the holding covers (every message up to the highest dropped one
+// handed out: a drain that ran meanwhile read them) needs no drain, and
+// leaves msgs whole after the holding's position: each message after it
+// reached the inbox, in stream order, or it would have been dropped too,
+// and so be at or below that highest one (design 3.10, "An inbox that
+// overflows"). A drain that outlasts its inbox overflows it; the inbox
+// then grows (holding.grow).
 func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.RawStreamMsg) (drain.Result, error) {
 	if h.whole {
 		// The first delivery, from what the worker kept: every message of
@@ -215,17 +227,21 @@ func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.Raw
 		h.whole = false
 		first := append(h.start, msgs...)
 		h.start = nil
-		if !h.gap.Swap(false) {
+		if h.dropped.Swap(0) == 0 {
 			return h.drains.Start(ctx, first, wk.h)
 		}
-	}
-	if len(msgs) > 0 && !h.gap.Swap(false) {
-		if res, ok, err := h.drains.Deliver(ctx, msgs, wk.h); ok {
-			if err == nil && !h.drains.Live() {
-				nudge(h) // a failed delivery, to be tried again from the cursor
+	} else if d := h.dropped.Swap(0); d == 0 || h.drains.Covers(d) {
+		if len(msgs) > 0 {
+			if res, ok, err := h.drains.Deliver(ctx, msgs, wk.h); ok {
+				if err == nil && !h.drains.Live() {
+					nudge(h) // a failed delivery, to be tried again from the cursor
+				}
+				return res, err
 			}
-			return res, err
+		} else if d != 0 {
+			return drain.Result{}, nil // woken by a drop a drain already covered
 		}
 	}
+	wk.drainRuns.Add(1)
 	return h.drains.Drain(ctx, wk.h)
 }

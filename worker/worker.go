@@ -111,6 +111,9 @@ type Worker struct {
 	// goroutines running (park.go).
 	parkAfter time.Duration
 	serving   atomic.Int64
+	// drainRuns counts the deliveries that drained from the cursor rather
+	// than hand out an inbox (serve's deliver; tests).
+	drainRuns atomic.Int64
 	// feedFault (tests only) fails feed's setup when it returns an error.
 	feedFault func() error
 	// dropRepublished (tests only) drops the republished posts it says
@@ -130,10 +133,17 @@ type holding struct {
 	more   chan struct{}  // capacity 1: "there may be new mail"
 	// inbox: the id's messages from the worker's one consumer of every
 	// mailbox, in stream order, handed out with drains.Deliver. One that
-	// finds inbox full is dropped and sets gap: the next delivery is a
-	// drain (from the cursor), which covers it. nil while parked (mu).
-	inbox chan *jetstream.RawStreamMsg
-	gap   atomic.Bool
+	// finds inbox full is dropped, and dropped becomes at least its
+	// sequence: the next delivery is a drain (from the cursor), which
+	// covers it, unless the holding already handed it out (a drain that
+	// ran meanwhile read it: drain.Holding.Covers). dropped is
+	// gapUnknown when the feed may have lost messages it cannot name (a
+	// reconnect, a reset consumer); 0: nothing dropped. nil inbox while
+	// parked (mu).
+	inbox   chan *jetstream.RawStreamMsg
+	dropped atomic.Uint64
+	full    atomic.Bool // the inbox overflowed: serve grows it
+
 	// start: the id's messages the worker kept while nobody held it, all
 	// of them (kept.take): the first delivery hands them out without
 	// reading the mailbox (drain.Holding.Start). Used once, by serve.
