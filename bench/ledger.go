@@ -130,8 +130,7 @@ func (l *ledger) follow(ctx context.Context, w *world.World, history int64) erro
 	// In stream order, one message at a time (internal/follow): a
 	// record taken after the commits it fenced would make them look
 	// stale.
-	_, err = follow.Start(ctx, handles.Of(w).Bucket, follow.Options{}, func(m jetstream.Msg) {
-		md, err := m.Metadata()
+	_, err = follow.Start(ctx, handles.Of(w).Bucket, follow.Options{}, func(m jetstream.Msg, md *jetstream.MsgMetadata, err error) {
 		if err != nil {
 			return
 		}

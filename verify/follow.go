@@ -85,9 +85,8 @@ func followBucket(ctx context.Context, js jetstream.JetStream, world string) (*f
 	return f, nil
 }
 
-func (f *follower) onMsg(m jetstream.Msg) {
+func (f *follower) onMsg(m jetstream.Msg, md *jetstream.MsgMetadata, err error) {
 	at := time.Now()
-	md, err := m.Metadata()
 	if err != nil {
 		return
 	}

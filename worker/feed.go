@@ -220,8 +220,7 @@ func (wk *Worker) followPosts(ctx context.Context, cand chan<- candidate) (stop 
 		wk.log.Debug("follow posts: consumer replaced", "error", err)
 		wk.gapAll()
 		wk.missed.Store(true)
-	}}, func(m jetstream.Msg) {
-		meta, err := m.Metadata()
+	}}, func(m jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
 		if err != nil {
 			wk.log.Warn("follow posts: a message without metadata", "subject", m.Subject(), "error", err)
 			wk.gapAll()

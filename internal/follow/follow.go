@@ -51,10 +51,10 @@ type Options struct {
 }
 
 // Start follows s from the start opts.Consumer names and calls fn with
-// each message, in stream order, one at a time, from one goroutine, until
-// ctx ends or Stop. The first consumer is made before Start returns; an
+// each message and its metadata (or why it has none), in stream order, one
+// at a time, from one goroutine, until ctx ends or Stop. The first consumer is made before Start returns; an
 // error making it is returned.
-func Start(ctx context.Context, s jetstream.Stream, opts Options, fn func(jetstream.Msg)) (*Follower, error) {
+func Start(ctx context.Context, s jetstream.Stream, opts Options, fn func(jetstream.Msg, *jetstream.MsgMetadata, error)) (*Follower, error) {
 	it, err := open(ctx, s, opts.Consumer, opts.Pull)
 	if err != nil {
 		return nil, err
@@ -89,7 +89,7 @@ func open(ctx context.Context, s jetstream.Stream, cfg jetstream.OrderedConsumer
 }
 
 // read is the one goroutine that calls fn.
-func (f *Follower) read(ctx context.Context, s jetstream.Stream, opts Options, it jetstream.MessagesContext, fn func(jetstream.Msg)) {
+func (f *Follower) read(ctx context.Context, s jetstream.Stream, opts Options, it jetstream.MessagesContext, fn func(jetstream.Msg, *jetstream.MsgMetadata, error)) {
 	defer close(f.done)
 	var (
 		last     uint64 // the stream sequence of the last message handled
@@ -115,13 +115,14 @@ func (f *Follower) read(ctx context.Context, s jetstream.Stream, opts Options, i
 			}
 			continue
 		}
-		if meta, err := m.Metadata(); err == nil {
+		meta, err := m.Metadata()
+		if err == nil {
 			if consumer != "" && meta.Consumer != consumer {
 				reset(nil)
 			}
 			consumer, last = meta.Consumer, meta.Sequence.Stream
 		}
-		fn(m)
+		fn(m, meta, err)
 	}
 }
 

@@ -30,8 +30,7 @@ func (c *calls) enter() {
 	}
 }
 
-func (c *calls) leave(m jetstream.Msg) {
-	meta, err := m.Metadata()
+func (c *calls) leave(meta *jetstream.MsgMetadata, err error) {
 	if err == nil {
 		c.mu.Lock()
 		c.seqs = append(c.seqs, meta.Sequence.Stream)
@@ -103,13 +102,13 @@ func TestFollow_ResetWhileHandling(t *testing.T) {
 		Consumer: jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy},
 		Pull:     []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(16)},
 		Reset:    func(error) { resets.Add(1) },
-	}, func(m jetstream.Msg) {
+	}, func(_ jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
 		c.enter()
-		if meta, _ := m.Metadata(); meta != nil && meta.Sequence.Stream == hold {
+		if err == nil && meta.Sequence.Stream == hold {
 			close(holding)
 			<-release
 		}
-		c.leave(m)
+		c.leave(meta, err)
 	})
 	require.NoError(t, err)
 	defer f.Stop()
@@ -148,7 +147,10 @@ func TestFollow_ServerRestart(t *testing.T) {
 	f, err := follow.Start(ctx, s, follow.Options{
 		Consumer: jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy},
 		Pull:     []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(16), jetstream.PullHeartbeat(time.Second)},
-	}, func(m jetstream.Msg) { c.enter(); c.leave(m) })
+	}, func(_ jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
+		c.enter()
+		c.leave(meta, err)
+	})
 	require.NoError(t, err)
 
 	require.Eventually(t, func() bool { return c.count() >= 100 }, 30*time.Second, 10*time.Millisecond)
