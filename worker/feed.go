@@ -186,7 +186,14 @@ func (wk *Worker) followPosts(ctx context.Context, cand chan<- candidate) (stop 
 		}
 		return wk.parts.stop, nil
 	}
-	filter := []string{wire.MailboxFilter(wk.w.Name)}
+	// A worker of every id reads the whole mailbox stream, dead letters
+	// included (skipped below): a consumer whose filter is not the
+	// stream's every subject makes the server search each block for the
+	// next match (fileStore.firstMatching), and dead letters are rare.
+	var filter []string
+	if wk.ids != nil {
+		filter = []string{wire.MailboxFilter(wk.w.Name)}
+	}
 	if wk.ids != nil && len(wk.ids) <= 64 {
 		filter = filter[:0]
 		for id := range wk.ids {
@@ -227,7 +234,11 @@ func (wk *Worker) followPosts(ctx context.Context, cand chan<- candidate) (stop 
 			return
 		}
 		// The subject is decoded once, for the sweep and the routing.
-		id, err := wire.MailboxID(wk.w.Name, m.Subject())
+		tok, ok := wire.MailboxToken(wk.w.Name, m.Subject())
+		if !ok {
+			return // a dead letter: not a post, and no purge of posts removes it
+		}
+		id, err := wire.DecodeID(tok)
 		if wk.sweep != nil {
 			if err != nil {
 				wk.sweep.SawID(meta.Sequence.Stream, "")

@@ -2,13 +2,16 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
 	"github.com/fencepost/fencepost/world"
@@ -88,4 +91,59 @@ func TestScan_OnlyAtStartOnMissAndAsBackstop(t *testing.T) {
 
 	worker.MarkMissed(wk)
 	testutil.WaitFor(t, 30*time.Second, "the scan after a miss", func() bool { _, afterMiss := worker.Scans(wk); return afterMiss == 1 })
+}
+
+// TestFeed_DeadLettersSkipped: a worker of every id reads the whole
+// mailbox stream, dead letters included (an unfiltered consumer: the
+// server's fast path). A dead letter is neither routed nor seen by the
+// sweep: posts after it are delivered, and the sweep purges them within
+// seconds. A dead letter taken as a post of no id would hold the sweep's
+// mark back for good (it is never purged), and the posts after it would
+// stay until each holding purged its own, 30 s later.
+func TestFeed_DeadLettersSkipped(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{MaxDeliveries: 1})
+	ctx := testutil.Ctx(t, 2*time.Minute)
+	lg := newLedger()
+	record := lg.handler("n1")
+	wk, err := w.NewWorker(worker.Config{Node: "n1", TTL: 2 * time.Second}, func(ctx context.Context, m drain.Message) error {
+		if string(m.Body) == "poison" {
+			return errors.New("poison")
+		}
+		return record(ctx, m)
+	})
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	defer func() { stop(); <-done }()
+
+	send := func(id, body string) {
+		t.Helper()
+		_, err := w.Queue.Send(ctx, id, []byte(body))
+		require.NoError(t, err)
+	}
+	send("a", "poison")
+	send("a", "one")
+	testutil.WaitFor(t, 30*time.Second, "the poison dead-lettered", func() bool {
+		dl, err := w.Mailboxes.DeadLetters(ctx, "a", 10)
+		return err == nil && len(dl) == 1
+	})
+	for _, id := range []string{"a", "b", "c"} {
+		send(id, "after")
+	}
+	testutil.WaitFor(t, 30*time.Second, "the posts after the dead letter delivered", func() bool { return lg.delivered() == 4 })
+	posts := func() uint64 {
+		info, err := handles.Of(w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(w.Name)))
+		require.NoError(t, err)
+		var n uint64
+		for _, c := range info.State.Subjects {
+			n += c
+		}
+		return n
+	}
+	testutil.WaitFor(t, 15*time.Second, "every post purged by the sweep", func() bool { return posts() == 0 })
+	dl, err := w.Mailboxes.DeadLetters(ctx, "a", 10)
+	require.NoError(t, err)
+	require.Len(t, dl, 1, "the dead letter stays")
 }
