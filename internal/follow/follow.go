@@ -52,8 +52,8 @@ type Options struct {
 
 // Start follows s from the start opts.Consumer names and calls fn with
 // each message and its metadata (or why it has none), in stream order, one
-// at a time, from one goroutine, until ctx ends or Stop. The first consumer is made before Start returns; an
-// error making it is returned.
+// at a time, from one goroutine, until ctx ends or Stop. The first
+// consumer is made before Start returns; an error making it is returned.
 func Start(ctx context.Context, s jetstream.Stream, opts Options, fn func(jetstream.Msg, *jetstream.MsgMetadata, error)) (*Follower, error) {
 	it, err := open(ctx, s, opts.Consumer, opts.Pull)
 	if err != nil {
@@ -94,6 +94,9 @@ func (f *Follower) read(ctx context.Context, s jetstream.Stream, opts Options, i
 	var (
 		last     uint64 // the stream sequence of the last message handled
 		consumer string // the consumer that gave it
+		// wait: before the next remaking, when the last one gave no
+		// message before it failed too (no remaking in a tight loop).
+		wait time.Duration
 	)
 	reset := func(err error) {
 		if opts.Reset != nil {
@@ -110,11 +113,20 @@ func (f *Follower) read(ctx context.Context, s jetstream.Stream, opts Options, i
 			// one starts after the last message handled.
 			it.Stop()
 			reset(err)
+			if wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+			wait = min(max(2*wait, 100*time.Millisecond), 5*time.Second)
 			if it = f.reopen(ctx, s, opts, last, reset); it == nil {
 				return
 			}
 			continue
 		}
+		wait = 0
 		meta, err := m.Metadata()
 		if err == nil {
 			if consumer != "" && meta.Consumer != consumer {
