@@ -49,9 +49,13 @@ func (wk *Worker) startFeed(ctx context.Context, wg *sync.WaitGroup, cand chan<-
 }
 
 // passing says whether err is of a kind that passes: a request that timed
-// out or found no JetStream responder.
+// out or found no JetStream responder, or JetStream answering that it is
+// unavailable for now (503: a cluster without a meta or stream leader, as
+// right after a partition heals).
 func passing(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoHeartbeat)
+	var api *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoHeartbeat) ||
+		errors.As(err, &api) && api.Code == 503
 }
 
 // feed starts the three sources of candidate ids: posts to mailboxes (an

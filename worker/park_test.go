@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/drain"
@@ -116,10 +117,13 @@ func TestPark(t *testing.T) {
 }
 
 // TestRun_FeedSetupRetried: the worker's consumers cannot be made twice
-// for a reason that passes (a timeout: injected, since a real server
-// cannot be made to time out on demand at that one step), and the worker
-// starts anyway and delivers; a reason that does not pass ends Run with
-// it. Without the retry Run returned the first timeout.
+// for a reason that passes (a timeout, then JetStream "temporarily
+// unavailable" as a cluster answers while it elects a leader: injected,
+// since a real server cannot be made to fail on demand at that one step),
+// and the worker starts anyway and delivers; a reason that does not pass
+// ends Run with it. Without the retry Run returned the first timeout; a
+// final worker of the partition-minority scenario, started right after a
+// heal, returned the 503 (CI, 1 Dec).
 func TestRun_FeedSetupRetried(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	w := env.World(t, world.Config{})
@@ -134,8 +138,11 @@ func TestRun_FeedSetupRetried(t *testing.T) {
 	require.NoError(t, err)
 	var fails atomic.Int32
 	worker.SetFeedFault(wk, func() error {
-		if fails.Add(1) <= 2 {
+		switch fails.Add(1) {
+		case 1:
 			return context.DeadlineExceeded
+		case 2:
+			return &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}
 		}
 		return nil
 	})
