@@ -5,9 +5,11 @@
 // message by what came before it (the worker's feed, the checkers that
 // rebuild a history). Its handler advances the consumer's cursor under the
 // consumer's lock, then unlocks and calls the callback; a reset in between
-// (a missed heartbeat, a deleted consumer, a reconnect) makes a new consumer
-// from the cursor on, whose own goroutine may call the callback with the
-// next message before the old goroutine's call with this one has run. The
+// that is reported on another goroutine (a reconnect: a missed heartbeat
+// or a deleted consumer is seen only after the callback returned) makes a
+// new consumer from the cursor on, whose own goroutine may call the
+// callback with the next message before the old goroutine's call with
+// this one has run. The
 // callback then sees x+1 before x, on two goroutines at once (nats.go
 // v1.55.0, jetstream/ordered.go, Consume's internalHandler).
 //
@@ -113,17 +115,10 @@ func (f *Follower) read(ctx context.Context, s jetstream.Stream, opts Options, i
 			// one starts after the last message handled.
 			it.Stop()
 			reset(err)
-			if wait > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(wait):
-				}
-			}
-			wait = min(max(2*wait, 100*time.Millisecond), 5*time.Second)
-			if it = f.reopen(ctx, s, opts, last, reset); it == nil {
+			if it = f.reopen(ctx, s, opts, last, wait, reset); it == nil {
 				return
 			}
+			wait = backoff(wait)
 			continue
 		}
 		wait = 0
@@ -138,14 +133,21 @@ func (f *Follower) read(ctx context.Context, s jetstream.Stream, opts Options, i
 	}
 }
 
-// reopen makes the iterator that follows last, trying again with a
-// backoff until ctx ends (nil).
-func (f *Follower) reopen(ctx context.Context, s jetstream.Stream, opts Options, last uint64, reset func(error)) jetstream.MessagesContext {
+// reopen makes the iterator that follows last, after wait, trying again
+// with a backoff until ctx ends (nil).
+func (f *Follower) reopen(ctx context.Context, s jetstream.Stream, opts Options, last uint64, wait time.Duration, reset func(error)) jetstream.MessagesContext {
 	cfg := opts.Consumer
 	if last > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, last+1, nil
 	}
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+	for ; ; wait = backoff(wait) {
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
+		}
 		it, err := open(ctx, s, cfg, opts.Pull)
 		if err == nil {
 			f.mu.Lock()
@@ -158,10 +160,10 @@ func (f *Follower) reopen(ctx context.Context, s jetstream.Stream, opts Options,
 			return it
 		}
 		reset(err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
 	}
+}
+
+// backoff is the wait after wait: 100 ms at first, doubling up to 5 s.
+func backoff(wait time.Duration) time.Duration {
+	return min(max(2*wait, 100*time.Millisecond), 5*time.Second)
 }
