@@ -240,7 +240,7 @@ const freedFallback = 50 * time.Millisecond
 // dropped before its ids' lapses are handled).
 func (wk *Worker) claimWait(id string, freed bool) time.Duration {
 	key := id
-	if wk.parts != nil {
+	if wk.parts != nil && wk.parts.listed == nil {
 		key = partKey(wk.parts.partition(id))
 	}
 	load := min(time.Duration(wk.count())*wk.cfg.Spread, wk.cfg.MaxSpread) + rank(key, wk.cfg.Node, 10*wk.cfg.Spread)

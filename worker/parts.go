@@ -26,11 +26,17 @@ import (
 // post names its subject's previous message, so the holding sees the gap
 // (drain.Holding.Deliver) and drains from its cursor, and a reconnect
 // flags every holding and asks for a scan.
+//
+// A worker of a list of ids (listed) serves no partition: it subscribes to
+// each listed id's posts, from its start until it stops, and so reads
+// each post of its ids once, as its consumer did, without a consumer on
+// the mailbox stream besides the server's republish.
 type parts struct {
-	n     int // the world's partitions
-	world string
-	nc    *nats.Conn
-	on    nats.MsgHandler
+	n      int // the world's partitions
+	world  string
+	listed map[string]bool // a worker of a list of ids: the ids; nil: of every id
+	nc     *nats.Conn
+	on     nats.MsgHandler
 
 	mu   sync.Mutex
 	mine map[int]*nats.Subscription    // the partitions served
@@ -51,8 +57,13 @@ type parts struct {
 	mail   map[string]bool
 }
 
-func newParts(w string, n int) *parts {
-	return &parts{n: n, world: w, mine: map[int]*nats.Subscription{}, own: map[string]*nats.Subscription{}, want: map[string]int{}, mail: map[string]bool{}}
+// maxListed bounds the ids of a worker of a list that subscribes to each
+// one's posts; a longer list reads every post with a consumer, as on a
+// world without partitions.
+const maxListed = 1024
+
+func newParts(w string, n int, listed map[string]bool) *parts {
+	return &parts{n: n, world: w, listed: listed, mine: map[int]*nats.Subscription{}, own: map[string]*nats.Subscription{}, want: map[string]int{}, mail: map[string]bool{}}
 }
 
 // partition is id's partition.
@@ -63,12 +74,26 @@ func (p *parts) partition(id string) int { return wire.Partition(wire.EncodeID(i
 func partKey(q int) string { return "partition " + strconv.Itoa(q) }
 
 // start subscribes to every partition until the live nodes are listed
-// (more reading than needed, never less).
+// (more reading than needed, never less); a worker of a list, to each of
+// its ids, in place at the server before it claims any.
 func (p *parts) start(nc *nats.Conn, on nats.MsgHandler) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.nc, p.on = nc, on
 	p.reconnects = nc.Stats().Reconnects
+	if p.listed != nil {
+		for id := range p.listed {
+			s, err := p.subscribe(wire.RepublishSubject(p.world, id, p.n))
+			if err != nil {
+				return err
+			}
+			p.want[id], p.own[id] = p.partition(id), s
+		}
+		if err := p.nc.Flush(); err != nil {
+			return fmt.Errorf("worker: subscribe to the ids' posts: %w", err)
+		}
+		return nil
+	}
 	all := map[int]bool{}
 	for q := range p.n {
 		all[q] = true
@@ -100,7 +125,7 @@ func (p *parts) stop() {
 func (p *parts) assign(mine map[int]bool) (gained bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.nc == nil {
+	if p.nc == nil || p.listed != nil {
 		return false, nil
 	}
 	return p.assignLocked(mine)
@@ -177,8 +202,12 @@ func (p *parts) hold(id string) error {
 	return p.nc.Flush()
 }
 
-// drop: id is no longer held here.
+// drop: id is no longer held here. A listed id's posts keep coming: the
+// next one makes it a candidate again.
 func (p *parts) drop(id string) {
+	if p.listed[id] {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.want, id)
@@ -202,8 +231,12 @@ func (p *parts) reconnected() bool {
 	return changed
 }
 
-// serves says whether id's partition is served here.
+// serves says whether id's posts reach this worker without a claim: its
+// partition is served here, or it is a listed id.
 func (p *parts) serves(id string) bool {
+	if p.listed[id] {
+		return true
+	}
 	q := p.partition(id)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -309,20 +342,22 @@ func (wk *Worker) reassign(ctx context.Context) {
 	if wk.parts == nil {
 		return
 	}
-	mine := map[int]bool{}
-	peers := wk.peers.Load()
-	for q := range wk.parts.n {
-		if peers == nil || wk.first(partKey(q), *peers) == wk.cfg.Node {
-			mine[q] = true
+	if wk.parts.listed == nil {
+		mine := map[int]bool{}
+		peers := wk.peers.Load()
+		for q := range wk.parts.n {
+			if peers == nil || wk.first(partKey(q), *peers) == wk.cfg.Node {
+				mine[q] = true
+			}
 		}
-	}
-	gained, err := wk.parts.assign(mine)
-	if err != nil && ctx.Err() == nil {
-		wk.log.Warn("partitions", "error", err)
-		wk.missed.Store(true)
-	}
-	if gained {
-		wk.missed.Store(true)
+		gained, err := wk.parts.assign(mine)
+		if err != nil && ctx.Err() == nil {
+			wk.log.Warn("partitions", "error", err)
+			wk.missed.Store(true)
+		}
+		if gained {
+			wk.missed.Store(true)
+		}
 	}
 	if wk.parts.reconnected() {
 		wk.gapAll()

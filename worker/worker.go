@@ -234,17 +234,6 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 		return nil, err
 	}
 	wk := &Worker{w: w, own: own, cfg: cfg, slots: make(chan struct{}, cfg.Parallel), endSlots: make(chan struct{}, stopWrites), claimSlots: min(cfg.Parallel, maxClaims), h: h, dr: dr, log: cfg.Log.With("node", cfg.Node), held: map[string]*holding{}, parkAfter: defaultParkAfter}
-	switch {
-	case len(cfg.IDs) == 0 && w.Config.Partitions > 0:
-		// Nothing here reads every post: no sweep, and each id purges
-		// its own (3.13).
-		wk.parts = newParts(w.Name, w.Config.Partitions)
-	case len(cfg.IDs) == 0 && w.Config.Purge != world.PurgeByServer:
-		wk.sweep = dr.NewSweeper()
-	}
-	// Keeping needs a consumer that reads from the first message: the
-	// one a sweep needs too.
-	wk.kept = newKept(wk.sweep != nil)
 	if len(cfg.IDs) > 0 {
 		wk.ids = map[string]bool{}
 		for _, id := range cfg.IDs {
@@ -254,6 +243,18 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 			wk.ids[id] = true
 		}
 	}
+	switch {
+	case w.Config.Partitions > 0 && len(wk.ids) <= maxListed:
+		// Nothing here reads every post: no sweep, and each id purges
+		// its own (3.13). A worker of a list subscribes to its ids'
+		// posts (wk.ids; nil: the partitions it serves).
+		wk.parts = newParts(w.Name, w.Config.Partitions, wk.ids)
+	case len(cfg.IDs) == 0 && w.Config.Purge != world.PurgeByServer:
+		wk.sweep = dr.NewSweeper()
+	}
+	// Keeping needs a consumer that reads from the first message: the
+	// one a sweep needs too.
+	wk.kept = newKept(wk.sweep != nil)
 	return wk, nil
 }
 
