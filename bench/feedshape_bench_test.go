@@ -27,7 +27,11 @@ import (
 //     (what republishing itself costs the server);
 //   - republish=N: the same, read by N subscribers that each take a third
 //     of the partitions: every message reaches one reader, which checks
-//     Nats-Last-Sequence (the subject's previous stored sequence) for gaps.
+//     Nats-Last-Sequence (the subject's previous stored sequence) for gaps;
+//   - ingest=N: the stream's own subject transform stores each message
+//     under its partition, and N ordered consumers each read a third of
+//     the partitions (filtered): nothing republished, every message read
+//     once (docs/design.md 3.13, "What splitting the read costs").
 //
 // cpu-us/op is the process's CPU (the embedded server and every client),
 // the figure to compare: go test -run '^$' -bench FeedShapes -benchtime
@@ -38,20 +42,22 @@ func BenchmarkFeedShapes(b *testing.B) {
 		consumers int
 		republish bool
 		readers   int
+		ingest    int
 	}{
-		{"consumers=1", 1, false, 0},
-		{"consumers=3", 3, false, 0},
-		{"republish=none", 0, true, 0},
-		{"republish=3", 0, true, 3},
+		{"consumers=1", 1, false, 0, 0},
+		{"consumers=3", 3, false, 0, 0},
+		{"republish=none", 0, true, 0, 0},
+		{"republish=3", 0, true, 3, 0},
+		{"ingest=3", 0, false, 0, 3},
 	} {
-		b.Run(c.name, func(b *testing.B) { feedShape(b, c.consumers, c.republish, c.readers) })
+		b.Run(c.name, func(b *testing.B) { feedShape(b, c.consumers, c.republish, c.readers, c.ingest) })
 	}
 }
 
 // feedPartitions is the republish's partition count.
 const feedPartitions = 12
 
-func feedShape(b *testing.B, consumers int, republish bool, readers int) {
+func feedShape(b *testing.B, consumers int, republish bool, readers, ingest int) {
 	srv := servertest.New(b)
 	connect := func() *nats.Conn {
 		nc, err := nats.Connect(srv.ClientURL())
@@ -70,16 +76,28 @@ func feedShape(b *testing.B, consumers int, republish bool, readers int) {
 	if republish {
 		cfg.RePublish = &jetstream.RePublish{Source: "in.*", Destination: "out.{{partition(" + strconv.Itoa(feedPartitions) + ",1)}}.{{wildcard(1)}}"}
 	}
+	if ingest > 0 {
+		cfg.Subjects = append(cfg.Subjects, "part.*.*")
+		cfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "part.{{partition(" + strconv.Itoa(feedPartitions) + ",1)}}.{{wildcard(1)}}"}
+	}
 	if _, err := js.CreateStream(ctx, cfg); err != nil {
 		b.Fatal(err)
 	}
 	var got, gaps atomic.Int64
-	for range consumers {
+	filters := make([][]string, consumers) // each consumer's partitions (none: every message)
+	for r := range ingest {
+		var f []string
+		for p := r; p < feedPartitions; p += ingest {
+			f = append(f, "part."+strconv.Itoa(p)+".*")
+		}
+		filters = append(filters, f)
+	}
+	for _, filter := range filters {
 		rjs, err := jetstream.New(connect())
 		if err != nil {
 			b.Fatal(err)
 		}
-		c, err := rjs.OrderedConsumer(ctx, "S", jetstream.OrderedConsumerConfig{})
+		c, err := rjs.OrderedConsumer(ctx, "S", jetstream.OrderedConsumerConfig{FilterSubjects: filter})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -120,7 +138,7 @@ func feedShape(b *testing.B, consumers int, republish bool, readers int) {
 			b.Fatal(err)
 		}
 	}
-	want := int64(b.N) * int64(max(consumers, min(readers, 1)))
+	want := int64(b.N) * int64(max(consumers, min(readers, 1), min(ingest, 1)))
 	body := make([]byte, 128)
 	subjects := make([]string, 1000)
 	for i := range subjects {
@@ -129,7 +147,9 @@ func feedShape(b *testing.B, consumers int, republish bool, readers int) {
 	b.ResetTimer()
 	cpu0 := testutil.ProcessCPU()
 	for i := range b.N {
-		if _, err := js.PublishAsync(subjects[i%len(subjects)], body); err != nil {
+		// A stalled publisher waits for its acknowledgements (the
+		// default 200 ms ended the ingest shape's runs).
+		if _, err := js.PublishAsync(subjects[i%len(subjects)], body, jetstream.WithStallWait(10*time.Second)); err != nil {
 			b.Fatal(err)
 		}
 	}
