@@ -43,9 +43,14 @@ func ciScenarios() []scenario {
 	// off through the proxy, which loses republished posts on the way.
 	partitioned := mk("partitioned", Single, true, OwnerKill, ProxyCut, OwnerStop, OwnerKill, ProxyLatency, OwnerStop, ProxyCut)
 	partitioned.Partitions = 16
+	// The same, its owners workers of the list of every id: each
+	// subscribes to each id's posts (3.13).
+	listed := partitioned
+	listed.Name, listed.Listed = "partitioned-listed", true
 	scs := []scenario{
 		owners,
 		partitioned,
+		listed,
 		counter,
 		mk("proxy", Single, true, ProxyCut, ProxyLatency, ProxyRefuse, ProxyCut, ProxyLatency, ProxyRefuse, ProxyCut, ProxyLatency, ProxyRefuse),
 		mk("server-sync-always", ServerAlways, false, ServerCrash, ServerCrash, ServerCrash),

@@ -38,7 +38,10 @@ func soakScenarios(round time.Duration) []scenario {
 	// faults (a cut connection loses republished posts on the way).
 	partitioned := mk("partitioned", ServerInterval, true, OwnerKill, ProxyCut, OwnerStop, ProxyLatency, OwnerKill, ServerCrash, OwnerStop, ProxyRefuse)
 	partitioned.Partitions = 16
-	scs = append(scs, partitioned)
+	// The same, its owners workers of the list of every id (3.13).
+	listed := partitioned
+	listed.Name, listed.Listed = "partitioned-listed", true
+	scs = append(scs, partitioned, listed)
 	parts := mk("partitions", ClusterRoutes, false, PartMinority, OwnerKill, PartIsolate, OwnerStop, PartFlap, PartMinority, PartFlap)
 	parts.Cut, parts.MinorityOf = 6*time.Second, "mailbox" // the mailbox leader only, as CI before read barriers (docs/reliability.md section 6: not yet run with the bucket leader)
 	scs = append(scs, parts)
