@@ -193,13 +193,13 @@ func (wk *Worker) followPosts(ctx context.Context, cand chan<- candidate) (stop 
 	// A worker of every id reads the whole mailbox stream, dead letters
 	// included (skipped below): a consumer whose filter is not the
 	// stream's every subject makes the server search each block for the
-	// next match (fileStore.firstMatching), and dead letters are rare.
+	// next match (fileStore.firstMatching), and dead letters are rare. A
+	// worker of a few ids reads theirs, of many every mailbox.
 	var filter []string
-	if wk.ids != nil {
+	switch {
+	case len(wk.ids) > 64:
 		filter = []string{wire.MailboxFilter(wk.w.Name)}
-	}
-	if wk.ids != nil && len(wk.ids) <= 64 {
-		filter = filter[:0]
+	case wk.ids != nil:
 		for id := range wk.ids {
 			filter = append(filter, wire.MailboxSubject(wk.w.Name, id))
 		}

@@ -9,9 +9,9 @@
 // or a deleted consumer is seen only after the callback returned) makes a
 // new consumer from the cursor on, whose own goroutine may call the
 // callback with the next message before the old goroutine's call with
-// this one has run. The
-// callback then sees x+1 before x, on two goroutines at once (nats.go
-// v1.55.0, jetstream/ordered.go, Consume's internalHandler).
+// this one has run. The callback then sees x+1 before x, on two
+// goroutines at once (nats.go v1.55.0, jetstream/ordered.go, Consume's
+// internalHandler).
 //
 // Follow reads with the ordered consumer's Messages iterator instead, from
 // one goroutine of its own: the iterator resets inside Next, after the
