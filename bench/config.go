@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/world"
 )
 
 // Scenarios and sizes.
@@ -99,7 +100,9 @@ type Config struct {
 	KillLeaders bool
 	// Partitions, if not 0, creates ours' world with that many partitions:
 	// each worker reads the posts of the partitions it serves, not every
-	// post (world.Config.Partitions, docs/design.md 3.13).
+	// post (world.Config.Partitions, docs/design.md 3.13). PartitionsDefault
+	// gives it world.PartitionsFor its replicas, as fencepost world add
+	// does.
 	Partitions int
 
 	auth *authServer // the server of an Auth run, set by Run
@@ -156,6 +159,11 @@ var ScenarioSizes = map[string]map[string]Config{
 
 // zipfS is the exponent of the zipf scenario's distribution.
 const zipfS = 1.1
+
+// PartitionsDefault, as Config.Partitions, gives ours' world the
+// partitions fencepost world add gives a new world of its replicas
+// (world.PartitionsFor): fencepost bench without --partitions.
+const PartitionsDefault = -1
 
 // withOwners says whether the scenario runs owner processes.
 func (c Config) withOwners() bool {
@@ -228,6 +236,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Replicas < 1 || c.Replicas > 5 || (c.Cluster != 0 && c.Replicas > c.Cluster) {
 		return c, fmt.Errorf("bench: replicas %d: use 1 to 5, at most the cluster's members", c.Replicas)
+	}
+	if c.Partitions == PartitionsDefault {
+		c.Partitions = world.PartitionsFor(c.Replicas)
 	}
 	if c.withOwners() {
 		for _, k := range c.Faults {

@@ -62,7 +62,7 @@ func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) er
 	if !errors.Is(err, world.ErrUnknownWorld) {
 		return err
 	}
-	cfg := world.Config{Replicas: replicas}
+	cfg := world.Config{Replicas: replicas, Partitions: d.cfg.partitions()}
 	if d.cfg.Auth {
 		// Owners may not purge: the server removes what they commit.
 		cfg.Purge = world.PurgeByServer
@@ -72,7 +72,7 @@ func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) er
 		return nil // another member created it first
 	}
 	if err == nil {
-		d.log.Info("world created", "world", name, "replicas", replicas)
+		d.log.Info("world created", "world", name, "replicas", replicas, "partitions", cfg.Partitions)
 	}
 	return err
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/world"
 )
 
 // Sync policies (docs/operations.md "Sync policy").
@@ -64,10 +65,13 @@ type Config struct {
 	Cluster     string   `json:"cluster,omitempty"`      // cluster listen host:port; empty: no cluster
 	Routes      []string `json:"routes,omitempty"`       // nats-route://host:port of the other members
 
-	// The world made ready at start, and its replicas (0: 3 in a cluster,
-	// otherwise 1). An existing world is opened as it is.
-	World    string `json:"world,omitempty"`
-	Replicas int    `json:"replicas,omitempty"`
+	// The world made ready at start, its replicas (0: 3 in a cluster,
+	// otherwise 1) and its partitions (0: world.PartitionsFor its
+	// replicas, 64 on one; -1: none; docs/design.md 3.13). An existing
+	// world is opened as it is.
+	World      string `json:"world,omitempty"`
+	Replicas   int    `json:"replicas,omitempty"`
+	Partitions int    `json:"partitions,omitempty"`
 
 	// Auth runs the embedded server with one NATS user per role
 	// (producer, owner, operator; docs/security.md) and writes their
@@ -339,6 +343,9 @@ func (c Config) validateWorld() error {
 	if c.Replicas != 0 && c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
 		return bad("replicas", "%d is not 1, 3 or 5", c.Replicas)
 	}
+	if c.Partitions < -1 || c.Partitions > wire.MaxPartitions {
+		return bad("partitions", "%d is outside -1 (none), 0 (the default) and 1..%d", c.Partitions, wire.MaxPartitions)
+	}
 	if c.ScrapeInterval < Duration(100*time.Millisecond) {
 		return bad("scrape_interval", "%v is below 100ms", time.Duration(c.ScrapeInterval))
 	}
@@ -392,6 +399,17 @@ func (c Config) replicas() int {
 		return 3
 	}
 	return 1
+}
+
+// partitions is the default world's partitions when it is created.
+func (c Config) partitions() int {
+	switch c.Partitions {
+	case 0:
+		return world.PartitionsFor(c.replicas())
+	case -1:
+		return 0
+	}
+	return c.Partitions
 }
 
 // releaseMemory says whether idle heap memory is returned after a burst.

@@ -354,3 +354,42 @@ func TestDaemon_ExternalNATS(t *testing.T) {
 	_, err := world.Open(testutil.Ctx(t, 5*time.Second), js, "ext")
 	require.NoError(t, err)
 }
+
+// TestDaemon_DefaultWorldPartitions: the world fencepostd makes ready has
+// world.PartitionsFor its replicas (64 on one) unless --partitions says
+// otherwise (-1: none); an existing world is opened as it is.
+func TestDaemon_DefaultWorldPartitions(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{nil, world.DefaultPartitions},
+		{[]string{"--partitions", "-1"}, 0},
+		{[]string{"--partitions", "16"}, 16},
+	} {
+		dir := t.TempDir()
+		s := startDaemon(t, dir, tc.args...)
+		s.waitReady(t)
+		_, js := servertest.Connect(t, s.d.ClientURL())
+		var w *world.World
+		servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() (err error) {
+			w, err = world.Open(testutil.Ctx(t, time.Second), js, "default")
+			return err
+		})
+		require.Equal(t, tc.want, w.Config.Partitions, "%v", tc.args)
+		s.shutdown(t)
+
+		if tc.want != 0 {
+			continue
+		}
+		// Started again over the same store with the default: the world
+		// is there already and keeps its (no) partitions.
+		s = startDaemon(t, dir)
+		s.waitReady(t)
+		_, js = servertest.Connect(t, s.d.ClientURL())
+		w, err := world.Open(testutil.Ctx(t, 5*time.Second), js, "default")
+		require.NoError(t, err)
+		require.Zero(t, w.Config.Partitions, "an existing world is opened as it is")
+		s.shutdown(t)
+	}
+}

@@ -69,9 +69,28 @@ type Config struct {
 	// Partitions, if not 0, has the mailbox stream republish every post
 	// to one of this many partitions by its id, so that each worker reads
 	// the posts of the partitions it serves instead of every post
-	// (docs/design.md 3.13). 0, the default, is none: every worker reads
-	// every post.
+	// (docs/design.md 3.13). 0 is none: every worker reads every post.
+	// The library's zero value stays none; fencepost world add, fencepostd
+	// and fencepost bench give a new world PartitionsFor its replicas
+	// unless told otherwise.
 	Partitions int `json:"partitions,omitempty"`
+}
+
+// DefaultPartitions is the partitions fencepost world add, fencepostd and
+// fencepost bench give a new single-replica world when none are asked for.
+const DefaultPartitions = 64
+
+// PartitionsFor is the partitions a new world of these replicas gets when
+// none are asked for: DefaultPartitions on one replica, none on more. A
+// replicated mailbox stream's new leader may not republish what the old
+// one stored (docs/design.md 3.13, "The default"); such a loss is found
+// only at the id's next post, a reconnect or a scan, so replicated worlds
+// are partitioned only when asked.
+func PartitionsFor(replicas int) int {
+	if replicas <= 1 {
+		return DefaultPartitions
+	}
+	return 0
 }
 
 // PurgeMode says who purges committed messages.

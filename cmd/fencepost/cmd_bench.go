@@ -49,7 +49,7 @@ var benchFlags struct {
 	KillLeaders bool          `name:"kill-leaders" help:"with --cluster: in each round kill the leader of the mailbox stream, then of the bucket stream (raw: its stream's leader twice), each member started again before the next kill; the stall of each kill is reported"`
 	Owners      int           `name:"owners" placeholder:"N" help:"takeover, handoff, zipf, counter: owner processes (default: the size's)"`
 	Faults      string        `name:"faults" placeholder:"LIST" complete:"kill,stop,seize,term,none" help:"takeover, handoff, zipf, counter: the faults injected in turn, comma-separated: kill, stop, seize, term; or none (default: the scenario's)"`
-	Partitions  int           `name:"partitions" placeholder:"N" help:"create fencepost's world with N partitions: each worker reads the posts of the partitions it serves, not every post (fencepost world add --partitions)"`
+	Partitions  int           `name:"partitions" placeholder:"N" help:"create fencepost's world with N partitions: each worker reads the posts of the partitions it serves, not every post (fencepost world add --partitions; 0: none; default as world add's: 64 with one replica, none with more)"`
 	Quiet       bool          `name:"quiet" help:"no progress on stderr"`
 	Chart       string        `name:"chart" placeholder:"FILE" help:"write an SVG chart of throughput and latency p99 per second, takeovers marked, to this file"`
 }
@@ -138,10 +138,15 @@ func runBench(e *env, args []string) int {
 		return e.usageErr("bench", "--owners and --faults are of owner processes: use %s", strings.Join(ownerScenarios, ", "))
 	}
 
+	partitions := benchFlags.Partitions
+	if !e.given["partitions"] {
+		partitions = bench.PartitionsDefault
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := bench.Config{Scenario: benchFlags.Scenario, Size: benchFlags.Size, IDs: benchFlags.IDs, Duration: benchFlags.Duration, Rounds: benchFlags.Rounds, Log: e.log, Auth: benchFlags.Auth,
-		Cluster: benchFlags.Cluster, Replicas: benchFlags.Replicas, KillLeaders: benchFlags.KillLeaders, Owners: benchFlags.Owners, Faults: faults, Partitions: benchFlags.Partitions}
+		Cluster: benchFlags.Cluster, Replicas: benchFlags.Replicas, KillLeaders: benchFlags.KillLeaders, Owners: benchFlags.Owners, Faults: faults, Partitions: partitions}
 	where := "an embedded server"
 	if cfg.Cluster != 0 {
 		where = fmt.Sprintf("an embedded %d-member cluster", cfg.Cluster)

@@ -26,7 +26,7 @@ var worldFlags struct {
 	Replicas      int           `name:"replicas" placeholder:"N" help:"add: 1, 3 or 5 (default 1; 3 on a 3-node cluster)"`
 	Storage       string        `name:"storage" placeholder:"KIND" complete:"file,memory" help:"add: file or memory (default file)"`
 	Purge         string        `name:"purge" placeholder:"WHO" complete:"owner,server" help:"add: who removes committed messages: owner (the drain, default) or server (fencepostd; for worlds whose owners may not purge, docs/security.md)"`
-	Partitions    int           `name:"partitions" placeholder:"N" help:"add: republish each post to one of N partitions by its id, so that each worker reads the posts of the partitions it serves, not every post (0, the default: every worker reads every post; up to 1024)"`
+	Partitions    int           `name:"partitions" placeholder:"N" help:"add: republish each post to one of N partitions by its id, so that each worker reads the posts of the partitions it serves, not every post (up to 1024; 0: none, every worker reads every post; default 64 with one replica, 0 with more)"`
 	Yes           bool          `name:"yes" help:"rm: confirm"`
 }
 
@@ -101,12 +101,16 @@ func runWorld(e *env, args []string) int {
 // settings asked (an error naming those that differ). Only the settings
 // whose flags were given are compared. An existing world made before
 // per-id state gets its bucket's atomic batches turned on (world.Create).
+// A new world without --partitions gets world.PartitionsFor its replicas.
 func worldAdd(e *env, name string, cfg world.Config) int {
 	ctx, cancel := e.ctx()
 	defer cancel()
 	c, err := e.client()
 	if err != nil {
 		return e.fail(err)
+	}
+	if !e.given["partitions"] {
+		cfg.Partitions = world.PartitionsFor(cfg.Replicas)
 	}
 	want := cfg.WithDefaults()
 	if err := want.Validate(); err != nil {

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -59,6 +60,34 @@ func TestCLI_WorldAdd_ExistsNamesGivenFlagsOnly(t *testing.T) {
 	r = cli(t, env.URL, "default", "world", "add", "given", "--max-msg-size", "100", "--default-ttl", "30s")
 	require.Equal(t, 1, r.code, "%q %q", r.out, r.err)
 	require.Contains(t, r.err, "it has max_body 1040384 (asked 100); remove it first")
+}
+
+// TestCLI_WorldAdd_DefaultPartitions: a new single-replica world without
+// --partitions gets world.DefaultPartitions, --partitions 0 none; adding
+// an existing world compares its partitions only when --partitions is
+// given, so a world made before the default (none) still "exists".
+func TestCLI_WorldAdd_DefaultPartitions(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	r := cli(t, env.URL, "default", "world", "add", "parted")
+	require.Equal(t, 0, r.code, r.err)
+	require.Contains(t, r.out, "created world=parted ")
+	require.Contains(t, r.out, fmt.Sprintf(" partitions=%d", world.DefaultPartitions))
+
+	r = cli(t, env.URL, "default", "world", "add", "whole", "--partitions", "0")
+	require.Equal(t, 0, r.code, r.err)
+	require.Contains(t, r.out, " partitions=0")
+	w, err := world.Open(testutil.Ctx(t, 5*time.Second), env.Client.JetStream(), "whole")
+	require.NoError(t, err)
+	require.Zero(t, w.Config.Partitions)
+
+	r = cli(t, env.URL, "default", "world", "add", "whole")
+	require.Equal(t, 0, r.code, r.err)
+	require.Contains(t, r.out, "exists world=whole ")
+	require.Contains(t, r.out, " partitions=0")
+
+	r = cli(t, env.URL, "default", "world", "add", "whole", "--partitions", "64")
+	require.Equal(t, 1, r.code, "%q %q", r.out, r.err)
+	require.Contains(t, r.err, "it has partitions 0 (asked 64)")
 }
 
 // TestCLI_Stat_OldestAge: stat prints the oldest message's timestamp

@@ -163,6 +163,7 @@ func TestCluster_SurvivesSIGKILLOfOneMember(t *testing.T) {
 		return allCurrent(ctx, handles.Of(w).Mailbox, handles.Of(w).Bucket)
 	})
 	require.Equal(t, 3, w.Config.Replicas, "the default world of a cluster has 3 replicas")
+	require.Zero(t, w.Config.Partitions, "and no partitions (world.PartitionsFor)")
 	phase("cluster formed, world ready")
 
 	posted := map[string]bool{} // bodies confirmed posted

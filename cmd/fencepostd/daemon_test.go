@@ -116,6 +116,8 @@ func TestDaemon_ExitCodes(t *testing.T) {
 		{[]string{"--sync", "often"}, 2, `sync: "often" is neither`},
 		{[]string{"--config", badFile}, 2, `sync: "often" is neither`},
 		{[]string{"--replicas", "4"}, 2, "replicas: 4 is not 1, 3 or 5"},
+		{[]string{"--partitions", "1025"}, 2, "partitions: 1025 is outside -1 (none), 0 (the default) and 1..1024"},
+		{[]string{"--partitions", "-2"}, 2, "partitions: -2 is outside"},
 		{[]string{"--nats-config", badNATS, "--port", "-1", "--data", t.TempDir(), "--http", "off"}, 2, "nats.conf:2"},
 		{[]string{"--port", "-1", "--data", t.TempDir(), "--http", busy.Addr().String()}, 1, "address already in use"},
 	} {
