@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/fencepost/fencepost/world"
 )
 
 // ciScenarios are the CI-sized runs: every fault type at least 3 times.
@@ -47,11 +49,16 @@ func ciScenarios() []scenario {
 	// subscribes to each id's posts (3.13).
 	listed := partitioned
 	listed.Name, listed.Listed = "partitioned-listed", true
+	// Counter on the world fencepost world add makes on one replica: 64
+	// partitions (3.13, "The default"), the server crashed under it.
+	counterParts := counter
+	counterParts.Name, counterParts.Partitions = "counter-partitioned", world.DefaultPartitions
 	scs := []scenario{
 		owners,
 		partitioned,
 		listed,
 		counter,
+		counterParts,
 		mk("proxy", Single, true, ProxyCut, ProxyLatency, ProxyRefuse, ProxyCut, ProxyLatency, ProxyRefuse, ProxyCut, ProxyLatency, ProxyRefuse),
 		mk("server-sync-always", ServerAlways, false, ServerCrash, ServerCrash, ServerCrash),
 		mk("server-sync-interval", ServerInterval, false, ServerCrash, ServerCrash, ServerCrash),

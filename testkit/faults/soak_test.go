@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/fencepost/fencepost/world"
 )
 
 var soakFor = flag.Duration("soak", 0, "run TestSoak for this long (make soak); 0 skips it")
@@ -32,7 +34,10 @@ func soakScenarios(round time.Duration) []scenario {
 	// id's messages in its state; every counter must end exact.
 	counter := mk("counter", ServerInterval, true, OwnerKill, OwnerSeize, OwnerStop, ProxyCut, OwnerSeize, ServerCrash, OwnerKill, OwnerStop, OwnerSeize, ProxyRefuse)
 	counter.Counter = true
-	scs = append(scs, counter)
+	// The same on the default world of one replica: 64 partitions (3.13).
+	counterParts := counter
+	counterParts.Name, counterParts.Partitions = "counter-partitioned", world.DefaultPartitions
+	scs = append(scs, counter, counterParts)
 	// A partitioned world (docs/design.md 3.13): owners of every id, each
 	// reading the republished posts of its partitions, under the mixed
 	// faults (a cut connection loses republished posts on the way).
