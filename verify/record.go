@@ -14,6 +14,7 @@ import (
 type Meta struct {
 	World           string        `json:"world"`
 	Replicas        int           `json:"replicas"`
+	Partitions      int           `json:"partitions,omitempty"` // the scratch world's (world.PartitionsFor)
 	Started         time.Time     `json:"started"`
 	Elapsed         time.Duration `json:"elapsed_ns"`
 	Duration        time.Duration `json:"duration_ns"`

@@ -90,8 +90,13 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Progress("world %s created (replicas %d)", name, replicas)
-	res = &Result{Recorded: Recorded{Meta: Meta{World: name, Replicas: replicas, Started: time.Now(), Duration: cfg.Duration, IDs: cfg.IDs,
+	partitions := r.w.Config.Partitions
+	if partitions > 0 {
+		cfg.Progress("world %s created (replicas %d, partitions %d)", name, replicas, partitions)
+	} else {
+		cfg.Progress("world %s created (replicas %d)", name, replicas)
+	}
+	res = &Result{Recorded: Recorded{Meta: Meta{World: name, Replicas: replicas, Partitions: partitions, Started: time.Now(), Duration: cfg.Duration, IDs: cfg.IDs,
 		Owners: cfg.Owners, TTL: cfg.TTL, Faults: slices.Clone(cfg.Faults)}}}
 	err = r.exercise(ctx, res)
 	res.Meta.Elapsed = time.Since(res.Meta.Started)
@@ -216,7 +221,10 @@ func (r *run) pickWorld(ctx context.Context) (string, error) {
 }
 
 // createWorld creates the scratch world: R3 when the deployment takes it
-// (cfg.Replicas 0), else R1; or the replicas asked for.
+// (cfg.Replicas 0), else R1; or the replicas asked for. Its partitions
+// are those fencepost world add gives a world of those replicas
+// (world.PartitionsFor: 64 on one, none on more), so that verify runs
+// the path a new world of the deployment takes.
 func (r *run) createWorld(ctx context.Context, name string) (int, error) {
 	replicas := r.cfg.Replicas
 	auto := replicas == 0
@@ -228,7 +236,7 @@ func (r *run) createWorld(ctx context.Context, name string) (int, error) {
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		wcfg := world.Config{Replicas: replicas, MinTTL: 100 * time.Millisecond}
+		wcfg := world.Config{Replicas: replicas, MinTTL: 100 * time.Millisecond, Partitions: world.PartitionsFor(replicas)}
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		w, err := r.admin.CreateWorld(octx, name, wcfg)
 		cancel()

@@ -39,7 +39,8 @@ func TestRun_OwnersFail_RemovesWorld(t *testing.T) {
 	require.ErrorContains(t, err, "no owner delivered a message within 5s")
 	require.ErrorContains(t, err, "owner cannot start")
 	require.NotNil(t, res)
-	require.Contains(t, progress, "world "+res.Meta.World+" created (replicas 1)")
+	require.Contains(t, progress, fmt.Sprintf("world %s created (replicas 1, partitions %d)", res.Meta.World, world.DefaultPartitions))
+	require.Equal(t, world.DefaultPartitions, res.Meta.Partitions)
 	require.Contains(t, progress, "world "+res.Meta.World+" removed")
 	require.Equal(t, before, names(), "the world was left behind")
 

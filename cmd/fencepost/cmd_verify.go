@@ -160,9 +160,13 @@ func printVerdict(e *env, rec *verify.Recorded, v verify.Verdict, path string) i
 		code = exitError
 	}
 	m := rec.Meta
+	head := []field{f("world", m.World), f("replicas", m.Replicas)}
+	if m.Partitions > 0 {
+		head = append(head, f("partitions", m.Partitions))
+	}
 	if e.json {
-		e.emit(v.Outcome, f("world", m.World), f("replicas", m.Replicas), f("duration", m.Duration.String()), f("history", path),
-			f("invariants", v.Invariants), f("faults", v.Faults), f("figures", v.Figures), f("reasons", v.Reasons), f("examples", v.Examples))
+		e.emit(v.Outcome, append(head, f("duration", m.Duration.String()), f("history", path),
+			f("invariants", v.Invariants), f("faults", v.Faults), f("figures", v.Figures), f("reasons", v.Reasons), f("examples", v.Examples))...)
 		return code
 	}
 	for _, inv := range v.Invariants {
@@ -178,9 +182,9 @@ func printVerdict(e *env, rec *verify.Recorded, v verify.Verdict, path string) i
 	for _, x := range v.Examples {
 		fmt.Fprintf(e.err, "  %s\n", x)
 	}
-	e.emit(v.Outcome, f("world", m.World), f("replicas", m.Replicas), f("duration", m.Duration.String()), f("faults", faultCounts(v.Faults)),
+	e.emit(v.Outcome, append(head, f("duration", m.Duration.String()), f("faults", faultCounts(v.Faults)),
 		f("posted", v.Figures["posted"]), f("deliveries", v.Figures["deliveries"]), f("duplicates", v.Figures["duplicates"]),
-		f("takeovers", v.Figures["takeovers"]), f("commits", v.Figures["commits"]), f("history", path))
+		f("takeovers", v.Figures["takeovers"]), f("commits", v.Figures["commits"]), f("history", path))...)
 	return code
 }
 

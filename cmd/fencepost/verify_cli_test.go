@@ -277,7 +277,7 @@ func TestVerify_Interrupted_RemovesWorld(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	testutil.WaitFor(t, 60*time.Second, "verify runs its faults", func() bool { return strings.Contains(stderr.String(), "verify: fault ") })
 	require.NotEmpty(t, ownerProcs(t), "no owner process found")
-	require.Contains(t, stderr.String(), " created (replicas 1)\n", "a single server takes R1")
+	require.Contains(t, stderr.String(), fmt.Sprintf(" created (replicas 1, partitions %d)\n", world.DefaultPartitions), "a single server takes R1, with world add's partitions")
 	require.Greater(t, len(streamNames(t, env.Client)), len(names), "no scratch world")
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
 	err := cmd.Wait()
@@ -327,11 +327,13 @@ func TestVerify_MutualTLS_ThroughTheProxy(t *testing.T) {
 		"--history", filepath.Join(dir, "h.jsonl"), "--tlscert", p.ClientCert, "--tlskey", p.ClientKey, "--tlsca", p.CA, "--timeout", "10s")
 	require.Equal(t, 0, r.code, "%+v", r)
 	var out struct {
-		Outcome string
-		Faults  map[string]int
+		Outcome    string
+		Partitions int
+		Faults     map[string]int
 	}
 	require.NoError(t, json.Unmarshal([]byte(r.out), &out), r.out)
 	require.Equal(t, "passed", out.Outcome)
+	require.Equal(t, world.DefaultPartitions, out.Partitions, "a single server's scratch world is partitioned, as world add makes it")
 	require.Positive(t, out.Faults["cut"])
 
 	// Without a client certificate the server refuses: an error, exit 1.
