@@ -46,6 +46,9 @@ func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) er
 		if w.Config.Replicas != replicas && d.cfg.Replicas != 0 {
 			d.log.Warn("world exists with other replicas; keeping them", "world", name, "replicas", w.Config.Replicas, "configured", replicas)
 		}
+		if d.cfg.Partitions != 0 && w.Config.Partitions != d.cfg.partitions() {
+			d.log.Warn("world exists with other partitions; keeping them", "world", name, "partitions", w.Config.Partitions, "configured", d.cfg.partitions())
+		}
 		if d.cfg.Auth && w.Config.Purge != world.PurgeByServer {
 			d.log.Warn("world has purge=owner, but owners may not purge with --auth: its committed messages stay until an operator purges them; recreate it with purge=server", "world", name)
 		}

@@ -23,7 +23,7 @@ var worldFlags struct {
 	MaxBytes      int64         `name:"max-bytes" placeholder:"BYTES" help:"add: bytes the world's mailboxes and dead letters hold together before full, as the server stores them (default: no limit)"`
 	MaxDeliveries int           `name:"max-deliveries" placeholder:"N" help:"add: deliveries before a message moves to dead letters (default 5)"`
 	DedupeWindow  time.Duration `name:"dedupe-window" placeholder:"D" help:"add: window in which a repeated --msg-id is stored once (default 2m)"`
-	Replicas      int           `name:"replicas" placeholder:"N" help:"add: 1, 3 or 5 (default 1; 3 on a 3-node cluster)"`
+	Replicas      int           `name:"replicas" placeholder:"N" help:"add: 1, 3 or 5 (default 1)"`
 	Storage       string        `name:"storage" placeholder:"KIND" complete:"file,memory" help:"add: file or memory (default file)"`
 	Purge         string        `name:"purge" placeholder:"WHO" complete:"owner,server" help:"add: who removes committed messages: owner (the drain, default) or server (fencepostd; for worlds whose owners may not purge, docs/security.md)"`
 	Partitions    int           `name:"partitions" placeholder:"N" help:"add: republish each post to one of N partitions by its id, so that each worker reads the posts of the partitions it serves, not every post (up to 1024; 0: none, every worker reads every post; default 64 with one replica, 0 with more)"`
