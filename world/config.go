@@ -70,14 +70,14 @@ type Config struct {
 	// to one of this many partitions by its id, so that each worker reads
 	// the posts of the partitions it serves instead of every post
 	// (docs/design.md 3.13). 0 is none: every worker reads every post.
-	// The library's zero value stays none; fencepost world add, fencepostd
-	// and fencepost bench give a new world PartitionsFor its replicas
-	// unless told otherwise.
+	// The library's zero value stays none; the commands that create a
+	// world (world add, fencepostd, bench, verify) give it PartitionsFor
+	// its replicas unless told otherwise.
 	Partitions int `json:"partitions,omitempty"`
 }
 
-// DefaultPartitions is the partitions fencepost world add, fencepostd and
-// fencepost bench give a new single-replica world when none are asked for.
+// DefaultPartitions is the partitions a new single-replica world gets
+// from the commands when none are asked for (PartitionsFor).
 const DefaultPartitions = 64
 
 // PartitionsFor is the partitions a new world of these replicas gets when
