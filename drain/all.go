@@ -167,17 +167,22 @@ func (d *Drainer) scan(ctx context.Context, runs []*run, g *sweep) error {
 	if cons.CachedInfo().NumPending == 0 {
 		return nil
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(2 * d.batch))
+	msgs, err := readConsumer(d.nc, cons, jetstream.PullMaxMessages(2*d.batch))
 	if err != nil {
 		return fmt.Errorf("drain: scan mailboxes: %w", err)
 	}
-	defer iter.Stop()
+	defer msgs.iter.Stop()
 	for left := uint64(1); left > 0; {
-		m, err := iter.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return fmt.Errorf("drain: scan mailboxes: %w", err)
+		m, md, err := msgs.next(ctx)
+		if errors.Is(err, errConsumerGap) {
+			// Messages after the last one seen may have been lost on the
+			// way: every run goes on alone from what it has (finishAll),
+			// and the sweep stops at what the scan saw.
+			for _, r := range runs {
+				r.diverted = true
+			}
+			return nil
 		}
-		md, err := m.Metadata()
 		if err != nil {
 			return fmt.Errorf("drain: scan mailboxes: %w", err)
 		}

@@ -1,0 +1,205 @@
+package drain_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/testkit/faults"
+	"github.com/fencepost/fencepost/testkit/testutil"
+	"github.com/fencepost/fencepost/world"
+)
+
+// The reads through a consumer (a deep mailbox's follower, DrainAll's scan)
+// use AckNone consumers: what the server sent on one is never sent again.
+// Messages on their way when the connection is cut are lost to the reader,
+// and the consumer goes on after them. These tests cut the connection
+// while a consumer's first messages are on their way (a proxy delays
+// them) and check that every message is still delivered, in order: the
+// reader must see the gap and read again from its cursor.
+
+// viaProxy opens w's world through a proxy that delays everything by
+// latency until the proxy is cut; it returns the proxy and the world.
+func viaProxy(t *testing.T, env *testutil.Env, w *client.World, latency time.Duration) (*faults.Proxy, *client.World) {
+	t.Helper()
+	p, err := faults.NewProxy(strings.TrimPrefix(env.Node.ClientURL(), "nats://"))
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	pc, err := client.Connect(p.URL(), client.WithTimeout(10*time.Second),
+		client.WithNATSOptions(nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond)))
+	require.NoError(t, err)
+	t.Cleanup(pc.Close)
+	ctx := testutil.Ctx(t, 30*time.Second)
+	pw, err := pc.World(ctx, w.Name)
+	require.NoError(t, err)
+	p.SetLatency(latency)
+	return p, pw
+}
+
+// cutWhenSent cuts every connection of p (and ends its latency) as soon
+// as the mailbox consumer described as desc has sent a message: those
+// messages are on their way through the delayed proxy, and lost. It
+// returns a channel closed once it cut.
+func cutWhenSent(t *testing.T, w *client.World, p *faults.Proxy, desc string) <-chan struct{} {
+	t.Helper()
+	cut := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			names := handles.Of(w).Mailbox.ListConsumers(ctx)
+			for ci := range names.Info() {
+				if ci.Config.Description == desc && ci.Delivered.Consumer > 0 {
+					p.CutAll()
+					p.SetLatency(0)
+					close(cut)
+					return
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return cut
+}
+
+// postMany posts n messages to id's mailbox and returns their sequences.
+func postMany(t *testing.T, ctx context.Context, w *client.World, id string, n int) []uint64 {
+	t.Helper()
+	js := handles.Of(w).JS
+	futs := make([]jetstream.PubAckFuture, n)
+	for i := range futs {
+		f, err := js.PublishAsync(wire.MailboxSubject(w.Name, id), []byte("m"))
+		require.NoError(t, err)
+		futs[i] = f
+	}
+	seqs := make([]uint64, n)
+	for i, f := range futs {
+		select {
+		case a := <-f.Ok():
+			seqs[i] = a.Sequence
+		case err := <-f.Err():
+			t.Fatal(err)
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
+	return seqs
+}
+
+// seqRecorder is a handler that records the sequences it was handed.
+type seqRecorder struct{ seqs []uint64 }
+
+func (r *seqRecorder) handle(_ context.Context, m drain.Message) error {
+	r.seqs = append(r.seqs, m.Seq)
+	return nil
+}
+
+// A drain reads a deep mailbox (followThreshold messages after its first
+// batch) through a consumer; the connection is cut while the consumer's
+// first messages are on their way.
+func TestDrain_DeepMailbox_CutWhileFollowing(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, 2*time.Minute)
+	w, _ := newWorld(t, env, world.Config{})
+	const batch = 50
+	want := postMany(t, ctx, w, "x", 2*drain.DefaultBatch+3*batch)
+	p, pw := viaProxy(t, env, w, 200*time.Millisecond)
+	d, err := drain.New(pw.World, pw.Ownership, drain.WithBatch(batch))
+	require.NoError(t, err)
+	lease, err := pw.Ownership.Claim(ctx, "x", "n1", time.Minute)
+	require.NoError(t, err)
+	cut := cutWhenSent(t, w, p, "fencepost drain of x")
+	var rec seqRecorder
+	for drains := 0; len(rec.seqs) < len(want) || drains == 0; drains++ {
+		require.Less(t, drains, 10, "the mailbox did not empty")
+		if _, err := d.DrainLease(ctx, lease, rec.handle); err != nil {
+			t.Logf("drain: %v", err) // the cut may fail a request; drain again
+		}
+		if stored(t, w, wire.MailboxSubject(w.Name, "x")) == 0 {
+			break
+		}
+	}
+	select {
+	case <-cut:
+	default:
+		t.Fatal("the follower's consumer never sent a message: nothing was cut")
+	}
+	require.Equal(t, want, dedupe(rec.seqs), "every message, in order, none skipped")
+}
+
+// DrainAll reads every mailbox through one consumer; the connection is cut
+// while its first messages are on their way.
+func TestDrainAll_CutWhileScanning(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, 2*time.Minute)
+	w, _ := newWorld(t, env, world.Config{})
+	ids := []string{"a", "b", "c"}
+	want := map[string][]uint64{}
+	for _, id := range ids {
+		want[id] = postMany(t, ctx, w, id, 300)
+	}
+	p, pw := viaProxy(t, env, w, 200*time.Millisecond)
+	d, err := drain.New(pw.World, pw.Ownership, drain.WithBatch(50))
+	require.NoError(t, err)
+	var leases []*ownership.Lease
+	for _, id := range ids {
+		l, err := pw.Ownership.Claim(ctx, id, "n1", time.Minute)
+		require.NoError(t, err)
+		leases = append(leases, l)
+	}
+	cut := cutWhenSent(t, w, p, "fencepost drain of many ids")
+	var mu sync.Mutex // ids that leave the scan go on alone, at once
+	got := map[string][]uint64{}
+	h := func(_ context.Context, m drain.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got[m.ID] = append(got[m.ID], m.Seq)
+		return nil
+	}
+	for drains := 0; ; drains++ {
+		require.Less(t, drains, 10, "the mailboxes did not empty")
+		if _, err := d.DrainAll(ctx, leases, h); err != nil {
+			t.Logf("drain: %v", err) // the cut may fail a request; drain again
+		}
+		left := uint64(0)
+		for _, id := range ids {
+			left += stored(t, w, wire.MailboxSubject(w.Name, id))
+		}
+		if left == 0 {
+			break
+		}
+	}
+	select {
+	case <-cut:
+	default:
+		t.Fatal("the scan's consumer never sent a message: nothing was cut")
+	}
+	for _, id := range ids {
+		require.Equal(t, want[id], dedupe(got[id]), "id %s: every message, in order, none skipped", id)
+	}
+}
+
+// dedupe drops what was handed out again (a drain that failed after a
+// delivery hands it out again): at least once, in order.
+func dedupe(seqs []uint64) []uint64 {
+	var out []uint64
+	for _, s := range seqs {
+		if len(out) == 0 || s > out[len(out)-1] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
