@@ -913,10 +913,15 @@ func describe(h history.History) string {
 	for _, d := range h.Deliveries {
 		delivered[d.Key] = true
 	}
+	described := map[string]bool{}
 	n := 0
 	for _, s := range h.Sends {
 		if s.Outcome != history.Posted || delivered[s.Key] {
 			continue
+		}
+		if !described[s.ID] {
+			described[s.ID] = true
+			describeHolders(&b, h, s.ID, s.Seq)
 		}
 		if n++; n > 10 {
 			break
@@ -949,4 +954,96 @@ func describe(h history.History) string {
 		}
 	}
 	return b.String()
+}
+
+// describeHolders writes, for id, each holder's deliveries (how many, the
+// first and the last, and those on either side of the first lost message,
+// at lost) and every commit, in the bucket's order: which holder skipped
+// the lost messages, and whether a drain or its inbox handed out what
+// came after them.
+func describeHolders(b *strings.Builder, h history.History, id string, lost uint64) {
+	type span struct {
+		node          string
+		epoch         uint64
+		n             int
+		first, last   history.Delivery
+		before, after *history.Delivery
+	}
+	var order []*span
+	spans := map[string]*span{}
+	for _, d := range h.Deliveries {
+		if d.ID != id {
+			continue
+		}
+		k := fmt.Sprintf("%s/%d", d.Node, d.Epoch)
+		sp := spans[k]
+		if sp == nil {
+			sp = &span{node: d.Node, epoch: d.Epoch, first: d}
+			spans[k] = sp
+			order = append(order, sp)
+		}
+		sp.n++
+		sp.last = d
+		switch {
+		case d.Seq < lost && (sp.before == nil || d.Seq >= sp.before.Seq):
+			sp.before = &d
+		case d.Seq > lost && (sp.after == nil || d.Seq < sp.after.Seq):
+			sp.after = &d
+		}
+	}
+	at := func(d *history.Delivery) string {
+		if d == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%d at %s", d.Seq, d.At.Format("15:04:05.000"))
+	}
+	fmt.Fprintf(b, "HOLDERS of %s (first lost seq %d), in the order of their first delivery:\n", id, lost)
+	for _, sp := range order {
+		fmt.Fprintf(b, "  %s/%d: %d deliveries, first %s, last %s; last before the lost %s, first after %s\n",
+			sp.node, sp.epoch, sp.n, at(&sp.first), at(&sp.last), at(sp.before), at(sp.after))
+	}
+	var cs []history.Commit
+	for _, c := range h.Commits {
+		if c.ID == id {
+			cs = append(cs, c)
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].StreamSeq < cs[j].StreamSeq })
+	fmt.Fprintf(b, "COMMITS of %s, in the bucket's order:\n", id)
+	for _, c := range cs {
+		fmt.Fprintf(b, "  cursor %d by %s/%d rev %d at bucket seq %d at %s\n", c.Cursor, c.Node, c.Epoch, c.Revision, c.StreamSeq, c.At.Format("15:04:05.000"))
+	}
+}
+
+// The violation file names, for an id that lost messages, which holder
+// delivered what on either side of the first lost one and every commit
+// of the id: here mb-0's message 3 was skipped by n1/2, which delivered
+// 4 and committed past 3.
+func TestDescribe_NamesTheHolderThatSkipped(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
+	var h history.History
+	for i, seq := range []uint64{1, 2, 3, 4} {
+		h.Sends = append(h.Sends, history.Send{ID: "mb-0", Key: fmt.Sprintf("k%d", seq), Outcome: history.Posted, Seq: seq, Invoked: t0, Returned: t0.Add(time.Duration(i) * time.Millisecond)})
+	}
+	h.Deliveries = []history.Delivery{
+		{ID: "mb-0", Key: "k1", Seq: 1, Node: "n0", Epoch: 1, At: t0.Add(time.Second)},
+		{ID: "mb-0", Key: "k2", Seq: 2, Node: "n1", Epoch: 2, At: t0.Add(2 * time.Second)},
+		{ID: "mb-0", Key: "k4", Seq: 4, Node: "n1", Epoch: 2, At: t0.Add(3 * time.Second)},
+	}
+	h.Commits = []history.Commit{
+		{ID: "mb-0", Node: "n0", Epoch: 1, Cursor: 1, StreamSeq: 10, At: t0.Add(time.Second)},
+		{ID: "mb-0", Node: "n1", Epoch: 2, Cursor: 4, StreamSeq: 12, At: t0.Add(4 * time.Second)},
+	}
+	out := describe(h)
+	for _, want := range []string{
+		"LOST mb-0 key k3 seq 3",
+		"HOLDERS of mb-0 (first lost seq 3)",
+		"n1/2: 2 deliveries, first 2 at 05:00:02.000, last 4 at 05:00:03.000; last before the lost 2 at 05:00:02.000, first after 4 at 05:00:03.000",
+		"n0/1: 1 deliveries, first 1 at 05:00:01.000, last 1 at 05:00:01.000; last before the lost 1 at 05:00:01.000, first after -",
+		"  cursor 4 by n1/2 rev 0 at bucket seq 12 at 05:00:04.000",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the description lacks %q:\n%s", want, out)
+		}
+	}
 }
