@@ -3,6 +3,9 @@ package jsapi_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -37,6 +40,7 @@ func TestRawFromDirect_PublisherHeaders(t *testing.T) {
 			m.Data = nil
 			m.Header.Set("Status", "204")
 			m.Header.Set("Nats-Num-Pending", "0")
+			m.Header.Set("Nats-Last-Sequence", "999999")
 			m.Header.Set(jetstream.SequenceHeader, "999999")
 			m.Header.Set(jetstream.SubjectHeader, "s.y")
 			m.Header.Set(jetstream.TimeStampHeaer, "2001-01-01T00:00:00Z")
@@ -104,5 +108,87 @@ func TestDirectLast(t *testing.T) {
 	}
 	if _, err := jsapi.DirectLast(ctx, nc, "S", "s.y"); !errors.Is(err, jsapi.ErrNotFound) {
 		t.Fatalf("another subject: %v, want ErrNotFound", err)
+	}
+}
+
+// TestDirectGet_IncompleteAnswer: the server sends each message of a
+// batched or multi-last answer to whoever subscribes to the reply subject
+// at that moment, so a client that reconnects in the middle of an answer
+// gets its end without its first messages; each message names the one
+// sent before it (Nats-Last-Sequence), and DirectGet refuses an answer
+// whose chain is broken. A responder of our own stands in for the
+// server's direct get here, on a real nats-server: the server cannot be
+// made to lose part of an answer on demand (it takes a reconnect between
+// two of its sends).
+func TestDirectGet_IncompleteAnswer(t *testing.T) {
+	nc, _ := servertest.Connect(t, servertest.New(t).ClientURL())
+	msg := func(seq uint64, last string) *nats.Msg {
+		m := nats.NewMsg("")
+		m.Data = []byte("x")
+		m.Header.Set("Nats-Stream", "S")
+		m.Header.Set(jetstream.SubjectHeader, "s.x")
+		m.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(seq, 10))
+		m.Header.Set(jetstream.TimeStampHeaer, "2026-12-02T05:28:22Z")
+		if last != "" {
+			m.Header.Set("Nats-Num-Pending", "0")
+			m.Header.Set("Nats-Last-Sequence", last)
+		}
+		return m
+	}
+	status := func(code, last string) *nats.Msg {
+		m := nats.NewMsg("")
+		m.Header.Set("Status", code)
+		if last != "" {
+			m.Header.Set("Nats-Num-Pending", "0")
+			m.Header.Set("Nats-Last-Sequence", last)
+		}
+		return m
+	}
+	for i, c := range []struct {
+		name   string
+		answer []*nats.Msg
+		want   []uint64 // nil: ErrIncomplete
+	}{
+		{"whole", []*nats.Msg{msg(4, "0"), msg(5, "4"), status("204", "5")}, []uint64{4, 5}},
+		{"first lost", []*nats.Msg{msg(5, "4"), msg(6, "5"), status("204", "6")}, nil},
+		{"all but the end lost", []*nats.Msg{status("204", "6")}, nil},
+		{"one in the middle lost", []*nats.Msg{msg(4, "0"), msg(6, "5"), status("204", "6")}, nil},
+		{"not found after messages", []*nats.Msg{msg(4, "0"), status("404", "")}, nil},
+		{"a server that names no previous message", []*nats.Msg{msg(4, ""), msg(5, ""), status("204", "")}, []uint64{4, 5}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			stream := fmt.Sprintf("F%d", i)
+			sub, err := nc.Subscribe(jsapi.APIDirectGet+stream, func(req *nats.Msg) {
+				for _, m := range c.answer {
+					m.Subject = req.Reply
+					if err := nc.PublishMsg(m); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			b, err := jsapi.DirectGet(ctx, nc, stream, jsapi.GetRequest{Seq: 4, NextFor: "s.x", Batch: 10})
+			if c.want == nil {
+				if !errors.Is(err, jsapi.ErrIncomplete) {
+					t.Fatalf("got %d messages and error %v; want ErrIncomplete", len(b.Msgs), err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []uint64
+			for _, m := range b.Msgs {
+				got = append(got, m.Sequence)
+			}
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("read %v, want %v", got, c.want)
+			}
+		})
 	}
 }
