@@ -2,6 +2,7 @@ package drain_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -36,8 +37,10 @@ func viaProxy(t *testing.T, env *testutil.Env, w *client.World, latency time.Dur
 	p, err := faults.NewProxy(strings.TrimPrefix(env.Node.ClientURL(), "nats://"))
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
+	// Reconnects at once: while the server may still be sending an
+	// answer begun on the connection that was cut.
 	pc, err := client.Connect(p.URL(), client.WithTimeout(10*time.Second),
-		client.WithNATSOptions(nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond)))
+		client.WithNATSOptions(nats.MaxReconnects(-1), nats.ReconnectWait(time.Millisecond), nats.ReconnectJitter(0, 0)))
 	require.NoError(t, err)
 	t.Cleanup(pc.Close)
 	ctx := testutil.Ctx(t, 30*time.Second)
@@ -202,4 +205,61 @@ func dedupe(seqs []uint64) []uint64 {
 		}
 	}
 	return out
+}
+
+// A holding's drain reads its mailbox with batched direct gets through a
+// connection that is cut in the middle of an answer, and reconnects at
+// once. The server sends each message of an answer to whoever subscribes
+// to the reply subject at that moment, so an answer that straddles the
+// client's reconnect arrives without its first messages but with its end
+// of batch: the drain must not take such a batch for its mailbox from the
+// cursor. It fails the read instead (jsapi.ErrIncomplete) and drains
+// again; every message is delivered, in order.
+func TestHolding_CutWhileReading(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, 3*time.Minute)
+	w, _ := newWorld(t, env, world.Config{MaxMsgSize: 8 << 10})
+	p, pw := viaProxy(t, env, w, 0)
+	d, err := drain.New(pw.World, pw.Ownership)
+	require.NoError(t, err)
+	ss, err := pw.Ownership.OpenSession(ctx, "n1", time.Minute)
+	require.NoError(t, err)
+	defer ss.Close()
+	l, err := ss.Claim(ctx, "x")
+	require.NoError(t, err)
+	h, err := d.Hold(l)
+	require.NoError(t, err)
+	var rec seqRecorder
+	var want []uint64
+	body := []byte(strings.Repeat("m", 4<<10)) // an answer of 2 MB: the server sends it for a while
+	for round := 0; round < 20; round++ {
+		js := handles.Of(w).JS
+		for range 500 {
+			_, err := js.PublishAsync(wire.MailboxSubject(w.Name, "x"), body)
+			require.NoError(t, err)
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+		info, err := handles.Of(w).Mailbox.Info(ctx)
+		require.NoError(t, err)
+		for s := info.State.LastSeq - 499; s <= info.State.LastSeq; s++ {
+			want = append(want, s)
+		}
+		p.CutAfter(int64(64<<10 + rand.IntN(512<<10))) // within the read's answer
+		for attempt := 0; ; attempt++ {
+			require.Less(t, attempt, 20, "round %d: the drain never read to the end", round)
+			dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			_, err := h.Drain(dctx, rec.handle)
+			cancel()
+			if err == nil && h.Live() {
+				break // read to the end of the mailbox
+			}
+			t.Logf("round %d: %v", round, err) // cut: drain again
+		}
+		p.CutAfter(0)
+		require.Equal(t, want, dedupe(rec.seqs), "round %d: every message, in order, none skipped", round)
+	}
 }

@@ -19,15 +19,19 @@ import (
 
 // Proxy forwards TCP connections from a local listener to a target
 // address. Faults: CutAll closes every open connection (both sides see a
-// reset or EOF), SetLatency delays every chunk of data in both directions
-// (order kept), Hold forwards nothing for a while (connections stay open),
-// Refuse closes new connections as soon as they are accepted for a while.
+// reset or EOF), CutAfter does so in the middle of what the server sends,
+// SetLatency delays every chunk of data in both directions (order kept),
+// Hold forwards nothing for a while (connections stay open), Refuse closes
+// new connections as soon as they are accepted for a while.
 type Proxy struct {
 	ln      net.Listener
 	target  string
 	latency atomic.Int64 // nanoseconds
 	refuse  atomic.Int64 // unix nanos until which new connections are refused
 	hold    atomic.Int64 // unix nanos until which no data is forwarded
+	// cutAfter: bytes from the server still to forward before CutAll (0:
+	// none armed).
+	cutAfter atomic.Int64
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -62,6 +66,11 @@ func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
 // open and what is sent meanwhile waits (as on a network that drops
 // packets for a while and TCP resends them), then it all flows in order.
 func (p *Proxy) Hold(d time.Duration) { p.hold.Store(time.Now().Add(d).UnixNano()) }
+
+// CutAfter cuts every open connection (CutAll) once the server has sent
+// n more bytes through the proxy: in the middle of an answer of at least
+// that size.
+func (p *Proxy) CutAfter(n int64) { p.cutAfter.Store(n) }
 
 // Refuse closes every new connection for d.
 func (p *Proxy) Refuse(d time.Duration) { p.refuse.Store(time.Now().Add(d).UnixNano()) }
@@ -152,8 +161,8 @@ func (p *Proxy) serve(client net.Conn) {
 	p.Accepted.Add(1)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(server, client) }()
-	go func() { defer wg.Done(); p.pipe(client, server) }()
+	go func() { defer wg.Done(); p.pipe(server, client, false) }()
+	go func() { defer wg.Done(); p.pipe(client, server, true) }()
 	wg.Wait()
 	p.untrack(client, server)
 }
@@ -164,8 +173,9 @@ type chunk struct {
 }
 
 // pipe copies src to dst, each chunk held back until the latency set when
-// it was read has passed. When either side fails, both are closed.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// it was read has passed; fromServer: src is the server (CutAfter counts
+// its bytes). When either side fails, both are closed.
+func (p *Proxy) pipe(dst, src net.Conn, fromServer bool) {
 	ch := make(chan chunk, 256)
 	done := make(chan struct{})
 	go func() {
@@ -176,6 +186,12 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			}
 			for until := p.hold.Load(); time.Now().UnixNano() < until; until = p.hold.Load() {
 				time.Sleep(min(time.Duration(until-time.Now().UnixNano()), 5*time.Millisecond))
+			}
+			if fromServer {
+				if n := p.cutAfter.Load(); n > 0 && p.cutAfter.CompareAndSwap(n, max(n-int64(len(c.data)), 0)) && n <= int64(len(c.data)) {
+					p.CutAll() // this chunk and what follows are lost
+					continue
+				}
 			}
 			if _, err := dst.Write(c.data); err != nil {
 				dst.Close()

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -183,4 +184,33 @@ func TestProxy_Hold(t *testing.T) {
 		require.Equal(t, want, line)
 	}
 	require.Zero(t, p.Cut.Load())
+}
+
+// CutAfter lets the server's next n bytes through, then cuts: what the
+// client sends is echoed back until the count runs out, and the client
+// reads less than the server sent, then the end of the connection.
+func TestProxy_CutAfter(t *testing.T) {
+	p := echoProxy(t)
+	c, r := dialVia(t, p)
+	got, err := roundTrip(t, c, r, "before")
+	require.NoError(t, err)
+	require.Equal(t, "before\n", got)
+	p.CutAfter(100 << 10)
+	sent := make([]byte, 1<<20)
+	for i := range sent {
+		sent[i] = 'x'
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	go c.Write(sent)                 // echoed back by the server; fails once cut
+	n, err := io.Copy(io.Discard, r) // up to EOF or a reset
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the end of the connection, not a timeout: %v", err)
+	require.Less(t, n, int64(len(sent)), "the cut lost what the server sent after it")
+	// Counted after the connections were closed: the client may see the
+	// end first.
+	require.Eventually(t, func() bool { return p.Cut.Load() == 1 }, 5*time.Second, time.Millisecond, "one connection cut")
+	c2, r2 := dialVia(t, p)
+	got, err = roundTrip(t, c2, r2, "after")
+	require.NoError(t, err, "a new connection is not cut: the count fired once")
+	require.Equal(t, "after\n", got)
 }
