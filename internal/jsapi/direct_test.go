@@ -144,17 +144,23 @@ func TestDirectGet_IncompleteAnswer(t *testing.T) {
 		}
 		return m
 	}
+	batch := jsapi.GetRequest{Seq: 4, NextFor: "s.x", Batch: 10}
+	// A state read or a holder check: the last message of each subject.
+	multi := jsapi.GetRequest{MultiLast: []string{"s.a", "s.b", "s.c"}}
 	for i, c := range []struct {
 		name   string
+		req    jsapi.GetRequest
 		answer []*nats.Msg
 		want   []uint64 // nil: ErrIncomplete
 	}{
-		{"whole", []*nats.Msg{msg(4, "0"), msg(5, "4"), status("204", "5")}, []uint64{4, 5}},
-		{"first lost", []*nats.Msg{msg(5, "4"), msg(6, "5"), status("204", "6")}, nil},
-		{"all but the end lost", []*nats.Msg{status("204", "6")}, nil},
-		{"one in the middle lost", []*nats.Msg{msg(4, "0"), msg(6, "5"), status("204", "6")}, nil},
-		{"not found after messages", []*nats.Msg{msg(4, "0"), status("404", "")}, nil},
-		{"a server that names no previous message", []*nats.Msg{msg(4, ""), msg(5, ""), status("204", "")}, []uint64{4, 5}},
+		{"whole", batch, []*nats.Msg{msg(4, "0"), msg(5, "4"), status("204", "5")}, []uint64{4, 5}},
+		{"first lost", batch, []*nats.Msg{msg(5, "4"), msg(6, "5"), status("204", "6")}, nil},
+		{"all but the end lost", batch, []*nats.Msg{status("204", "6")}, nil},
+		{"one in the middle lost", batch, []*nats.Msg{msg(4, "0"), msg(6, "5"), status("204", "6")}, nil},
+		{"not found after messages", batch, []*nats.Msg{msg(4, "0"), status("404", "")}, nil},
+		{"a server that names no previous message", batch, []*nats.Msg{msg(4, ""), msg(5, ""), status("204", "")}, []uint64{4, 5}},
+		{"multi-last whole", multi, []*nats.Msg{msg(2, "0"), msg(7, "2"), msg(9, "7"), status("204", "9")}, []uint64{2, 7, 9}},
+		{"multi-last first lost", multi, []*nats.Msg{msg(7, "2"), msg(9, "7"), status("204", "9")}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			stream := fmt.Sprintf("F%d", i)
@@ -172,7 +178,7 @@ func TestDirectGet_IncompleteAnswer(t *testing.T) {
 			defer sub.Unsubscribe()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			b, err := jsapi.DirectGet(ctx, nc, stream, jsapi.GetRequest{Seq: 4, NextFor: "s.x", Batch: 10})
+			b, err := jsapi.DirectGet(ctx, nc, stream, c.req)
 			if c.want == nil {
 				if !errors.Is(err, jsapi.ErrIncomplete) {
 					t.Fatalf("got %d messages and error %v; want ErrIncomplete", len(b.Msgs), err)
