@@ -114,9 +114,10 @@ func DirectGet(ctx context.Context, nc *nats.Conn, stream string, r GetRequest) 
 // reconnects in the middle of it (a cut connection), the messages sent
 // before its subscription was made again are lost, and the rest and the
 // end of batch come on the new connection. Taken as it came, the batch of
-// a mailbox read from the cursor would miss its first messages, and the
-// drain would commit over them (a CI run of the proxy fault scenario lost
-// 91 messages so, docs/reliability.md section 6).
+// a mailbox read from the cursor missed its first messages, and the drain
+// committed over them (TestHolding_CutWhileReading; the likely cause of
+// the 91 messages a CI run of the proxy fault scenario lost,
+// docs/reliability.md section 6).
 var ErrIncomplete = errors.New("jsapi: the answer lost messages on the way (a reconnect in the middle of it)")
 
 // headerLastSequence: in an answer of many messages, the server names in
