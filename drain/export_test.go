@@ -1,6 +1,8 @@
 package drain
 
 import (
+	"context"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -128,3 +130,24 @@ func QueueLen(d *Drainer) int {
 
 // SendPart puts one id's commit (StateCommitMsgs) in the shared queue.
 func SendPart(d *Drainer, msgs []*nats.Msg) jetstream.PubAckFuture { return d.states.send(d, msgs) }
+
+// ConsumerRead is a consumer read (follow.go) for the tests.
+type ConsumerRead struct{ c consumerRead }
+
+// ErrConsumerGap is errConsumerGap.
+var ErrConsumerGap = errConsumerGap
+
+// ReadConsumer starts a consumer read of cons.
+func ReadConsumer(nc *nats.Conn, cons jetstream.Consumer, opts ...jetstream.PullMessagesOpt) (*ConsumerRead, error) {
+	c, err := readConsumer(nc, cons, opts...)
+	return &ConsumerRead{c}, err
+}
+
+// Next is the read's next message.
+func (r *ConsumerRead) Next(ctx context.Context) (jetstream.Msg, error) {
+	m, _, err := r.c.next(ctx)
+	return m, err
+}
+
+// Stop stops the read.
+func (r *ConsumerRead) Stop() { r.c.iter.Stop() }

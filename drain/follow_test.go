@@ -55,6 +55,11 @@ func viaProxy(t *testing.T, env *testutil.Env, w *client.World, latency time.Dur
 // messages are on their way through the delayed proxy, and lost. It
 // returns a channel closed once it cut.
 func cutWhenSent(t *testing.T, w *client.World, p *faults.Proxy, desc string) <-chan struct{} {
+	return cutWhen(t, w, p, desc, func(ci *jetstream.ConsumerInfo) bool { return ci.Delivered.Consumer > 0 })
+}
+
+// cutWhen is cutWhenSent once the consumer's info satisfies sent.
+func cutWhen(t *testing.T, w *client.World, p *faults.Proxy, desc string, sent func(*jetstream.ConsumerInfo) bool) <-chan struct{} {
 	t.Helper()
 	cut := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -65,7 +70,7 @@ func cutWhenSent(t *testing.T, w *client.World, p *faults.Proxy, desc string) <-
 		for ctx.Err() == nil {
 			names := handles.Of(w).Mailbox.ListConsumers(ctx)
 			for ci := range names.Info() {
-				if ci.Config.Description == desc && ci.Delivered.Consumer > 0 {
+				if ci.Config.Description == desc && sent(ci) {
 					p.CutAll()
 					p.SetLatency(0)
 					close(cut)
@@ -141,6 +146,44 @@ func TestDrain_DeepMailbox_CutWhileFollowing(t *testing.T) {
 		t.Fatal("the follower's consumer never sent a message: nothing was cut")
 	}
 	require.Equal(t, want, dedupe(rec.seqs), "every message, in order, none skipped")
+}
+
+// A consumer read cut once the consumer has sent its last message: the
+// tail is lost, and nothing comes after it to show a gap in the delivery
+// sequence. The read sees that the connection was made again while it
+// waited, and says messages were lost (the drain then reads from its
+// cursor), instead of waiting for a message that will not come until its
+// context ends.
+func TestConsumerRead_TailLostAcrossAReconnect(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, 2*time.Minute)
+	w, _ := newWorld(t, env, world.Config{})
+	want := postMany(t, ctx, w, "x", 300)
+	p, pw := viaProxy(t, env, w, 200*time.Millisecond)
+	const desc = "a read whose tail is cut"
+	cons, err := handles.Of(pw).Mailbox.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		FilterSubject: wire.MailboxSubject(w.Name, "x"), AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Description: desc,
+	})
+	require.NoError(t, err)
+	cut := cutWhen(t, w, p, desc, func(ci *jetstream.ConsumerInfo) bool {
+		return ci.NumPending == 0 && ci.Delivered.Stream == want[len(want)-1]
+	})
+	rd, err := drain.ReadConsumer(handles.Of(pw).JS.Conn(), cons, jetstream.PullMaxMessages(1000))
+	require.NoError(t, err)
+	defer rd.Stop()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var got int
+	for {
+		_, err := rd.Next(rctx)
+		if err != nil {
+			require.ErrorIs(t, err, drain.ErrConsumerGap, "the read waited for the lost tail until its context ended")
+			break
+		}
+		got++
+	}
+	require.True(t, isClosed(cut), "the consumer never sent its last message: nothing was cut")
+	require.Less(t, got, len(want), "what was on its way at the cut never came")
 }
 
 // DrainAll reads every mailbox through one consumer; the connection is cut
@@ -261,5 +304,14 @@ func TestHolding_CutWhileReading(t *testing.T) {
 		}
 		p.CutAfter(0)
 		require.Equal(t, want, dedupe(rec.seqs), "round %d: every message, in order, none skipped", round)
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
