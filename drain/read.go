@@ -23,7 +23,8 @@ type batchResult struct {
 // readBatch reads up to n messages of subj from sequence from on with one
 // batched direct get. Any replica may answer, so on a replicated stream the
 // answer can lag the leader: it is always a prefix of the subject's
-// messages from `from`, never a message out of order.
+// messages from `from`, never a message out of order, and an answer that
+// lost messages on the way fails (jsapi.ErrIncomplete).
 func readBatch(ctx context.Context, nc *nats.Conn, stream, subj string, from uint64, n int) (batchResult, error) {
 	return directGet(ctx, nc, stream, jsapi.GetRequest{Seq: from, NextFor: subj, Batch: n})
 }

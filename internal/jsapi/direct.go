@@ -34,7 +34,9 @@ type Batch struct {
 // Timeout: a request or answer lost to a server crash must end the read,
 // not hang it. On a replicated stream any replica may answer, so the
 // answer can lag the leader; a batch is always a prefix of the matching
-// messages, never one out of order.
+// messages, never one out of order. An answer that lost messages on the
+// way (a reconnect in the middle of it) is ErrIncomplete, never taken for
+// whole.
 func DirectGet(ctx context.Context, nc *nats.Conn, stream string, r GetRequest) (Batch, error) {
 	ctx, cancel := WithTimeout(ctx)
 	defer cancel()
