@@ -83,6 +83,10 @@ func cutWhen(t *testing.T, w *client.World, p *faults.Proxy, desc string, sent f
 	return cut
 }
 
+// drainTimeout bounds one drain of these tests: a request whose answer the
+// cut lost waits for its deadline.
+const drainTimeout = 15 * time.Second
+
 // postMany posts n messages to id's mailbox and returns their sequences.
 func postMany(t *testing.T, ctx context.Context, w *client.World, id string, n int) []uint64 {
 	t.Helper()
@@ -133,8 +137,11 @@ func TestDrain_DeepMailbox_CutWhileFollowing(t *testing.T) {
 	var rec seqRecorder
 	for drains := 0; len(rec.seqs) < len(want) || drains == 0; drains++ {
 		require.Less(t, drains, 10, "the mailbox did not empty")
-		if _, err := d.DrainLease(ctx, lease, rec.handle); err != nil {
-			t.Logf("drain: %v", err) // the cut may fail a request; drain again
+		dctx, cancel := context.WithTimeout(ctx, drainTimeout)
+		_, err := d.DrainLease(dctx, lease, rec.handle)
+		cancel()
+		if err != nil {
+			t.Logf("drain: %v", err) // the cut may fail a request, or lose its answer; drain again
 		}
 		if stored(t, w, wire.MailboxSubject(w.Name, "x")) == 0 {
 			break
@@ -217,8 +224,11 @@ func TestDrainAll_CutWhileScanning(t *testing.T) {
 	}
 	for drains := 0; ; drains++ {
 		require.Less(t, drains, 10, "the mailboxes did not empty")
-		if _, err := d.DrainAll(ctx, leases, h); err != nil {
-			t.Logf("drain: %v", err) // the cut may fail a request; drain again
+		dctx, cancel := context.WithTimeout(ctx, drainTimeout)
+		_, err := d.DrainAll(dctx, leases, h)
+		cancel()
+		if err != nil {
+			t.Logf("drain: %v", err) // the cut may fail a request, or lose its answer; drain again
 		}
 		left := uint64(0)
 		for _, id := range ids {
@@ -294,7 +304,14 @@ func TestHolding_CutWhileReading(t *testing.T) {
 		p.CutAfter(int64(64<<10 + rand.IntN(512<<10))) // within the read's answer
 		for attempt := 0; ; attempt++ {
 			require.Less(t, attempt, 20, "round %d: the drain never read to the end", round)
-			dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			// The read that is cut: an answer lost whole is waited for
+			// half a second, not for as long as a loaded machine may
+			// need for a read that is not cut.
+			wait := drainTimeout
+			if attempt == 0 {
+				wait = 500 * time.Millisecond
+			}
+			dctx, cancel := context.WithTimeout(ctx, wait)
 			_, err := h.Drain(dctx, rec.handle)
 			cancel()
 			if err == nil && h.Live() {
