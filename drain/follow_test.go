@@ -22,13 +22,18 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// The reads through a consumer (a deep mailbox's follower, DrainAll's scan)
-// use AckNone consumers: what the server sent on one is never sent again.
-// Messages on their way when the connection is cut are lost to the reader,
-// and the consumer goes on after them. These tests cut the connection
-// while a consumer's first messages are on their way (a proxy delays
-// them) and check that every message is still delivered, in order: the
-// reader must see the gap and read again from its cursor.
+// Reads across a cut connection: what was on its way is lost, and the
+// reader must see it, never take what comes next for what follows.
+//
+//   - The reads through a consumer (a deep mailbox's follower, DrainAll's
+//     scan) use AckNone consumers: what the server sent on one is never
+//     sent again, and the consumer goes on after it. These tests cut while
+//     a consumer's messages are on their way (a proxy delays them).
+//   - A batched direct get's answer is sent to whoever subscribes to its
+//     reply subject at each moment: a reconnect in the middle of it loses
+//     its first messages and keeps its end (TestHolding_CutWhileReading).
+//
+// Each checks that every message is still delivered, in order.
 
 // viaProxy opens w's world through a proxy that delays everything by
 // latency until the proxy is cut; it returns the proxy and the world.
