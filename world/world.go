@@ -98,7 +98,7 @@ func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config
 	storage := cfg.storageType()
 	// The mailbox stream first: a world is only visible (Open finds its
 	// bucket) once both exist.
-	if _, err := js.CreateOrUpdateStream(ctx, mailboxConfig(name, cfg, storage)); err != nil {
+	if err := createMailbox(ctx, js, mailboxConfig(name, cfg, storage)); err != nil {
 		return nil, fmt.Errorf("world %q: create mailbox stream: %w", name, err)
 	}
 	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -122,6 +122,47 @@ func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config
 		return nil, err
 	}
 	return w, nil
+}
+
+// storeRaceTries bounds createMailbox's tries; storeRacePause is the wait
+// between two.
+const (
+	storeRaceTries = 5
+	storeRacePause = 20 * time.Millisecond
+)
+
+// createMailbox creates the mailbox stream, trying again while the server
+// answers that it could not create the stream's store.
+//
+// That answer comes from a race in the server, not from the request: when
+// the last stream of an account is deleted, the server removes the
+// account's empty store directory in a goroutine of its own, after the
+// delete has been answered. A stream created in that moment (a world
+// created right after the server's last world was removed) finds the
+// directory gone under it: "could not create storage directory", error
+// 10049. Nothing was created, so trying again is safe, and the goroutine
+// is done by then. A store that really cannot be created (a full disk, a
+// directory without permission) fails every try and is reported as it is.
+// docs/design.md section 5, "Creating a world right after removing one".
+func createMailbox(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	for try := 1; ; try++ {
+		_, err := js.CreateOrUpdateStream(ctx, cfg)
+		if err == nil || try == storeRaceTries || !isStoreRace(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(storeRacePause):
+		}
+	}
+}
+
+// isStoreRace reports the server's "error creating store for stream".
+func isStoreRace(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10049 &&
+		strings.Contains(apiErr.Description, "error creating store for stream")
 }
 
 // bucketSettings sets what the bucket stream needs beyond a KV bucket's
