@@ -36,7 +36,9 @@ type Batch struct {
 // answer can lag the leader; a batch is always a prefix of the matching
 // messages, never one out of order. An answer that lost messages on the
 // way (a reconnect in the middle of it) is ErrIncomplete, never taken for
-// whole.
+// whole; so is a drop of the connection while the answer is awaited,
+// which may have lost all of it (the read ends at the drop, not at its
+// timeout: nextDrop).
 func DirectGet(ctx context.Context, nc *nats.Conn, stream string, r GetRequest) (Batch, error) {
 	ctx, cancel := WithTimeout(ctx)
 	defer cancel()
@@ -60,6 +62,9 @@ func DirectGet(ctx context.Context, nc *nats.Conn, stream string, r GetRequest) 
 		return Batch{}, fmt.Errorf("read %s: %w", what, err)
 	}
 	defer sub.Unsubscribe()
+	// Taken before the request goes out: a drop after it may have lost
+	// the answer, or the rest of it.
+	dropped := nextDrop(nc)
 	if err := nc.PublishRequest(APIDirectGet+stream, inbox, req); err != nil {
 		return Batch{}, fmt.Errorf("read %s: %w", what, err)
 	}
@@ -74,6 +79,14 @@ func DirectGet(ctx context.Context, nc *nats.Conn, stream string, r GetRequest) 
 		case m = <-ch:
 		case <-ctx.Done():
 			return Batch{}, fmt.Errorf("read %s from %d: %w", what, r.Seq, ctx.Err())
+		case <-dropped:
+			// What came before the drop is read first: it may be the
+			// whole answer.
+			select {
+			case m = <-ch:
+			default:
+				return Batch{}, fmt.Errorf("read %s from %d: the connection dropped while the answer was awaited (%d messages came): %w", what, r.Seq, len(out.Msgs), ErrIncomplete)
+			}
 		}
 		// A status of the server's own, not a stored message: a stored
 		// one always carries the server's Nats-Sequence, and its own
@@ -119,7 +132,8 @@ func DirectGet(ctx context.Context, nc *nats.Conn, stream string, r GetRequest) 
 // a mailbox read from the cursor missed its first messages, and the drain
 // committed over them (TestHolding_CutWhileReading; the likely cause of
 // the 91 messages a CI run of the proxy fault scenario lost,
-// docs/reliability.md section 6).
+// docs/reliability.md section 6). A read that was waiting when its
+// connection dropped ends with it too: the answer may be lost whole.
 var ErrIncomplete = errors.New("jsapi: the answer lost messages on the way (a reconnect in the middle of it)")
 
 // headerLastSequence: in an answer of many messages, the server names in

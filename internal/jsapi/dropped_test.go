@@ -1,0 +1,85 @@
+package jsapi_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/testkit/faults"
+)
+
+// TestDirectGet_EndsAtADrop: a read whose answer is lost whole with the
+// connection (cut by a proxy as the answer's first bytes pass) ends when
+// the connection drops, with ErrIncomplete, not at its deadline: ownership's
+// batched record reads wait up to jsapi.Timeout (5 s) and hold up every
+// holding of their process meanwhile. Without nextDrop each round waits
+// the whole 10 s and fails with the deadline. After each drop the
+// connection comes back and a read gets its answer again.
+func TestDirectGet_EndsAtADrop(t *testing.T) {
+	node := servertest.New(t)
+	p, err := faults.NewProxy(strings.TrimPrefix(node.ClientURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	nc, js := servertest.Connect(t, p.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "s.x", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	read := func() (jsapi.Batch, error) {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return jsapi.DirectGet(rctx, nc, "S", jsapi.GetRequest{Seq: 1, NextFor: "s.x", Batch: 1})
+	}
+	for round := range 5 {
+		if b, err := read(); err != nil || len(b.Msgs) != 1 {
+			t.Fatalf("round %d: a read on a connection that stays: %d messages, %v", round, len(b.Msgs), err)
+		}
+		p.CutAfter(1) // the answer and all after it are lost
+		_, err := read()
+		if !errors.Is(err, jsapi.ErrIncomplete) {
+			t.Fatalf("round %d: a read whose answer was lost with the connection: %v; want jsapi.ErrIncomplete at the drop", round, err)
+		}
+		for !nc.IsConnected() {
+			if ctx.Err() != nil {
+				t.Fatal("the connection did not come back")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if p.Cut.Load() != 5 {
+		t.Fatalf("%d cuts, want 5", p.Cut.Load())
+	}
+}
+
+// TestDirectGet_DropWatchEndsWithTheConnection: the goroutine that follows
+// a connection's drops ends, and forgets the connection, once it closes.
+func TestDirectGet_DropWatchEndsWithTheConnection(t *testing.T) {
+	nc, _ := servertest.Connect(t, servertest.New(t).ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// No stream: the read is answered with no responders, after the watch
+	// was set up.
+	_, _ = jsapi.DirectGet(ctx, nc, "NONE", jsapi.GetRequest{Seq: 1, Batch: 1})
+	if !jsapi.Watched(nc) {
+		t.Fatal("a read left no watch of its connection")
+	}
+	nc.Close()
+	for jsapi.Watched(nc) {
+		if ctx.Err() != nil {
+			t.Fatal("the watch of a closed connection is still there")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
