@@ -219,3 +219,46 @@ func (ss *Session) Seize(ctx context.Context, id string, force bool) (*Lease, er
 func (ss *Session) Release(ctx context.Context, id string) error {
 	return ss.k.s.Release(ctx, id, ss.k.node)
 }
+
+// ReleaseHeld frees the id of l, a lease this session claimed or seized,
+// with one conditional write at the record revision l names, and no read:
+// Release reads the record and the node lease backing it first (three
+// requests; a worker releasing its idle ids paid them for each).
+//
+// The write is the one Release would make. While the session is usable
+// (its node lease valid by the local clock, less the skew bound) and the
+// record is still the one l names (the compare-and-swap), the id is held
+// by this node at l's epoch and backed by this session's live node lease:
+// what Release would have read, so it would decide the same. Anything else
+// takes Release's path: a lease of another session, a session past its
+// validity (Release then reads and says whether the id is still held), and
+// a write refused because the record moved (the holding rewrote it, or it
+// was seized: Release reads it and frees it or says who holds it). The
+// outcomes are Release's.
+func (ss *Session) ReleaseHeld(ctx context.Context, l *Lease) error {
+	s := ss.k.s
+	if l == nil || l.backing != ss.k || l.World != s.world || l.rec.NodeLease != ss.Epoch() || ss.usable() != nil {
+		if l == nil {
+			return fmt.Errorf("ownership: release of a nil lease")
+		}
+		return ss.Release(ctx, l.ID)
+	}
+	now := time.Now().Round(0)
+	r := l.rec
+	r.State, r.Expires, r.NodeLease = wire.StateFree, now, 0
+	over := view{rev: l.Revision, rec: l.rec}
+	_, err := s.write(ctx, "release", l.ID, over, r)
+	if !errors.Is(err, errConflict) {
+		return err
+	}
+	// Refused: the record moved, or this very write was stored and a
+	// second copy refused (as run handles it).
+	_, mine, err := s.storedAfterAll(ctx, "release", l.ID, over, r)
+	if err != nil {
+		return unknownIfTried("release", l.ID, []triedWrite{{rec: r, start: now, over: over}}, err)
+	}
+	if mine {
+		return nil
+	}
+	return ss.Release(ctx, l.ID)
+}

@@ -353,3 +353,70 @@ func TestSession_CloseReleasesOrphanLapses(t *testing.T) {
 		return err == nil && !st.Held
 	})
 }
+
+// TestSession_ReleaseHeld: a session frees an id it holds with one request
+// (the conditional write; Release reads the record and the node lease
+// first), and only while the record is the one its lease names: an id
+// seized from it stays the seizer's (not-owner, nothing written), an id
+// whose record the holder rewrote (Touch) is still freed, through
+// Release's read, and a session that ended releases nothing.
+func TestSession_ReleaseHeld(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{})
+	s := w.Ownership
+	ctx := testutil.Ctx(t, time.Minute)
+	ss, err := s.OpenSession(ctx, "n1", time.Minute)
+	require.NoError(t, err)
+	defer ss.Orphan()
+	inMsgs := func() int64 {
+		v, err := env.Node.Varz(nil)
+		require.NoError(t, err)
+		return v.InMsgs
+	}
+
+	l, err := ss.Claim(ctx, "a")
+	require.NoError(t, err)
+	before := inMsgs()
+	require.NoError(t, ss.ReleaseHeld(ctx, l))
+	require.Equal(t, int64(1), inMsgs()-before, "requests to release a held id")
+	st, err := s.Owner(ctx, "a")
+	require.NoError(t, err)
+	require.False(t, st.Held)
+	require.Equal(t, l.Epoch, st.Epoch, "a release keeps the epoch")
+	l2, err := s.Claim(ctx, "a", "n2", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, l.Epoch+1, l2.Epoch)
+
+	// Seized from the session: the write is refused, Release's read says
+	// who holds it, and the seizer keeps it.
+	lb, err := ss.Claim(ctx, "b")
+	require.NoError(t, err)
+	seized, err := s.Seize(ctx, "b", "n3", time.Minute, true)
+	require.NoError(t, err)
+	seq := lastSeq(t, w)
+	require.ErrorIs(t, ss.ReleaseHeld(ctx, lb), ownership.ErrNotOwner)
+	require.Equal(t, seq, lastSeq(t, w), "a refused release wrote something")
+	_, err = s.Guard(ctx, "b", "n3", seized.Epoch)
+	require.NoError(t, err, "the seizer lost the id to a stale release")
+
+	// Rewritten by its holder (the revision moved): freed all the same.
+	lc, err := ss.Claim(ctx, "c")
+	require.NoError(t, err)
+	_, err = s.Touch(ctx, "c", "n1", lc.Epoch)
+	require.NoError(t, err)
+	require.NoError(t, ss.ReleaseHeld(ctx, lc))
+	st, err = s.Owner(ctx, "c")
+	require.NoError(t, err)
+	require.False(t, st.Held)
+
+	// A session that ended: its node lease went with it, and so did the
+	// id; nothing is written.
+	ss2, err := s.OpenSession(ctx, "n4", time.Minute)
+	require.NoError(t, err)
+	ld, err := ss2.Claim(ctx, "d")
+	require.NoError(t, err)
+	require.NoError(t, ss2.Close())
+	seq = lastSeq(t, w)
+	require.ErrorIs(t, ss2.ReleaseHeld(ctx, ld), ownership.ErrFree)
+	require.Equal(t, seq, lastSeq(t, w), "a release after the session ended wrote something")
+}

@@ -54,7 +54,7 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 		if err := h.drains.Flush(fctx); err != nil {
 			wk.log.Debug("last commit of an id", "id", id, "error", err)
 		} else if !released && !logged && !errors.Is(context.Cause(ctx), errTakenOver) && ss.Cause() == "" && h.drains.Clean() {
-			if err := ss.Release(fctx, id); err != nil {
+			if err := ss.ReleaseHeld(fctx, h.lease); err != nil {
 				wk.log.Debug("release of an id at stop", "id", id, "error", err)
 			}
 		}
@@ -140,7 +140,7 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 				continue
 			}
 			released = true
-			if err := ss.Release(ctx, id); err != nil && ctx.Err() == nil {
+			if err := ss.ReleaseHeld(ctx, h.lease); err != nil && ctx.Err() == nil {
 				wk.log.Debug("release of an idle id", "id", id, "error", err)
 			} else if err == nil {
 				wk.log.Info("released an idle id", "event", "released", "id", id, "epoch", h.lease.Epoch, "reason", "idle")
