@@ -95,6 +95,8 @@ type Drainer struct {
 	onCommit func(Commit)
 	// states: the state holdings' commits, in shared batches (statebatch.go).
 	states stateCommits
+	// cursors: the drains' cursor reads, in shared batches (cursors.go).
+	cursors cursorReads
 }
 
 // New returns the drainer of an open world, using its ownership store.

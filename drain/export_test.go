@@ -151,3 +151,8 @@ func (r *ConsumerRead) Next(ctx context.Context) (jetstream.Msg, error) {
 
 // Stop stops the read.
 func (r *ConsumerRead) Stop() { r.c.iter.Stop() }
+
+// ReadCursor is d's cursor read (batched on a single replica).
+func ReadCursor(ctx context.Context, d *Drainer, id string) (wire.Cursor, uint64, error) {
+	return d.readCursor(ctx, id)
+}

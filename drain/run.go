@@ -185,7 +185,7 @@ func (r *run) fenceTakeover(ctx context.Context) error {
 // loadCursor reads the id's cursor through the bucket stream's leader, and
 // then, for a run with state, the state stored with it.
 func (r *run) loadCursor(ctx context.Context) error {
-	c, at, err := store.ReadCursor(ctx, r.d.w, r.a.id)
+	c, at, err := r.d.readCursor(ctx, r.a.id)
 	if err != nil {
 		return err
 	}

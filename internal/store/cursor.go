@@ -34,10 +34,20 @@ func ReadCursor(ctx context.Context, w *world.World, id string) (c wire.Cursor, 
 	if err != nil {
 		return wire.Cursor{}, 0, err
 	}
+	return CursorOf(id, m)
+}
+
+// CursorOf is the cursor of id that m, the last message of its cursor key
+// (nil: none), holds, and the stream sequence of m (0: none). A delete
+// marker is a zero cursor at its sequence.
+func CursorOf(id string, m *jetstream.RawStreamMsg) (wire.Cursor, uint64, error) {
+	if m == nil {
+		return wire.Cursor{}, 0, nil
+	}
 	if jsapi.IsMarker(m.Header) {
 		return wire.Cursor{}, m.Sequence, nil
 	}
-	c, err = wire.DecodeCursor(m.Data)
+	c, err := wire.DecodeCursor(m.Data)
 	if err != nil {
 		return wire.Cursor{}, 0, fmt.Errorf("cursor of %q (key %s): %w; it is left as it is", id, wire.CursorKey(id), err)
 	}
