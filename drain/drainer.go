@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
@@ -95,8 +96,9 @@ type Drainer struct {
 	onCommit func(Commit)
 	// states: the state holdings' commits, in shared batches (statebatch.go).
 	states stateCommits
-	// cursors: the drains' cursor reads, in shared batches (cursors.go).
-	cursors cursorReads
+	// cursors: the drains' cursor reads on a single replica, in shared
+	// batches (cursors.go).
+	cursors *jsapi.LastReads
 }
 
 // New returns the drainer of an open world, using its ownership store.
@@ -108,6 +110,7 @@ func New(w *world.World, own *ownership.Store, opts ...Option) (*Drainer, error)
 		backoffMin: DefaultBackoffMin, backoffMax: DefaultBackoffMax,
 		skew: ownership.DefaultMaxSkew, log: slog.Default(), metrics: nopObserver{},
 	}
+	d.cursors = jsapi.NewLastReads(d.nc, wire.BucketStream(d.world))
 	for _, o := range opts {
 		if err := o(d); err != nil {
 			return nil, err

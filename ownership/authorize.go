@@ -91,11 +91,11 @@ func (s *Store) Touch(ctx context.Context, id, node string, epoch uint64) (Autho
 // The read is made after the call: through the stream leader on a
 // replicated world; on a single replica, calls that arrive while a read is
 // in flight share the next one, a multi-last direct get of up to 1,000
-// records (see recordReads), so that a worker checking many ids pays a
+// records (jsapi.LastReads), so that a worker checking many ids pays a
 // round trip per batch, not per id.
 func (s *Store) Unchanged(ctx context.Context, id string, rev uint64) (bool, error) {
 	if s.cfg.Replicas == 1 {
-		return s.reads.unchanged(ctx, s, id, rev)
+		return s.unchangedBatched(ctx, id, rev)
 	}
 	m, err := jsapi.LeaderGet(ctx, s.js.Conn(), wire.BucketStream(s.world), jsapi.GetRequest{LastFor: wire.RecordSubject(s.world, id)})
 	if errors.Is(err, jsapi.ErrNotFound) {

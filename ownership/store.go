@@ -48,7 +48,7 @@ type Store struct {
 	writeTwice bool
 
 	cache viewCache
-	reads recordReads // Unchanged, batched
+	reads *jsapi.LastReads // Unchanged on a single replica, batched
 	dead  deadSessions
 	// nodeReads counts node lease reads (tests: NodeReads).
 	nodeReads atomic.Int64
@@ -74,6 +74,7 @@ func New(w *world.World, opts ...Option) (*Store, error) {
 		}
 	}
 	s.cache.m = make(map[string]view)
+	s.reads = jsapi.NewLastReads(s.js.Conn(), wire.BucketStream(s.world))
 	return s, nil
 }
 
