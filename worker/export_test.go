@@ -65,3 +65,13 @@ func Inbox(wk *Worker, id string) (n, capacity int) {
 // whenever f returns true for it: a loss of core NATS delivery, which the
 // server cannot be made to cause on demand.
 func SetRepublishFault(wk *Worker, f func(seq uint64) bool) { wk.dropRepublished = f }
+
+// Subscribed says whether a worker of a list of ids on a partitioned world
+// has its ids' subscriptions in place at the server (parts.start holds
+// the lock until they are flushed).
+func Subscribed(wk *Worker) bool {
+	p := wk.parts
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.listed != nil && len(p.own) == len(p.listed)
+}

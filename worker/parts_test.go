@@ -256,7 +256,10 @@ func TestPartitioned_ListedIDs(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- wk.Run(rctx) }()
 	defer func() { stop(); require.NoError(t, <-done) }()
-	testutil.WaitFor(t, 10*time.Second, "the worker's node lease", func() bool { return wk.Session() != nil })
+	// Posted before the subscriptions are in place, a post is never
+	// republished to the feed (the node lease comes first: under load
+	// CI posted into that moment, and the feed counted 48 of 50).
+	testutil.WaitFor(t, 10*time.Second, "the worker's subscriptions", func() bool { return worker.Subscribed(wk) })
 
 	var want []uint64 // the posts of a and b, in stream order
 	post := func(n int) {
