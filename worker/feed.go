@@ -254,15 +254,21 @@ func (wk *Worker) followPosts(ctx context.Context, cand chan<- candidate) (stop 
 			return
 		}
 		sm := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
-		wk.mu.Lock()
-		h := wk.held[id]
-		if h == nil {
-			wk.kept.add(id, sm)
-		}
-		wk.mu.Unlock()
-		if h != nil {
-			h.post(sm)
-			return
+		// A holding that ended after it was found here has left the
+		// map (holding.gone): look again.
+		for {
+			wk.mu.Lock()
+			h := wk.held[id]
+			if h == nil {
+				wk.kept.add(id, sm)
+			}
+			wk.mu.Unlock()
+			if h == nil {
+				break
+			}
+			if h.post(sm) {
+				return
+			}
 		}
 		wk.propose(cand, candidate{id, fromPost})
 	})
@@ -327,9 +333,16 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 }
 
 // post puts a message from the feed in the holding's inbox, or, when the
-// inbox is full, notes the gap (holding.dropped).
-func (h *holding) post(m *jetstream.RawStreamMsg) {
+// inbox is full, notes the gap (holding.dropped). It takes nothing from a
+// holding that ended (false): the feed found it in the worker's map a
+// moment before serve removed it, and the message is then the caller's to
+// treat as one of an id nobody holds.
+func (h *holding) post(m *jetstream.RawStreamMsg) bool {
 	h.mu.Lock()
+	if h.gone {
+		h.mu.Unlock()
+		return false
+	}
 	if h.inbox == nil {
 		h.inbox = newInbox() // parked: park let it go
 	}
@@ -355,6 +368,7 @@ func (h *holding) post(m *jetstream.RawStreamMsg) {
 			h.wake()
 		}
 	}
+	return true
 }
 
 // gapUnknown in holding.dropped: messages may be missing that the worker

@@ -301,12 +301,12 @@ func (wk *Worker) startParts(cand chan<- candidate) error {
 			return
 		}
 		wk.parts.noteMail(id)
-		wk.mu.Lock()
-		h := wk.held[id]
-		wk.mu.Unlock()
-		if h != nil {
-			h.post(sm)
-			return
+		// A holding that ended after it was found here has left the
+		// map (holding.gone): look again.
+		for h := wk.holding(id); h != nil; h = wk.holding(id) {
+			if h.post(sm) {
+				return
+			}
 		}
 		wk.propose(cand, candidate{id, fromPost})
 	})

@@ -68,6 +68,21 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 		wk.mu.Lock()
 		delete(wk.held, id)
 		wk.mu.Unlock()
+		// The feed may have put posts in the inbox after the last look
+		// (or found the holding just before it left the map: post then
+		// refuses, now that it is gone). Nobody else knows of them: with
+		// the id free (an idle release) they waited for its next post, or
+		// the scan (TestPartitioned_ListedIDs, under load).
+		h.mu.Lock()
+		h.gone = true
+		left := len(h.inbox) > 0
+		h.mu.Unlock()
+		if left && ctx.Err() == nil {
+			if wk.parts != nil {
+				wk.parts.noteMail(id)
+			}
+			wk.propose(wk.cand, candidate{id, fromPost})
+		}
 		if wk.parts != nil && errors.Is(context.Cause(ctx), errTakenOver) {
 			// Taken while this worker read its posts: whatever it had not
 			// committed is the new holder's, and if that one lets it go
@@ -127,6 +142,12 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 			}
 			continue
 		case <-idle.C:
+			if len(inbox) > 0 {
+				// Mail came as the release fell due: deliver it first.
+				h.active.Store(time.Now().UnixNano())
+				idle.Reset(wk.cfg.Idle)
+				continue
+			}
 			if err := h.drains.Flush(ctx); err != nil {
 				wk.log.Debug("last commit of an idle id", "id", id, "error", err)
 				return

@@ -160,11 +160,15 @@ type holding struct {
 	// A holding's goroutine (serve) runs while the id has work and parks
 	// (ends) after parkAfter without any; mail, a nudge, the idle release
 	// falling due or the end of the holding's context wake it (park.go).
-	// spawn starts it; mu guards parked, idleWake and inbox.
+	// spawn starts it; mu guards parked, idleWake, inbox and gone.
 	spawn    func()
 	mu       sync.Mutex
 	parked   bool
 	idleWake *time.Timer // wakes a parked holding when its idle release is due
+	// gone: the holding ended (serve left it for good, after the id left
+	// the worker's map): post takes nothing more, its caller proposes the
+	// id instead.
+	gone bool
 }
 
 // stopWrites bounds the held ids whose last commit and release a stopping
