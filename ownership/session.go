@@ -236,11 +236,11 @@ func (ss *Session) Release(ctx context.Context, id string) error {
 // was seized: Release reads it and frees it or says who holds it). The
 // outcomes are Release's.
 func (ss *Session) ReleaseHeld(ctx context.Context, l *Lease) error {
+	if l == nil {
+		return fmt.Errorf("ownership: release of a nil lease")
+	}
 	s := ss.k.s
-	if l == nil || l.backing != ss.k || l.World != s.world || l.rec.NodeLease != ss.Epoch() || ss.usable() != nil {
-		if l == nil {
-			return fmt.Errorf("ownership: release of a nil lease")
-		}
+	if l.backing != ss.k || l.World != s.world || l.rec.NodeLease != ss.Epoch() || ss.usable() != nil {
 		return ss.Release(ctx, l.ID)
 	}
 	now := time.Now().Round(0)
