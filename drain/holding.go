@@ -201,6 +201,14 @@ func (h *Holding) Deliver(ctx context.Context, msgs []*jetstream.RawStreamMsg, h
 		h.live = false
 		return Result{}, true, err
 	}
+	res, err = h.handOut(ctx, r, msgs)
+	return res, true, err
+}
+
+// handOut hands msgs (every message of the id after r's cursor up to the
+// last of them, in stream order) to the handler in r, as Deliver does, and
+// ends the run.
+func (h *Holding) handOut(ctx context.Context, r *run, msgs []*jetstream.RawStreamMsg) (Result, error) {
 	r.deferLast = true
 	// Group commit: what is owed goes out as soon as no commit of the id
 	// is in flight; while one is, deliveries add to the next. The same
@@ -221,8 +229,7 @@ func (h *Holding) Deliver(ctx context.Context, msgs []*jetstream.RawStreamMsg, h
 	if err == nil && r.last != nil {
 		err = owe()
 	}
-	res, err = h.end(ctx, r, err, err == nil && !again)
-	return res, true, err
+	return h.end(ctx, r, err, err == nil && !again)
 }
 
 // following is msgs without what the holding has (sequences up to pos)
@@ -261,19 +268,38 @@ func following(msgs []*jetstream.RawStreamMsg, pos uint64) (out []*jetstream.Raw
 	return out, true
 }
 
-// Start is the first delivery of a holding whose caller read every message
-// of the id itself: msgs holds every message of the id stored so far, in
-// stream order (a worker whose one consumer read every mailbox from the
-// stream's first message on, and kept this id's messages while nobody held
-// it). The holding reads its cursor and delivers what is after it, without
-// reading the mailbox; it is live from then on (see Deliver). A caller
-// that cannot vouch for msgs drains instead.
+// Start is the first delivery of a holding whose caller read messages of
+// the id itself while nobody held it here, and saw every later one (msgs,
+// in stream order, then the caller's later Delivers). The holding reads
+// its cursor and, when msgs hold every message of the id after it,
+// delivers them without reading the mailbox; it is live from then on (see
+// Deliver). Otherwise it drains from the cursor, as Drain does.
+//
+// msgs prove that themselves when they name their predecessors (the posts
+// a partitioned world republishes, docs/design.md 3.13): the first one
+// after the cursor names one at or before it, each later one the message
+// before it (following). Messages that do not name theirs are taken as
+// every message of the id stored so far (a worker whose one consumer read
+// every mailbox from the stream's first message on, 3.10 point 6); a
+// caller that cannot vouch for them drains instead.
 func (h *Holding) Start(ctx context.Context, msgs []*jetstream.RawStreamMsg, hd Handler) (Result, error) {
 	h.mu.Lock()
-	h.live = true
-	h.mu.Unlock()
-	res, _, err := h.Deliver(ctx, msgs, hd)
-	return res, err
+	defer h.mu.Unlock()
+	h.live = false
+	if err := h.settle(ctx); err != nil {
+		return Result{}, err
+	}
+	r, err := h.begin(ctx, hd, nil)
+	if err != nil {
+		return Result{}, err
+	}
+	if rest, whole := following(msgs, r.cur.Seq); whole {
+		return h.handOut(ctx, r, rest)
+	}
+	// A message of the id lies between the cursor and msgs, or within
+	// them, that the caller did not see.
+	err = r.loop(r.ctx)
+	return h.end(ctx, r, err, err == nil && !r.limited())
 }
 
 // position is the last message the holding handed out and did not fail:

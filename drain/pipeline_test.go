@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -593,5 +596,103 @@ func TestHolding_DeliverGap(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, []string{"1", "2", "3", "4", "5", "6"}, rec.Bodies())
+	require.NoError(t, h.Flush(ctx))
+}
+
+// TestHolding_StartFromPosts: a holding's first delivery from posts its
+// caller kept (a partitioned world's worker, docs/design.md 3.13, "The
+// first delivery"), each naming the message of the id stored before it.
+// Posts that follow the cursor with none missing are handed out without
+// a read of the mailbox; a post missing before them, or between them,
+// makes the first delivery a drain from the cursor, which hands out
+// every message once, in order.
+func TestHolding_StartFromPosts(t *testing.T) {
+	ctx, w, d, ss, l, h := holdX(t)
+	defer ss.Close()
+	var rec testutil.Recorder
+	send(t, ctx, w, "x", "1")
+	_, err := h.Drain(ctx, rec.Handle)
+	require.NoError(t, err)
+	require.NoError(t, h.Flush(ctx))
+
+	// named: id x's stored messages after seq after, each naming the one
+	// before it as a republished post does.
+	named := func(after uint64) []*jetstream.RawStreamMsg {
+		msgs := mailboxMsgs(t, ctx, w, "x", after)
+		prev := after
+		for _, m := range msgs {
+			m.Header.Set(wire.HeaderLastSeq, fmt.Sprint(prev))
+			prev = m.Sequence
+		}
+		return msgs
+	}
+	// next is the holding of x's next claim: Start is a first delivery.
+	next := func() *drain.Holding {
+		t.Helper()
+		require.NoError(t, h.Flush(ctx))
+		require.NoError(t, ss.ReleaseHeld(ctx, l))
+		l, err = ss.Claim(ctx, "x")
+		require.NoError(t, err)
+		h, err = d.Hold(l)
+		require.NoError(t, err)
+		return h
+	}
+	// mailboxReads counts the reads of the mailbox stream that reach the
+	// server (direct gets and leader reads), seen by a connection of the
+	// test's own.
+	tap, err := nats.Connect(handles.Of(w).JS.Conn().ConnectedUrl())
+	require.NoError(t, err)
+	defer tap.Close()
+	var reads atomic.Int64
+	for _, subj := range []string{jsapi.APIDirectGet + wire.MailboxStream(w.Name) + ".>", jsapi.APIDirectGet + wire.MailboxStream(w.Name), "$JS.API.STREAM.MSG.GET." + wire.MailboxStream(w.Name)} {
+		_, err := tap.Subscribe(subj, func(*nats.Msg) { reads.Add(1) })
+		require.NoError(t, err)
+	}
+	require.NoError(t, tap.Flush())
+	mailboxReads := func() int64 {
+		require.NoError(t, tap.Flush())
+		return reads.Swap(0)
+	}
+	last := mailboxMsgs(t, ctx, w, "x", 0)[0].Sequence
+
+	// Every message after the cursor, the first naming the cursor's:
+	// handed out, no read of the mailbox, and live.
+	send(t, ctx, w, "x", "2", "3")
+	msgs := named(last)
+	mailboxReads()
+	_, err = next().Start(ctx, msgs, rec.Handle)
+	require.NoError(t, err)
+	require.Equal(t, []string{"1", "2", "3"}, rec.Bodies())
+	require.Zero(t, mailboxReads(), "reads of the mailbox for posts that follow the cursor")
+	require.True(t, h.Live())
+	last = msgs[1].Sequence
+
+	// "4" not kept: "5" names it, and the cursor is before it.
+	send(t, ctx, w, "x", "4", "5")
+	msgs = named(last)
+	_, err = next().Start(ctx, msgs[1:], rec.Handle)
+	require.NoError(t, err)
+	require.Equal(t, []string{"1", "2", "3", "4", "5"}, rec.Bodies(), "the drain hands out what was not kept, once, in order")
+	require.NotZero(t, mailboxReads(), "a drain reads the mailbox")
+	require.True(t, h.Live())
+	last = msgs[1].Sequence
+
+	// "7" not kept, between "6" and "8".
+	send(t, ctx, w, "x", "6", "7", "8")
+	msgs = named(last)
+	_, err = next().Start(ctx, []*jetstream.RawStreamMsg{msgs[0], msgs[2]}, rec.Handle)
+	require.NoError(t, err)
+	require.Equal(t, []string{"1", "2", "3", "4", "5", "6", "7", "8"}, rec.Bodies())
+	last = msgs[2].Sequence
+
+	// Kept posts the cursor already covers (an earlier holder committed
+	// them), then the rest: only the rest, no read.
+	send(t, ctx, w, "x", "9")
+	msgs = append(msgs, named(last)...)
+	mailboxReads()
+	_, err = next().Start(ctx, msgs, rec.Handle)
+	require.NoError(t, err)
+	require.Equal(t, []string{"1", "2", "3", "4", "5", "6", "7", "8", "9"}, rec.Bodies())
+	require.Zero(t, mailboxReads())
 	require.NoError(t, h.Flush(ctx))
 }

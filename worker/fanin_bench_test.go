@@ -76,3 +76,58 @@ func BenchmarkWorkerFanIn(b *testing.B) {
 		require.NoError(b, <-done)
 	}
 }
+
+// BenchmarkWorkerNewIDs is fan-in's first round on a worker's path: each
+// op is one message to an id nobody held before, so each costs a claim
+// and the holding's first delivery (a drain) besides the message itself.
+// 2 workers on a world of 64 partitions (the default of fencepost world
+// add on one replica); the metrics are those of BenchmarkWorkerFanIn.
+//
+//	go test -run '^$' -bench WorkerNewIDs -benchmem -benchtime 10000x ./worker/
+func BenchmarkWorkerNewIDs(b *testing.B) {
+	const workers = 2
+	env := testutil.Start(b, testutil.Targets()[0])
+	w := env.World(b, world.Config{Partitions: 64})
+	ctx := testutil.Ctx(b, 10*time.Minute)
+	var delivered atomic.Int64
+	h := func(context.Context, drain.Message) error {
+		delivered.Add(1)
+		return nil
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, workers)
+	for i := range workers {
+		wk, err := w.NewWorker(worker.Config{Node: fmt.Sprint("pool-", i), TTL: 10 * time.Second, Idle: time.Hour, Log: slog.New(slog.DiscardHandler)}, h)
+		require.NoError(b, err)
+		go func() { done <- wk.Run(rctx) }()
+	}
+	round := 0
+	post := func(n int) {
+		round++
+		for i := range n {
+			p, err := w.Queue.SendAsync(fmt.Sprintf("r%d-id-%d", round, i), []byte("0123456789abcdef"))
+			require.NoError(b, err)
+			if i%500 == 499 || i == n-1 {
+				_, err = p.Wait(ctx)
+				require.NoError(b, err)
+			}
+		}
+	}
+	post(200) // warm-up: the workers have listed each other
+	testutil.WaitFor(b, 2*time.Minute, "the warm-up round delivered", func() bool { return delivered.Load() >= 200 })
+	delivered.Store(0)
+	cpu0 := testutil.ProcessCPU()
+	b.ResetTimer()
+	for sent := 0; sent < b.N; {
+		n := min(5000, b.N-sent)
+		post(n)
+		sent += n
+		testutil.WaitFor(b, 2*time.Minute, "the round delivered", func() bool { return delivered.Load() >= int64(sent) })
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((testutil.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+	stop()
+	for range workers {
+		require.NoError(b, <-done)
+	}
+}

@@ -123,6 +123,9 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 			}
 			switch ev.Kind {
 			case ownership.EventLapsed, ownership.EventReleased, ownership.EventDeleted:
+				wk.mu.Lock()
+				wk.kept.free(ev.ID)
+				wk.mu.Unlock()
 				if ev.Kind == ownership.EventLapsed && ev.NodeLease != 0 {
 					wk.dropPeer(ev.Node) // its node lease lapsed: it is gone
 					wk.reassign(ctx)
@@ -392,7 +395,7 @@ func newInbox() chan *jetstream.RawStreamMsg { return make(chan *jetstream.RawSt
 func (wk *Worker) gapAll() {
 	wk.mu.Lock()
 	defer wk.mu.Unlock()
-	wk.kept = newKept(false) // what it kept may miss messages too
+	wk.kept.reset() // what it kept may miss messages too
 	for _, h := range wk.held {
 		h.drop(gapUnknown)
 		nudge(h)

@@ -23,17 +23,55 @@ const (
 // node holds it, the worker held it before, the bound was reached) is
 // "gone": its first delivery is a drain from its cursor, as before.
 //
+// On a partitioned world (chained) the worker reads only the posts of its
+// partitions, from when it subscribed, and cannot vouch that it saw an
+// id's first message; but each republished post names its predecessor, so
+// the kept messages prove themselves against the cursor the holding reads
+// (drain.Holding.Start drains when they do not). What they must have is
+// every post of the id stored after the first of them: the subscription
+// that brought them was in place all along. So what is kept goes when a
+// partition leaves the worker or its connection reconnected (reset), and
+// only posts of the partitions it serves are kept (docs/design.md 3.13,
+// "The first delivery"). There an id is gone only while another node
+// holds it (nothing is kept for it), until the watch shows it free.
+//
 // All of it is guarded by Worker.mu, so that handing an id's messages to
 // a new holding and routing the next one to its inbox are one step.
 type kept struct {
-	msgs map[string][]*jetstream.RawStreamMsg
-	n    int             // messages in msgs
-	gone map[string]bool // ids whose kept messages are not all of them
-	off  bool            // no keeping (the consumer does not read from the first message, or a bound was reached)
+	msgs    map[string][]*jetstream.RawStreamMsg
+	n       int             // messages in msgs
+	gone    map[string]bool // ids whose kept messages are not all of them
+	off     bool            // no keeping (the consumer does not read from the first message, or a bound was reached)
+	chained bool            // the messages name their predecessors (a partitioned world)
 }
 
 func newKept(on bool) *kept {
 	return &kept{msgs: map[string][]*jetstream.RawStreamMsg{}, gone: map[string]bool{}, off: !on}
+}
+
+// newChainedKept keeps the posts of a partitioned world.
+func newChainedKept() *kept {
+	k := newKept(true)
+	k.chained = true
+	return k
+}
+
+// reset lets every kept message go: some post may not have reached the
+// worker since (a partition left it, the connection reconnected). Chained
+// keeping goes on from now; the other stops for good.
+func (k *kept) reset() {
+	if !k.chained {
+		k.off = true
+	}
+	k.msgs, k.gone, k.n = map[string][]*jetstream.RawStreamMsg{}, map[string]bool{}, 0
+}
+
+// free: the watch shows id free (released, lapsed or deleted). Chained
+// keeping keeps its posts again: they prove themselves at the claim.
+func (k *kept) free(id string) {
+	if k.chained {
+		delete(k.gone, id)
+	}
 }
 
 // add keeps m, a message of id, which the worker does not hold.
@@ -58,19 +96,26 @@ func (k *kept) drop(id string) {
 	delete(k.msgs, id)
 	k.gone[id] = true
 	if len(k.gone) >= keptIDsMax {
-		k.off, k.msgs, k.gone, k.n = true, nil, nil, 0
+		k.reset()
 	}
 }
 
 // take hands over id's kept messages for its new holding; whole says
-// whether they are every stored message of id. id is gone afterwards: the
-// holding gets its messages in its inbox, and once it ends they are not
-// kept whole any more.
+// whether its first delivery is to start from them (drain.Holding.Start):
+// they are every stored message of id, or (chained) there are some. id is
+// gone afterwards: the holding gets its messages in its inbox, and once it
+// ends they are not kept whole any more; chained keeping keeps the posts
+// after that again, since they prove themselves.
 func (k *kept) take(id string) (msgs []*jetstream.RawStreamMsg, whole bool) {
 	if k.off || k.gone[id] {
 		return nil, false
 	}
 	msgs = k.msgs[id]
+	if k.chained {
+		k.n -= len(msgs)
+		delete(k.msgs, id)
+		return msgs, len(msgs) > 0
+	}
 	k.drop(id)
 	return msgs, true
 }

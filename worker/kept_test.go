@@ -56,3 +56,61 @@ func TestKept(t *testing.T) {
 		t.Fatal("kept while off")
 	}
 }
+
+// TestKept_Chained: on a partitioned world an id's posts are kept again
+// after its holding took them (they prove themselves at the next claim);
+// one held by another node keeps nothing until the watch shows it free;
+// a reset lets everything go and keeping goes on; an id with nothing kept
+// starts with a drain.
+func TestKept_Chained(t *testing.T) {
+	msg := func(seq uint64) *jetstream.RawStreamMsg { return &jetstream.RawStreamMsg{Sequence: seq} }
+	k := newChainedKept()
+	k.add("a", msg(1))
+	k.add("a", msg(2))
+	got, whole := k.take("a")
+	if !whole || len(got) != 2 {
+		t.Fatalf("take a: %v whole=%v", got, whole)
+	}
+	if got, whole := k.take("a"); whole || len(got) != 0 {
+		t.Fatalf("a taken twice: %v whole=%v", got, whole)
+	}
+	k.add("a", msg(3)) // after its holding ended
+	if got, whole := k.take("a"); !whole || len(got) != 1 || got[0].Sequence != 3 {
+		t.Fatalf("a's later post: %v whole=%v", got, whole)
+	}
+	if got, whole := k.take("never-seen"); whole || len(got) != 0 {
+		t.Fatalf("an id with nothing kept: %v whole=%v", got, whole)
+	}
+
+	k.drop("b") // another node claimed it
+	k.add("b", msg(4))
+	if _, whole := k.take("b"); whole {
+		t.Fatal("b kept while another node holds it")
+	}
+	k.free("b") // released
+	k.add("b", msg(5))
+	if got, whole := k.take("b"); !whole || len(got) != 1 || got[0].Sequence != 5 {
+		t.Fatalf("b after it was freed: %v whole=%v", got, whole)
+	}
+
+	k.add("c", msg(6))
+	k.reset() // a partition left, or the connection reconnected
+	if _, whole := k.take("c"); whole {
+		t.Fatal("c's post kept through a reset")
+	}
+	k.add("c", msg(7))
+	if got, whole := k.take("c"); !whole || len(got) != 1 || got[0].Sequence != 7 {
+		t.Fatalf("keeping after a reset: %v whole=%v", got, whole)
+	}
+	if k.n != 0 {
+		t.Fatalf("n = %d after every id was taken", k.n)
+	}
+
+	// The consumer's keeping stops for good at a reset.
+	off := newKept(true)
+	off.reset()
+	off.add("a", msg(1))
+	if _, whole := off.take("a"); whole {
+		t.Fatal("the consumer's keeping went on after a reset")
+	}
+}

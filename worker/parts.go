@@ -98,7 +98,7 @@ func (p *parts) start(nc *nats.Conn, on nats.MsgHandler) error {
 	for q := range p.n {
 		all[q] = true
 	}
-	_, err := p.assignLocked(all)
+	_, _, err := p.assignLocked(all)
 	return err
 }
 
@@ -119,19 +119,20 @@ func (p *parts) stop() {
 }
 
 // assign serves the partitions in mine from now on; gained says whether
-// any is new. A held id whose partition goes gets a subscription of its
-// own first, and every new subscription is in place at the server before
-// any old one ends: no post of a held id falls between the two.
-func (p *parts) assign(mine map[int]bool) (gained bool, err error) {
+// any is new, lost whether any ended. A held id whose partition goes gets a
+// subscription of its own first, and every new subscription is in place
+// at the server before any old one ends: no post of a held id falls
+// between the two.
+func (p *parts) assign(mine map[int]bool) (gained, lost bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.nc == nil || p.listed != nil {
-		return false, nil
+		return false, false, nil
 	}
 	return p.assignLocked(mine)
 }
 
-func (p *parts) assignLocked(mine map[int]bool) (gained bool, err error) {
+func (p *parts) assignLocked(mine map[int]bool) (gained, lost bool, err error) {
 	if len(mine) == len(p.mine) {
 		same := true
 		for q := range mine {
@@ -141,7 +142,7 @@ func (p *parts) assignLocked(mine map[int]bool) (gained bool, err error) {
 			}
 		}
 		if same {
-			return false, nil // the usual case: every few hundred ms, nothing changed
+			return false, false, nil // the usual case: every few hundred ms, nothing changed
 		}
 	}
 	for q := range mine {
@@ -150,7 +151,7 @@ func (p *parts) assignLocked(mine map[int]bool) (gained bool, err error) {
 		}
 		s, err := p.subscribe(wire.RepublishPartitionFilter(p.world, q))
 		if err != nil {
-			return gained, err
+			return gained, false, err
 		}
 		p.mine[q], gained = s, true
 	}
@@ -158,18 +159,19 @@ func (p *parts) assignLocked(mine map[int]bool) (gained bool, err error) {
 		if !mine[q] && p.own[id] == nil {
 			s, err := p.subscribe(wire.RepublishSubject(p.world, id, p.n))
 			if err != nil {
-				return gained, err
+				return gained, false, err
 			}
 			p.own[id] = s
 		}
 	}
 	if err := p.nc.Flush(); err != nil {
-		return gained, fmt.Errorf("worker: subscribe to the partitions: %w", err)
+		return gained, false, fmt.Errorf("worker: subscribe to the partitions: %w", err)
 	}
 	for q, s := range p.mine {
 		if !mine[q] {
 			_ = s.Unsubscribe()
 			delete(p.mine, q)
+			lost = true
 		}
 	}
 	for id, s := range p.own {
@@ -178,7 +180,7 @@ func (p *parts) assignLocked(mine map[int]bool) (gained bool, err error) {
 			delete(p.own, id)
 		}
 	}
-	return gained, nil
+	return gained, lost, nil
 }
 
 // hold makes sure id's posts reach this worker from now on: its partition
@@ -302,8 +304,21 @@ func (wk *Worker) startParts(cand chan<- candidate) error {
 		}
 		wk.parts.noteMail(id)
 		// A holding that ended after it was found here has left the
-		// map (holding.gone): look again.
-		for h := wk.holding(id); h != nil; h = wk.holding(id) {
+		// map (holding.gone): look again. Another id's post is kept
+		// (kept.go) while its partition is served here: in the same
+		// step as the look, so that a claim takes it with the holding
+		// entering the map, and it is never kept after a reset that the
+		// partition's leaving asked for (reassign).
+		for {
+			wk.mu.Lock()
+			h := wk.held[id]
+			if h == nil && wk.parts.serves(id) {
+				wk.kept.add(id, sm)
+			}
+			wk.mu.Unlock()
+			if h == nil {
+				break
+			}
 			if h.post(sm) {
 				return
 			}
@@ -350,13 +365,22 @@ func (wk *Worker) reassign(ctx context.Context) {
 				mine[q] = true
 			}
 		}
-		gained, err := wk.parts.assign(mine)
+		gained, lost, err := wk.parts.assign(mine)
 		if err != nil && ctx.Err() == nil {
 			wk.log.Warn("partitions", "error", err)
 			wk.missed.Store(true)
 		}
 		if gained {
 			wk.missed.Store(true)
+		}
+		if lost {
+			// Its posts from now on reach another worker: what was kept
+			// of its ids would not be followed by all of them. After the
+			// subscription ended, and serves no longer says so (the feed
+			// keeps nothing more of it).
+			wk.mu.Lock()
+			wk.kept.reset()
+			wk.mu.Unlock()
 		}
 	}
 	if wk.parts.reconnected() {

@@ -320,3 +320,79 @@ func TestPartitioned_ListedIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitioned_FirstDeliveryFromPosts: a partitioned world's worker
+// keeps the posts of its partitions' ids nobody holds, and an id's first
+// delivery after its claim hands them out without reading the mailbox
+// (docs/design.md 3.13, "The first delivery"). When the worker did not
+// get a post (lost on the way: a test hook, core NATS loses nothing on
+// demand), the next one names it, and the first delivery drains from the
+// cursor: every message once, in order.
+func TestPartitioned_FirstDeliveryFromPosts(t *testing.T) {
+	const ids, perID, partitions = 40, 3, 4
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Partitions: partitions})
+	ctx := testutil.Ctx(t, 2*time.Minute)
+	lg := newLedger()
+	var dropNext atomic.Int64
+	wk, err := w.NewWorker(worker.Config{Node: "w1", TTL: 5 * time.Second, Idle: time.Hour}, lg.handler("w1"))
+	require.NoError(t, err)
+	worker.SetRepublishFault(wk, func(uint64) bool { return dropNext.CompareAndSwap(1, 0) })
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-done)
+	}()
+	testutil.WaitFor(t, 30*time.Second, "the worker serves every partition", func() bool {
+		n, _ := worker.Partitions(wk)
+		return n == partitions
+	})
+	// The reads of the mailbox stream that reach the server (direct gets
+	// and leader reads), seen by a connection of the test's own.
+	tap, err := nats.Connect(env.URL)
+	require.NoError(t, err)
+	defer tap.Close()
+	var reads atomic.Int64
+	mb := wire.MailboxStream(w.Name)
+	for _, subj := range []string{"$JS.API.DIRECT.GET." + mb, "$JS.API.DIRECT.GET." + mb + ".>", "$JS.API.STREAM.MSG.GET." + mb} {
+		_, err := tap.Subscribe(subj, func(*nats.Msg) { reads.Add(1) })
+		require.NoError(t, err)
+	}
+	require.NoError(t, tap.Flush())
+
+	for j := range perID {
+		for i := range ids {
+			_, err := w.Queue.Send(ctx, fmt.Sprint("id-", i), []byte(fmt.Sprint(j)))
+			require.NoError(t, err)
+		}
+	}
+	testutil.WaitFor(t, time.Minute, "every message delivered", func() bool { return lg.delivered() >= ids*perID })
+	require.NoError(t, tap.Flush())
+	require.Zero(t, reads.Load(), "reads of the mailbox for ids whose every post the worker kept")
+	require.Zero(t, worker.DrainRuns(wk))
+
+	// "lost-0": its first post does not reach the worker, its second
+	// does and names it.
+	dropNext.Store(1)
+	_, err = w.Queue.Send(ctx, "lost", []byte("0"))
+	require.NoError(t, err)
+	testutil.WaitFor(t, 10*time.Second, "the post dropped on the way", func() bool { return dropNext.Load() == 0 })
+	_, err = w.Queue.Send(ctx, "lost", []byte("1"))
+	require.NoError(t, err)
+	testutil.WaitFor(t, 20*time.Second, "both posts of the id delivered", func() bool { return lg.delivered() >= ids*perID+2 })
+	require.NoError(t, tap.Flush())
+	require.NotZero(t, reads.Load(), "the first delivery read the mailbox")
+
+	require.Zero(t, lg.overlaps.Load())
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	require.Len(t, lg.byID, ids+1)
+	for id, ds := range lg.byID {
+		require.Len(t, ds, map[bool]int{true: 2, false: perID}[id == "lost"], "%s delivered once each", id)
+		for i := 1; i < len(ds); i++ {
+			require.Greater(t, ds[i].seq, ds[i-1].seq, "%s: out of order", id)
+		}
+	}
+}

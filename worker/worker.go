@@ -256,9 +256,12 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	case len(cfg.IDs) == 0 && w.Config.Purge != world.PurgeByServer:
 		wk.sweep = dr.NewSweeper()
 	}
-	// Keeping needs a consumer that reads from the first message: the
-	// one a sweep needs too.
+	// Keeping needs a consumer that reads from the first message (the
+	// one a sweep needs too), or posts that name their predecessors.
 	wk.kept = newKept(wk.sweep != nil)
+	if wk.parts != nil {
+		wk.kept = newChainedKept()
+	}
 	return wk, nil
 }
 
