@@ -29,11 +29,12 @@ const (
 // the kept messages prove themselves against the cursor the holding reads
 // (drain.Holding.Start drains when they do not). What they must have is
 // every post of the id stored after the first of them: the subscription
-// that brought them was in place all along. So what is kept goes when a
-// partition leaves the worker or its connection reconnected (reset), and
-// only posts of the partitions it serves are kept (docs/design.md 3.13,
-// "The first delivery"). There an id is gone only while another node
-// holds it (nothing is kept for it), until the watch shows it free.
+// that brought them was in place all along. So only posts of the
+// partitions the worker serves are kept, and what is kept goes when a
+// partition's subscription ended since (since) or the connection
+// reconnected (reset) (docs/design.md 3.13, "The first delivery"). There
+// an id is gone only while another node holds it (nothing is kept for
+// it), until the watch shows it free.
 //
 // All of it is guarded by Worker.mu, so that handing an id's messages to
 // a new holding and routing the next one to its inbox are one step.
@@ -43,6 +44,9 @@ type kept struct {
 	gone    map[string]bool // ids whose kept messages are not all of them
 	off     bool            // no keeping (the consumer does not read from the first message, or a bound was reached)
 	chained bool            // the messages name their predecessors (a partitioned world)
+	// ends: the partition subscriptions that had ended (parts.ends) when
+	// keeping began again (since).
+	ends uint64
 }
 
 func newKept(on bool) *kept {
@@ -64,6 +68,18 @@ func (k *kept) reset() {
 		k.off = true
 	}
 	k.msgs, k.gone, k.n = map[string][]*jetstream.RawStreamMsg{}, map[string]bool{}, 0
+}
+
+// since lets every kept message go if a partition subscription ended
+// after they were kept (ends, parts.ended, is past what it was then), and
+// returns k. A caller that looked before the last end it knows of keeps
+// them: the end came after its look.
+func (k *kept) since(ends uint64) *kept {
+	if ends > k.ends {
+		k.reset()
+		k.ends = ends
+	}
+	return k
 }
 
 // free: the watch shows id free (released, lapsed or deleted). Chained

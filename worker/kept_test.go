@@ -60,8 +60,9 @@ func TestKept(t *testing.T) {
 // TestKept_Chained: on a partitioned world an id's posts are kept again
 // after its holding took them (they prove themselves at the next claim);
 // one held by another node keeps nothing until the watch shows it free;
-// a reset lets everything go and keeping goes on; an id with nothing kept
-// starts with a drain.
+// a reset, or the end of a partition subscription after the post was kept,
+// lets everything go and keeping goes on; an id with nothing kept starts
+// with a drain.
 func TestKept_Chained(t *testing.T) {
 	msg := func(seq uint64) *jetstream.RawStreamMsg { return &jetstream.RawStreamMsg{Sequence: seq} }
 	k := newChainedKept()
@@ -104,6 +105,17 @@ func TestKept_Chained(t *testing.T) {
 	}
 	if k.n != 0 {
 		t.Fatalf("n = %d after every id was taken", k.n)
+	}
+
+	// A partition subscription ended after d's post was kept: it goes.
+	// One kept after that end stays for a look from before it.
+	k.add("d", msg(8))
+	if _, whole := k.since(1).take("d"); whole {
+		t.Fatal("d's post kept through the end of a partition subscription")
+	}
+	k.since(1).add("d", msg(9))
+	if got, whole := k.since(0).take("d"); !whole || len(got) != 1 || got[0].Sequence != 9 {
+		t.Fatalf("a post kept after the end, taken by a look from before it: %v whole=%v", got, whole)
 	}
 
 	// The consumer's keeping stops for good at a reset.

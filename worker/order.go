@@ -202,12 +202,19 @@ func (wk *Worker) claim(ctx context.Context, wg *sync.WaitGroup, ss *ownership.S
 			wk.missed.Store(true)
 		}
 	}
+	// What was kept of the id is every post of it since the first kept
+	// unless a partition subscription ended before hold made sure that
+	// its posts reach this worker (kept.since).
+	var ends uint64
+	if wk.parts != nil {
+		ends = wk.parts.ended()
+	}
 	hctx, lost := context.WithCancelCause(ctx)
 	h := &holding{lease: l, drains: drains, more: make(chan struct{}, 1), inbox: newInbox(), lost: lost}
 	h.active.Store(time.Now().UnixNano())
 	h.more <- struct{}{} // the first delivery
 	wk.mu.Lock()
-	h.start, h.whole = wk.kept.take(id)
+	h.start, h.whole = wk.kept.since(ends).take(id)
 	wk.held[id] = h
 	wk.startHolding(hctx, wg, ss, id, h)
 	wk.mu.Unlock()

@@ -44,6 +44,10 @@ type parts struct {
 	want map[string]int                // ids being claimed or held here, and their partitions
 	// reconnects: the connection's count when last looked at.
 	reconnects uint64
+	// ends counts the partitions' subscriptions that ended: posts kept
+	// before one ended may be followed by posts that never reached this
+	// worker (kept.since).
+	ends uint64
 	// received counts the posts received (tests).
 	received atomic.Int64
 
@@ -98,7 +102,7 @@ func (p *parts) start(nc *nats.Conn, on nats.MsgHandler) error {
 	for q := range p.n {
 		all[q] = true
 	}
-	_, _, err := p.assignLocked(all)
+	_, err := p.assignLocked(all)
 	return err
 }
 
@@ -119,20 +123,19 @@ func (p *parts) stop() {
 }
 
 // assign serves the partitions in mine from now on; gained says whether
-// any is new, lost whether any ended. A held id whose partition goes gets a
-// subscription of its own first, and every new subscription is in place
-// at the server before any old one ends: no post of a held id falls
-// between the two.
-func (p *parts) assign(mine map[int]bool) (gained, lost bool, err error) {
+// any is new. A held id whose partition goes gets a subscription of its
+// own first, and every new subscription is in place at the server before
+// any old one ends: no post of a held id falls between the two.
+func (p *parts) assign(mine map[int]bool) (gained bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.nc == nil || p.listed != nil {
-		return false, false, nil
+		return false, nil
 	}
 	return p.assignLocked(mine)
 }
 
-func (p *parts) assignLocked(mine map[int]bool) (gained, lost bool, err error) {
+func (p *parts) assignLocked(mine map[int]bool) (gained bool, err error) {
 	if len(mine) == len(p.mine) {
 		same := true
 		for q := range mine {
@@ -142,7 +145,7 @@ func (p *parts) assignLocked(mine map[int]bool) (gained, lost bool, err error) {
 			}
 		}
 		if same {
-			return false, false, nil // the usual case: every few hundred ms, nothing changed
+			return false, nil // the usual case: every few hundred ms, nothing changed
 		}
 	}
 	for q := range mine {
@@ -151,7 +154,7 @@ func (p *parts) assignLocked(mine map[int]bool) (gained, lost bool, err error) {
 		}
 		s, err := p.subscribe(wire.RepublishPartitionFilter(p.world, q))
 		if err != nil {
-			return gained, false, err
+			return gained, err
 		}
 		p.mine[q], gained = s, true
 	}
@@ -159,19 +162,19 @@ func (p *parts) assignLocked(mine map[int]bool) (gained, lost bool, err error) {
 		if !mine[q] && p.own[id] == nil {
 			s, err := p.subscribe(wire.RepublishSubject(p.world, id, p.n))
 			if err != nil {
-				return gained, false, err
+				return gained, err
 			}
 			p.own[id] = s
 		}
 	}
 	if err := p.nc.Flush(); err != nil {
-		return gained, false, fmt.Errorf("worker: subscribe to the partitions: %w", err)
+		return gained, fmt.Errorf("worker: subscribe to the partitions: %w", err)
 	}
 	for q, s := range p.mine {
 		if !mine[q] {
+			p.ends++ // before the posts stop, and in the same step as serves says so
 			_ = s.Unsubscribe()
 			delete(p.mine, q)
-			lost = true
 		}
 	}
 	for id, s := range p.own {
@@ -180,7 +183,7 @@ func (p *parts) assignLocked(mine map[int]bool) (gained, lost bool, err error) {
 			delete(p.own, id)
 		}
 	}
-	return gained, lost, nil
+	return gained, nil
 }
 
 // hold makes sure id's posts reach this worker from now on: its partition
@@ -245,6 +248,27 @@ func (p *parts) serves(id string) bool {
 	return p.mine[q] != nil
 }
 
+// servesSince is serves, and the count of partition subscriptions ended
+// so far (parts.ends), in one step.
+func (p *parts) servesSince(id string) (served bool, ends uint64) {
+	if p.listed[id] {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return true, p.ends
+	}
+	q := p.partition(id)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mine[q] != nil, p.ends
+}
+
+// ended is the count of partition subscriptions ended so far.
+func (p *parts) ended() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ends
+}
+
 // noteMail: id may have mail waiting.
 func (p *parts) noteMail(id string) {
 	p.mailMu.Lock()
@@ -305,15 +329,16 @@ func (wk *Worker) startParts(cand chan<- candidate) error {
 		wk.parts.noteMail(id)
 		// A holding that ended after it was found here has left the
 		// map (holding.gone): look again. Another id's post is kept
-		// (kept.go) while its partition is served here: in the same
-		// step as the look, so that a claim takes it with the holding
-		// entering the map, and it is never kept after a reset that the
-		// partition's leaving asked for (reassign).
+		// (kept.go) while its partition is served here, in the same step
+		// as the look: a claim takes it with the holding entering the
+		// map.
 		for {
 			wk.mu.Lock()
 			h := wk.held[id]
-			if h == nil && wk.parts.serves(id) {
-				wk.kept.add(id, sm)
+			if h == nil {
+				if served, ends := wk.parts.servesSince(id); served {
+					wk.kept.since(ends).add(id, sm)
+				}
 			}
 			wk.mu.Unlock()
 			if h == nil {
@@ -365,22 +390,13 @@ func (wk *Worker) reassign(ctx context.Context) {
 				mine[q] = true
 			}
 		}
-		gained, lost, err := wk.parts.assign(mine)
+		gained, err := wk.parts.assign(mine)
 		if err != nil && ctx.Err() == nil {
 			wk.log.Warn("partitions", "error", err)
 			wk.missed.Store(true)
 		}
 		if gained {
 			wk.missed.Store(true)
-		}
-		if lost {
-			// Its posts from now on reach another worker: what was kept
-			// of its ids would not be followed by all of them. After the
-			// subscription ended, and serves no longer says so (the feed
-			// keeps nothing more of it).
-			wk.mu.Lock()
-			wk.kept.reset()
-			wk.mu.Unlock()
 		}
 	}
 	if wk.parts.reconnected() {
