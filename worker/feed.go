@@ -317,11 +317,14 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 		if id, err := wire.MailboxID(wk.w.Name, subj); err == nil && wk.wants(id) {
 			if wk.parts != nil {
 				// Another partition's ids are its first choice's: a claim
-				// from here would mostly be told it is held.
-				if !wk.parts.serves(id) {
+				// from here would mostly be told it is held. An id held
+				// here is nudged whatever its partition (candidate): a post
+				// of it lost on the way with none after it is found so.
+				if wk.parts.serves(id) {
+					wk.parts.noteMail(id)
+				} else if wk.holding(id) == nil {
 					continue
 				}
-				wk.parts.noteMail(id)
 			}
 			// The scan waits for room (the dispatcher never blocks): a
 			// scan that dropped candidates would ask for another, and at
