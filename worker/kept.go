@@ -30,11 +30,12 @@ const (
 // (drain.Holding.Start drains when they do not). What they must have is
 // every post of the id stored after the first of them: the subscription
 // that brought them was in place all along. So only posts of the
-// partitions the worker serves are kept, and what is kept goes when a
-// partition's subscription ended since (since) or the connection
-// reconnected (reset) (docs/design.md 3.13, "The first delivery"). There
-// an id is gone only while another node holds it (nothing is kept for
-// it), until the watch shows it free.
+// partitions the worker serves are kept, and what is kept of an id goes
+// when a subscription to its partition here ended since the first of them
+// (addSince, takeSince), and all of it when the connection reconnected
+// (reset) (docs/design.md 3.13, "The first delivery"). There an id is gone
+// only while another node holds it (nothing is kept for it), until the
+// watch shows it free.
 //
 // All of it is guarded by Worker.mu, so that handing an id's messages to
 // a new holding and routing the next one to its inbox are one step.
@@ -44,13 +45,14 @@ type kept struct {
 	gone    map[string]bool // ids whose kept messages are not all of them
 	off     bool            // no keeping (the consumer does not read from the first message, or a bound was reached)
 	chained bool            // the messages name their predecessors (a partitioned world)
-	// ends: the partition subscriptions that had ended (parts.ends) when
-	// keeping began again (since).
-	ends uint64
+	// endsAt (chained): for each id with messages kept, how many
+	// subscriptions to its partition here had ended (parts.ends) when the
+	// first of them was kept.
+	endsAt map[string]uint64
 }
 
 func newKept(on bool) *kept {
-	return &kept{msgs: map[string][]*jetstream.RawStreamMsg{}, gone: map[string]bool{}, off: !on}
+	return &kept{msgs: map[string][]*jetstream.RawStreamMsg{}, gone: map[string]bool{}, endsAt: map[string]uint64{}, off: !on}
 }
 
 // newChainedKept keeps the posts of a partitioned world.
@@ -67,19 +69,38 @@ func (k *kept) reset() {
 	if !k.chained {
 		k.off = true
 	}
-	k.msgs, k.gone, k.n = map[string][]*jetstream.RawStreamMsg{}, map[string]bool{}, 0
+	k.msgs, k.gone, k.endsAt, k.n = map[string][]*jetstream.RawStreamMsg{}, map[string]bool{}, map[string]uint64{}, 0
 }
 
-// since lets every kept message go if a partition subscription ended
-// after they were kept (ends, parts.ended, is past what it was then), and
-// returns k. A caller that looked before the last end it knows of keeps
-// them: the end came after its look.
-func (k *kept) since(ends uint64) *kept {
-	if ends > k.ends {
-		k.reset()
-		k.ends = ends
+// addSince keeps m, a post of id, which the worker does not hold, brought
+// by a subscription to id's partition after ends of them ended (chained).
+// What was kept of id before the last of those ends goes first.
+func (k *kept) addSince(id string, m *jetstream.RawStreamMsg, ends uint64) {
+	if len(k.msgs[id]) > 0 && k.endsAt[id] != ends {
+		k.forget(id)
 	}
-	return k
+	if len(k.msgs[id]) == 0 {
+		k.endsAt[id] = ends
+	}
+	k.add(id, m)
+}
+
+// takeSince is take for a claim that made sure id's posts reach the worker
+// (parts.hold) when ends subscriptions to its partition here had ended: a
+// chained id's posts are not handed over when one more ended since the
+// first of them (posts after it may have reached another worker).
+func (k *kept) takeSince(id string, ends uint64) ([]*jetstream.RawStreamMsg, bool) {
+	if k.chained && len(k.msgs[id]) > 0 && k.endsAt[id] != ends {
+		k.forget(id)
+	}
+	return k.take(id)
+}
+
+// forget lets id's kept messages go, and keeps what comes next.
+func (k *kept) forget(id string) {
+	k.n -= len(k.msgs[id])
+	delete(k.msgs, id)
+	delete(k.endsAt, id)
 }
 
 // free: the watch shows id free (released, lapsed or deleted). Chained
@@ -108,8 +129,7 @@ func (k *kept) drop(id string) {
 	if k.off {
 		return
 	}
-	k.n -= len(k.msgs[id])
-	delete(k.msgs, id)
+	k.forget(id)
 	k.gone[id] = true
 	if len(k.gone) >= keptIDsMax {
 		k.reset()
@@ -128,8 +148,7 @@ func (k *kept) take(id string) (msgs []*jetstream.RawStreamMsg, whole bool) {
 	}
 	msgs = k.msgs[id]
 	if k.chained {
-		k.n -= len(msgs)
-		delete(k.msgs, id)
+		k.forget(id)
 		return msgs, len(msgs) > 0
 	}
 	k.drop(id)

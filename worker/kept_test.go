@@ -107,15 +107,23 @@ func TestKept_Chained(t *testing.T) {
 		t.Fatalf("n = %d after every id was taken", k.n)
 	}
 
-	// A partition subscription ended after d's post was kept: it goes.
-	// One kept after that end stays for a look from before it.
-	k.add("d", msg(8))
-	if _, whole := k.since(1).take("d"); whole {
-		t.Fatal("d's post kept through the end of a partition subscription")
+	// A subscription to d's partition ended after its post was kept: it
+	// goes, at the claim or at the next post. e's partition's did not.
+	k.addSince("d", msg(8), 0)
+	k.addSince("e", msg(9), 3)
+	if _, whole := k.takeSince("d", 1); whole {
+		t.Fatal("d's post kept through the end of its partition's subscription")
 	}
-	k.since(1).add("d", msg(9))
-	if got, whole := k.since(0).take("d"); !whole || len(got) != 1 || got[0].Sequence != 9 {
-		t.Fatalf("a post kept after the end, taken by a look from before it: %v whole=%v", got, whole)
+	if got, whole := k.takeSince("e", 3); !whole || len(got) != 1 {
+		t.Fatalf("e: %v whole=%v", got, whole)
+	}
+	k.addSince("d", msg(10), 1)
+	k.addSince("d", msg(11), 2)
+	if got, whole := k.takeSince("d", 2); !whole || len(got) != 1 || got[0].Sequence != 11 {
+		t.Fatalf("d after another end: %v whole=%v", got, whole)
+	}
+	if k.n != 0 || len(k.endsAt) != 0 {
+		t.Fatalf("n = %d, %d ids with ends after every id was taken", k.n, len(k.endsAt))
 	}
 
 	// The consumer's keeping stops for good at a reset.

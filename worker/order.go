@@ -203,18 +203,18 @@ func (wk *Worker) claim(ctx context.Context, wg *sync.WaitGroup, ss *ownership.S
 		}
 	}
 	// What was kept of the id is every post of it since the first kept
-	// unless a partition subscription ended before hold made sure that
-	// its posts reach this worker (kept.since).
+	// unless a subscription to its partition here ended before hold made
+	// sure that its posts reach this worker (kept.takeSince).
 	var ends uint64
 	if wk.parts != nil {
-		ends = wk.parts.ended()
+		ends = wk.parts.ended(id)
 	}
 	hctx, lost := context.WithCancelCause(ctx)
 	h := &holding{lease: l, drains: drains, more: make(chan struct{}, 1), inbox: newInbox(), lost: lost}
 	h.active.Store(time.Now().UnixNano())
 	h.more <- struct{}{} // the first delivery
 	wk.mu.Lock()
-	h.start, h.whole = wk.kept.since(ends).take(id)
+	h.start, h.whole = wk.kept.takeSince(id, ends)
 	wk.held[id] = h
 	wk.startHolding(hctx, wg, ss, id, h)
 	wk.mu.Unlock()

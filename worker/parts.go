@@ -44,10 +44,10 @@ type parts struct {
 	want map[string]int                // ids being claimed or held here, and their partitions
 	// reconnects: the connection's count when last looked at.
 	reconnects uint64
-	// ends counts the partitions' subscriptions that ended: posts kept
-	// before one ended may be followed by posts that never reached this
-	// worker (kept.since).
-	ends uint64
+	// ends counts, for each partition, its subscriptions here that ended:
+	// an id's posts kept before its partition's ended may be followed by
+	// posts that never reached this worker (kept).
+	ends []uint64
 	// received counts the posts received (tests).
 	received atomic.Int64
 
@@ -67,7 +67,7 @@ type parts struct {
 const maxListed = 1024
 
 func newParts(w string, n int, listed map[string]bool) *parts {
-	return &parts{n: n, world: w, listed: listed, mine: map[int]*nats.Subscription{}, own: map[string]*nats.Subscription{}, want: map[string]int{}, mail: map[string]bool{}}
+	return &parts{n: n, world: w, listed: listed, mine: map[int]*nats.Subscription{}, own: map[string]*nats.Subscription{}, want: map[string]int{}, mail: map[string]bool{}, ends: make([]uint64, n)}
 }
 
 // partition is id's partition.
@@ -179,7 +179,7 @@ func (p *parts) assignLocked(mine map[int]bool) (gained bool, err error) {
 	// owners stopped).
 	for q, s := range p.mine {
 		if !mine[q] {
-			p.ends++ // before the posts stop, and in the same step as serves says so
+			p.ends[q]++ // before the posts stop, and in the same step as serves says so
 			_ = s.Drain()
 			delete(p.mine, q)
 		}
@@ -255,25 +255,28 @@ func (p *parts) serves(id string) bool {
 	return p.mine[q] != nil
 }
 
-// servesSince is serves, and the count of partition subscriptions ended
-// so far (parts.ends), in one step.
+// servesSince is serves, and how many of the subscriptions to id's
+// partition here ended so far (parts.ends), in one step.
 func (p *parts) servesSince(id string) (served bool, ends uint64) {
 	if p.listed[id] {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return true, p.ends
+		return true, 0 // its subscription lasts as long as the worker
 	}
 	q := p.partition(id)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.mine[q] != nil, p.ends
+	return p.mine[q] != nil, p.ends[q]
 }
 
-// ended is the count of partition subscriptions ended so far.
-func (p *parts) ended() uint64 {
+// ended is how many of the subscriptions to id's partition here ended so
+// far.
+func (p *parts) ended(id string) uint64 {
+	if p.listed[id] {
+		return 0
+	}
+	q := p.partition(id)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.ends
+	return p.ends[q]
 }
 
 // noteMail: id may have mail waiting.
@@ -344,7 +347,7 @@ func (wk *Worker) startParts(cand chan<- candidate) error {
 			h := wk.held[id]
 			if h == nil {
 				if served, ends := wk.parts.servesSince(id); served {
-					wk.kept.since(ends).add(id, sm)
+					wk.kept.addSince(id, sm, ends)
 				}
 			}
 			wk.mu.Unlock()
