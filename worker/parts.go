@@ -255,16 +255,19 @@ func (p *parts) serves(id string) bool {
 	return p.mine[q] != nil
 }
 
-// servesSince is serves, and how many of the subscriptions to id's
-// partition here ended so far (parts.ends), in one step.
-func (p *parts) servesSince(id string) (served bool, ends uint64) {
-	if p.listed[id] {
-		return true, 0 // its subscription lasts as long as the worker
-	}
+// servesSince says whether sub, which brought a post of id, is the
+// subscription that serves id here now (its partition's, or a listed id's
+// own; not one draining after its partition left, even if the partition
+// came back since), and how many of the subscriptions to id's partition
+// here ended so far (parts.ends), in one step.
+func (p *parts) servesSince(id string, sub *nats.Subscription) (served bool, ends uint64) {
 	q := p.partition(id)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.mine[q] != nil, p.ends[q]
+	if p.listed[id] {
+		return p.own[id] == sub, 0 // its subscription lasts as long as the worker
+	}
+	return p.mine[q] == sub, p.ends[q]
 }
 
 // ended is how many of the subscriptions to id's partition here ended so
@@ -339,14 +342,14 @@ func (wk *Worker) startParts(cand chan<- candidate) error {
 		wk.parts.noteMail(id)
 		// A holding that ended after it was found here has left the
 		// map (holding.gone): look again. Another id's post is kept
-		// (kept.go) while its partition is served here, in the same step
-		// as the look: a claim takes it with the holding entering the
-		// map.
+		// (kept.go) when it came through the subscription serving its
+		// partition here, in the same step as the look: a claim takes it
+		// with the holding entering the map.
 		for {
 			wk.mu.Lock()
 			h := wk.held[id]
 			if h == nil {
-				if served, ends := wk.parts.servesSince(id); served {
+				if served, ends := wk.parts.servesSince(id, m.Sub); served {
 					wk.kept.addSince(id, sm, ends)
 				}
 			}
