@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
@@ -29,21 +30,8 @@ import (
 //	go test -run '^$' -bench WorkerFanIn -benchmem -benchtime 20000x ./worker/
 func BenchmarkWorkerFanIn(b *testing.B) {
 	const ids, workers = 2000, 2
-	env := testutil.Start(b, testutil.Targets()[0])
-	w := env.World(b, world.Config{})
-	ctx := testutil.Ctx(b, 10*time.Minute)
-	var delivered atomic.Int64
-	h := func(context.Context, drain.Message) error {
-		delivered.Add(1)
-		return nil
-	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, workers)
-	for i := range workers {
-		wk, err := w.NewWorker(worker.Config{Node: fmt.Sprint("pool-", i), TTL: 10 * time.Second, Idle: time.Hour, Log: slog.New(slog.DiscardHandler)}, h)
-		require.NoError(b, err)
-		go func() { done <- wk.Run(rctx) }()
-	}
+	w, ctx, delivered, stop := startPool(b, world.Config{}, workers)
+	defer stop()
 	names := make([]string, ids)
 	for i := range names {
 		names[i] = fmt.Sprint("id-", i)
@@ -71,10 +59,6 @@ func BenchmarkWorkerFanIn(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64((testutil.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
-	stop()
-	for range workers {
-		require.NoError(b, <-done)
-	}
 }
 
 // BenchmarkWorkerNewIDs is fan-in's first round on a worker's path: each
@@ -86,21 +70,8 @@ func BenchmarkWorkerFanIn(b *testing.B) {
 //	go test -run '^$' -bench WorkerNewIDs -benchmem -benchtime 10000x ./worker/
 func BenchmarkWorkerNewIDs(b *testing.B) {
 	const workers = 2
-	env := testutil.Start(b, testutil.Targets()[0])
-	w := env.World(b, world.Config{Partitions: 64})
-	ctx := testutil.Ctx(b, 10*time.Minute)
-	var delivered atomic.Int64
-	h := func(context.Context, drain.Message) error {
-		delivered.Add(1)
-		return nil
-	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, workers)
-	for i := range workers {
-		wk, err := w.NewWorker(worker.Config{Node: fmt.Sprint("pool-", i), TTL: 10 * time.Second, Idle: time.Hour, Log: slog.New(slog.DiscardHandler)}, h)
-		require.NoError(b, err)
-		go func() { done <- wk.Run(rctx) }()
-	}
+	w, ctx, delivered, stop := startPool(b, world.Config{Partitions: 64}, workers)
+	defer stop()
 	round := 0
 	post := func(n int) {
 		round++
@@ -126,8 +97,30 @@ func BenchmarkWorkerNewIDs(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64((testutil.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
-	stop()
-	for range workers {
-		require.NoError(b, <-done)
+}
+
+// startPool starts a server, a world of cfg and n workers of every id on
+// it (their handler counts the deliveries in delivered); stop stops them.
+func startPool(b *testing.B, cfg world.Config, n int) (w *client.World, ctx context.Context, delivered *atomic.Int64, stop func()) {
+	env := testutil.Start(b, testutil.Targets()[0])
+	w = env.World(b, cfg)
+	ctx = testutil.Ctx(b, 10*time.Minute)
+	delivered = new(atomic.Int64)
+	h := func(context.Context, drain.Message) error {
+		delivered.Add(1)
+		return nil
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, n)
+	for i := range n {
+		wk, err := w.NewWorker(worker.Config{Node: fmt.Sprint("pool-", i), TTL: 10 * time.Second, Idle: time.Hour, Log: slog.New(slog.DiscardHandler)}, h)
+		require.NoError(b, err)
+		go func() { done <- wk.Run(rctx) }()
+	}
+	return w, ctx, delivered, func() {
+		cancel()
+		for range n {
+			require.NoError(b, <-done)
+		}
 	}
 }

@@ -398,6 +398,63 @@ func TestPartitioned_FirstDeliveryFromPosts(t *testing.T) {
 	}
 }
 
+// moving is a partitioned world of ids whose worker w1 holds every id
+// alone and then meets w2, which takes some of the partitions
+// (TestPartitioned_QueuedPostsWhenAPartitionLeaves and
+// TestPartitioned_ScanNudgesHeldIDsOfOtherPartitions).
+type moving struct {
+	t   *testing.T
+	ctx context.Context
+	env *testutil.Env
+	w   *client.World
+	lg  *ledger
+	ids int
+}
+
+func newMoving(t *testing.T, ids, partitions int) *moving {
+	env := testutil.Start(t, testutil.Targets()[0])
+	return &moving{t: t, ctx: testutil.Ctx(t, 2*time.Minute), env: env, w: env.World(t, world.Config{Partitions: partitions}), lg: newLedger(), ids: ids}
+}
+
+// start runs a worker of node on its own connection, scanning every scan,
+// with hook on its republished posts; the returned func stops it.
+func (mv *moving) start(node string, scan time.Duration, hook func(uint64) bool) (*worker.Worker, func()) {
+	t := mv.t
+	c, err := client.Connect(mv.env.URL)
+	require.NoError(t, err)
+	cw, err := c.World(mv.ctx, mv.w.Name)
+	require.NoError(t, err)
+	wk, err := cw.NewWorker(worker.Config{Node: node, TTL: time.Second, Idle: time.Hour, Scan: scan}, mv.lg.handler(node))
+	require.NoError(t, err)
+	if hook != nil {
+		worker.SetRepublishFault(wk, hook)
+	}
+	rctx, stop := context.WithCancel(mv.ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	return wk, func() {
+		stop()
+		require.NoError(t, <-done)
+		c.Close()
+	}
+}
+
+// post sends body to every id.
+func (mv *moving) post(body string) {
+	for i := range mv.ids {
+		_, err := mv.w.Queue.Send(mv.ctx, fmt.Sprint("id-", i), []byte(body))
+		require.NoError(mv.t, err)
+	}
+}
+
+// waitServed waits until wk serves partitions that say ok.
+func (mv *moving) waitServed(wk *worker.Worker, what string, ok func(n int) bool) {
+	testutil.WaitFor(mv.t, 30*time.Second, what, func() bool {
+		n, _ := worker.Partitions(wk)
+		return ok(n)
+	})
+}
+
 // TestPartitioned_QueuedPostsWhenAPartitionLeaves: posts a worker's client
 // received and had not routed yet when a partition left it (another node
 // joined) are routed, not dropped. A post of a held id stored before the
@@ -407,68 +464,37 @@ func TestPartitioned_FirstDeliveryFromPosts(t *testing.T) {
 // while the posts come and the partitions move.
 func TestPartitioned_QueuedPostsWhenAPartitionLeaves(t *testing.T) {
 	const ids, partitions = 30, 8
-	env := testutil.Start(t, testutil.Targets()[0])
-	w := env.World(t, world.Config{Partitions: partitions})
-	ctx := testutil.Ctx(t, 2*time.Minute)
-	lg := newLedger()
+	mv := newMoving(t, ids, partitions)
 	var gate sync.RWMutex
-	start := func(node string) (*worker.Worker, func()) {
-		c, err := client.Connect(env.URL)
-		require.NoError(t, err)
-		cw, err := c.World(ctx, w.Name)
-		require.NoError(t, err)
-		wk, err := cw.NewWorker(worker.Config{Node: node, TTL: time.Second, Idle: time.Hour, Scan: time.Hour}, lg.handler(node))
-		require.NoError(t, err)
-		worker.SetRepublishFault(wk, func(uint64) bool {
-			gate.RLock() // held up while the test holds gate
-			gate.RUnlock()
-			return false
-		})
-		rctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- wk.Run(rctx) }()
-		return wk, func() {
-			stop()
-			require.NoError(t, <-done)
-			c.Close()
-		}
+	held := func(uint64) bool {
+		gate.RLock() // held up while the test holds gate
+		gate.RUnlock()
+		return false
 	}
-	w1, stop1 := start("w1")
+	w1, stop1 := mv.start("w1", time.Hour, held)
 	defer stop1()
-	testutil.WaitFor(t, 30*time.Second, "w1 serves every partition", func() bool {
-		n, _ := worker.Partitions(w1)
-		return n == partitions
-	})
-	post := func(body string) {
-		for i := range ids {
-			_, err := w.Queue.Send(ctx, fmt.Sprint("id-", i), []byte(body))
-			require.NoError(t, err)
-		}
-	}
-	post("0")
-	testutil.WaitFor(t, time.Minute, "the first posts delivered", func() bool { return lg.delivered() >= ids })
+	mv.waitServed(w1, "w1 serves every partition", func(n int) bool { return n == partitions })
+	mv.post("0")
+	testutil.WaitFor(t, time.Minute, "the first posts delivered", func() bool { return mv.lg.delivered() >= ids })
 
 	// The server has sent w1 every second post (a tap of the same
 	// subjects got them all) while w1 routes none.
-	tap, err := nats.Connect(env.URL)
+	tap, err := nats.Connect(mv.env.URL)
 	require.NoError(t, err)
 	defer tap.Close()
 	var tapped atomic.Int64
-	_, err = tap.Subscribe(wire.RepublishFilter(w.Name), func(*nats.Msg) { tapped.Add(1) })
+	_, err = tap.Subscribe(wire.RepublishFilter(mv.w.Name), func(*nats.Msg) { tapped.Add(1) })
 	require.NoError(t, err)
 	require.NoError(t, tap.Flush())
 	gate.Lock()
-	post("1")
+	mv.post("1")
 	testutil.WaitFor(t, 10*time.Second, "the second posts sent", func() bool { return tapped.Load() >= ids })
-	_, stop2 := start("w2")
+	_, stop2 := mv.start("w2", time.Hour, held)
 	defer stop2()
-	testutil.WaitFor(t, 30*time.Second, "partitions left w1 for w2", func() bool {
-		n, _ := worker.Partitions(w1)
-		return n < partitions
-	})
+	mv.waitServed(w1, "partitions left w1 for w2", func(n int) bool { return n < partitions })
 	gate.Unlock()
-	testutil.WaitFor(t, 20*time.Second, "every second post delivered", func() bool { return lg.delivered() >= 2*ids })
-	require.Zero(t, lg.overlaps.Load())
+	testutil.WaitFor(t, 20*time.Second, "every second post delivered", func() bool { return mv.lg.delivered() >= 2*ids })
+	require.Zero(t, mv.lg.overlaps.Load())
 }
 
 // TestPartitioned_ScanNudgesHeldIDsOfOtherPartitions: a post of a held id
@@ -479,57 +505,23 @@ func TestPartitioned_QueuedPostsWhenAPartitionLeaves(t *testing.T) {
 // every post of one round on the way (a test hook).
 func TestPartitioned_ScanNudgesHeldIDsOfOtherPartitions(t *testing.T) {
 	const ids, partitions = 30, 8
-	env := testutil.Start(t, testutil.Targets()[0])
-	w := env.World(t, world.Config{Partitions: partitions})
-	ctx := testutil.Ctx(t, 2*time.Minute)
-	lg := newLedger()
+	mv := newMoving(t, ids, partitions)
 	var lose atomic.Bool
-	start := func(node string, hook func(uint64) bool) (*worker.Worker, func()) {
-		c, err := client.Connect(env.URL)
-		require.NoError(t, err)
-		cw, err := c.World(ctx, w.Name)
-		require.NoError(t, err)
-		wk, err := cw.NewWorker(worker.Config{Node: node, TTL: time.Second, Idle: time.Hour, Scan: 500 * time.Millisecond}, lg.handler(node))
-		require.NoError(t, err)
-		if hook != nil {
-			worker.SetRepublishFault(wk, hook)
-		}
-		rctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- wk.Run(rctx) }()
-		return wk, func() {
-			stop()
-			require.NoError(t, <-done)
-			c.Close()
-		}
-	}
-	w1, stop1 := start("w1", func(uint64) bool { return lose.Load() })
+	w1, stop1 := mv.start("w1", 500*time.Millisecond, func(uint64) bool { return lose.Load() })
 	defer stop1()
-	testutil.WaitFor(t, 30*time.Second, "w1 serves every partition", func() bool {
-		n, _ := worker.Partitions(w1)
-		return n == partitions
-	})
-	post := func(body string) {
-		for i := range ids {
-			_, err := w.Queue.Send(ctx, fmt.Sprint("id-", i), []byte(body))
-			require.NoError(t, err)
-		}
-	}
-	post("0")
-	testutil.WaitFor(t, time.Minute, "the first posts delivered", func() bool { return lg.delivered() >= ids })
-	_, stop2 := start("w2", nil)
+	mv.waitServed(w1, "w1 serves every partition", func(n int) bool { return n == partitions })
+	mv.post("0")
+	testutil.WaitFor(t, time.Minute, "the first posts delivered", func() bool { return mv.lg.delivered() >= ids })
+	_, stop2 := mv.start("w2", 500*time.Millisecond, nil)
 	defer stop2()
-	testutil.WaitFor(t, 30*time.Second, "partitions left w1 for w2", func() bool {
-		n, _ := worker.Partitions(w1)
-		return n < partitions
-	})
+	mv.waitServed(w1, "partitions left w1 for w2", func(n int) bool { return n < partitions })
 	lose.Store(true)
-	post("1")
+	mv.post("1")
 	testutil.WaitFor(t, 10*time.Second, "w1 saw the round", func() bool {
 		_, n := worker.Partitions(w1)
 		return n >= 2*ids // it holds every id: each post reaches it once
 	})
 	lose.Store(false)
-	testutil.WaitFor(t, 20*time.Second, "every second post delivered", func() bool { return lg.delivered() >= 2*ids })
-	require.Zero(t, lg.overlaps.Load())
+	testutil.WaitFor(t, 20*time.Second, "every second post delivered", func() bool { return mv.lg.delivered() >= 2*ids })
+	require.Zero(t, mv.lg.overlaps.Load())
 }
