@@ -257,23 +257,9 @@ func (wk *Worker) followPosts(ctx context.Context, cand chan<- candidate) (stop 
 			return
 		}
 		sm := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
-		// A holding that ended after it was found here has left the
-		// map (holding.gone): look again.
-		for {
-			wk.mu.Lock()
-			h := wk.held[id]
-			if h == nil {
-				wk.kept.add(id, sm)
-			}
-			wk.mu.Unlock()
-			if h == nil {
-				break
-			}
-			if h.post(sm) {
-				return
-			}
+		if !wk.route(id, sm, func() { wk.kept.add(id, sm) }) {
+			wk.propose(cand, candidate{id, fromPost})
 		}
-		wk.propose(cand, candidate{id, fromPost})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: follow posts: %w", err)
@@ -334,6 +320,28 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 			case <-ctx.Done():
 				return
 			}
+		}
+	}
+}
+
+// route hands sm, a post of id, to id's holding here and says true; with
+// none, it calls keep (which may keep sm: kept.go) in the same step as the
+// look, under mu, so that a claim takes what was kept with the holding
+// entering the map, and says false. A holding that ended after it was
+// found has left the map (holding.gone): it looks again.
+func (wk *Worker) route(id string, sm *jetstream.RawStreamMsg, keep func()) bool {
+	for {
+		wk.mu.Lock()
+		h := wk.held[id]
+		if h == nil {
+			keep()
+		}
+		wk.mu.Unlock()
+		if h == nil {
+			return false
+		}
+		if h.post(sm) {
+			return true
 		}
 	}
 }

@@ -340,28 +340,15 @@ func (wk *Worker) startParts(cand chan<- candidate) error {
 			return
 		}
 		wk.parts.noteMail(id)
-		// A holding that ended after it was found here has left the
-		// map (holding.gone): look again. Another id's post is kept
-		// (kept.go) when it came through the subscription serving its
-		// partition here, in the same step as the look: a claim takes it
-		// with the holding entering the map.
-		for {
-			wk.mu.Lock()
-			h := wk.held[id]
-			if h == nil {
-				if served, ends := wk.parts.servesSince(id, m.Sub); served {
-					wk.kept.addSince(id, sm, ends)
-				}
+		// Another id's post is kept when it came through the subscription
+		// serving its partition here.
+		if !wk.route(id, sm, func() {
+			if served, ends := wk.parts.servesSince(id, m.Sub); served {
+				wk.kept.addSince(id, sm, ends)
 			}
-			wk.mu.Unlock()
-			if h == nil {
-				break
-			}
-			if h.post(sm) {
-				return
-			}
+		}) {
+			wk.propose(cand, candidate{id, fromPost})
 		}
-		wk.propose(cand, candidate{id, fromPost})
 	})
 }
 
