@@ -150,13 +150,3 @@ func TestDecodeRecordOnePass(t *testing.T) {
 		}
 	}
 }
-
-func BenchmarkDecodeRecord(b *testing.B) {
-	data := []byte(`{"v":1,"node":"n-1","epoch":3,"state":"held","ttl_ms":5000,"acquired":"2026-01-01T00:00:00Z","expires":"2026-01-01T00:00:05Z","node_lease":2}`)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := DecodeRecord(data); err != nil {
-			b.Fatal(err)
-		}
-	}
-}

@@ -85,12 +85,22 @@ func EncodeRecord(r Record) ([]byte, error) {
 	if err := r.validate(); err != nil {
 		return nil, err
 	}
+	if b, ok := appendPlainRecord(make([]byte, 0, 192), &r); ok {
+		return b, nil
+	}
 	return json.Marshal(r)
 }
 
 // DecodeRecord parses a stored record. It refuses unknown versions with
 // ErrUnknownVersion and anything malformed with ErrCorruptRecord.
 func DecodeRecord(data []byte) (Record, error) {
+	if r, ok := decodePlainRecord(data); ok {
+		// Nearly every record: what EncodeRecord writes (plainrecord.go).
+		if err := r.validate(); err != nil {
+			return Record{}, err
+		}
+		return r, nil
+	}
 	var r Record
 	if decodeOnce(data, &r) && r.V == RecordVersion {
 		// Every record this version writes: one pass, not decodeStrict's
