@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"time"
@@ -26,6 +28,12 @@ import (
 // set to a JSON owner spec. A main (or a test's TestMain) that may be
 // started that way checks IsOwnerProcess first and exits with OwnerMain.
 const OwnerEnv = "FENCEPOST_BENCH_OWNER"
+
+// OwnerProfileEnv, set in the bench's environment to a directory, makes
+// each owner process write a CPU profile of its life there, named
+// NODE.cpu.pprof (owners that are killed write none: only those that
+// stop gracefully, at a stop fault or at the end of the run).
+const OwnerProfileEnv = "FENCEPOST_BENCH_OWNER_CPUPROFILE"
 
 // ownerSpec is what an owner process is told.
 type ownerSpec struct {
@@ -60,6 +68,17 @@ func OwnerMain() int {
 		return exitOwnerError
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", spec.Node)
+	if dir := os.Getenv(OwnerProfileEnv); dir != "" {
+		f, err := os.Create(filepath.Join(dir, spec.Node+".cpu.pprof"))
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench owner: %s: %v\n", OwnerProfileEnv, err)
+			return exitOwnerError
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {
