@@ -320,7 +320,7 @@ func (d *Drainer) sweep(ctx context.Context, runs []*run, g sweep) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	if below > 1 {
-		if err := handles.Of(d.w).Mailbox.Purge(pctx, jetstream.WithPurgeSubject(wire.MailboxFilter(d.world)), jetstream.WithPurgeSequence(below)); err != nil {
+		if err := d.purge(pctx, wire.MailboxFilter(d.world), below); err != nil {
 			d.log.Warn("drain: sweep of committed messages failed; the next drains purge them", "world", d.world, "below", below, "error", err)
 			below = 1
 		}
@@ -333,7 +333,7 @@ func (d *Drainer) sweep(ctx context.Context, runs []*run, g sweep) {
 	}
 	store.Parallel(DefaultParallel, len(rest), func(i int) {
 		r := rest[i]
-		if err := handles.Of(d.w).Mailbox.Purge(pctx, jetstream.WithPurgeSubject(r.subj), jetstream.WithPurgeSequence(r.cur.Seq+1)); err != nil {
+		if err := d.purge(pctx, r.subj, r.cur.Seq+1); err != nil {
 			d.log.Warn("drain: purge of committed messages failed; the next commit retries", "world", d.world, "id", r.a.id, "error", err)
 		}
 	})

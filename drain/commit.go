@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
@@ -148,7 +148,7 @@ func (r *run) purge(ctx context.Context) {
 	go func() {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		ch <- purgeResult{below, handles.Of(r.d.w).Mailbox.Purge(pctx, jetstream.WithPurgeSubject(r.subj), jetstream.WithPurgeSequence(below))}
+		ch <- purgeResult{below, r.d.purge(pctx, r.subj, below)}
 	}()
 }
 
@@ -250,7 +250,7 @@ func (p *purgeLater) run(d *Drainer, subj string) {
 		}
 		p.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := handles.Of(d.w).Mailbox.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(below))
+		err := d.purge(ctx, subj, below)
 		cancel()
 		p.mu.Lock()
 		if err != nil {
@@ -262,4 +262,10 @@ func (p *purgeLater) run(d *Drainer, subj string) {
 		p.done = max(p.done, below)
 		p.mu.Unlock()
 	}
+}
+
+// purge removes the mailbox's messages on subj (an id's subject, or the
+// world's filter) below sequence below.
+func (d *Drainer) purge(ctx context.Context, subj string, below uint64) error {
+	return jsapi.Purge(ctx, d.nc, wire.MailboxStream(d.world), subj, below)
 }

@@ -205,7 +205,7 @@ func (s *Sweeper) sweep(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	err := handles.Of(s.d.w).Mailbox.Purge(pctx, jetstream.WithPurgeSubject(wire.MailboxFilter(s.d.world)), jetstream.WithPurgeSequence(mark))
+	err := s.d.purge(pctx, wire.MailboxFilter(s.d.world), mark)
 	s.rest = restAfter(start, time.Now())
 	if err != nil {
 		if ctx.Err() == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
 )
@@ -242,7 +243,7 @@ func (p *Purger) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error 
 			e := purges[i]
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			err := handles.Of(p.w).Mailbox.Purge(pctx, jetstream.WithPurgeSubject(e.subj), jetstream.WithPurgeSequence(e.seq+1))
+			err := jsapi.Purge(pctx, handles.Of(p.w).JS.Conn(), wire.MailboxStream(p.world), e.subj, e.seq+1)
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
 					p.log.Warn("purge: purge of committed messages failed; retrying", "world", p.world, "subject", e.subj, "error", err)
