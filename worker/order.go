@@ -291,16 +291,17 @@ func (wk *Worker) listPeers(ctx context.Context) {
 }
 
 // dropPeer removes a node whose node lease lapsed from the live nodes, so
-// that the ids it held are not left to it.
-func (wk *Worker) dropPeer(node string) {
+// that the ids it held are not left to it. It says whether the node was
+// among them.
+func (wk *Worker) dropPeer(node string) bool {
 	for {
 		old := wk.peers.Load()
 		if old == nil || !slices.Contains(*old, node) {
-			return
+			return false
 		}
 		next := slices.DeleteFunc(slices.Clone(*old), func(n string) bool { return n == node })
 		if wk.peers.CompareAndSwap(old, &next) {
-			return
+			return true
 		}
 	}
 }

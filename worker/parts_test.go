@@ -115,6 +115,11 @@ func TestPartitioned(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the crashed worker did not self-fence")
 	}
+	testutil.WaitFor(t, 30*time.Second, "the others serve the crashed worker's partitions", func() bool {
+		n1, _ := worker.Partitions(workers[0].wk)
+		n3, _ := worker.Partitions(workers[2].wk)
+		return n1+n3 == partitions
+	})
 	post(perID/2, perID)
 	testutil.WaitFor(t, 2*time.Minute, "every message delivered", func() bool { return lg.delivered() >= total })
 	require.NotZero(t, dropped.Load(), "the fault dropped no post")

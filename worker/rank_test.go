@@ -73,7 +73,10 @@ func TestClaimWait(t *testing.T) {
 		}
 	}
 	for _, n := range nodes[1:] {
-		workers[n].dropPeer("w1")
+		// Once: the lapses of the node's other ids change nothing more.
+		if !workers[n].dropPeer("w1") || workers[n].dropPeer("w1") {
+			t.Fatalf("%s: dropPeer(w1) is not true once, then false", n)
+		}
 	}
 	for i := range 500 {
 		id := "id-" + time.Duration(i).String()
