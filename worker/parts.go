@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -363,8 +364,13 @@ func republished(w string, n int, m *nats.Msg) (*jetstream.RawStreamMsg, string,
 	if err != nil {
 		return nil, "", err
 	}
+	// The stored subject is the id's mailbox: its token is the one the
+	// post was republished with (one token per id), compared without
+	// building the subject or the stream's name for each post.
 	subj := jsapi.LastValue(m.Header, wire.HeaderRepublishSubject)
-	if subj != wire.MailboxSubject(w, id) || jsapi.LastValue(m.Header, wire.HeaderRepublishStream) != wire.MailboxStream(w) {
+	tok, ok := wire.MailboxToken(w, subj)
+	stream, inWorld := strings.CutPrefix(jsapi.LastValue(m.Header, wire.HeaderRepublishStream), wire.MailboxStream(""))
+	if !ok || tok != m.Subject[strings.LastIndexByte(m.Subject, '.')+1:] || !inWorld || stream != w {
 		return nil, "", fmt.Errorf("worker: a post republished to %q names %q of stream %q", m.Subject, subj, jsapi.LastValue(m.Header, wire.HeaderRepublishStream))
 	}
 	seq, err := strconv.ParseUint(jsapi.LastValue(m.Header, wire.HeaderRepublishSeq), 10, 64)

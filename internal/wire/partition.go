@@ -68,7 +68,14 @@ func RepublishFilter(world string) string { return "fp." + world + ".rp.>" }
 // it among n. The subject is the server's; the message's headers begin
 // with the post's own, which a producer may have named like the server's.
 func RepublishedID(world, subject string, n int) (string, error) {
-	rest, ok := strings.CutPrefix(subject, "fp."+world+".rp.")
+	// Prefix by prefix, as MailboxToken: no subject built per post.
+	rest, ok := strings.CutPrefix(subject, "fp.")
+	if ok {
+		rest, ok = strings.CutPrefix(rest, world)
+	}
+	if ok {
+		rest, ok = strings.CutPrefix(rest, ".rp.")
+	}
 	if !ok {
 		return "", fmt.Errorf("%w: %q is not a republished post of world %q", ErrInvalidID, subject, world)
 	}
