@@ -79,7 +79,14 @@ func decodePlainRecord(data []byte) (Record, bool) {
 	p.lit(`,"epoch":`)
 	r.Epoch = p.uint()
 	p.lit(`,"state":"`)
-	r.State = p.str()
+	switch st := p.raw(); string(st) { // the states without an allocation
+	case StateHeld:
+		r.State = StateHeld
+	case StateFree:
+		r.State = StateFree
+	default:
+		r.State = string(st)
+	}
 	p.lit(`,"ttl_ms":`)
 	ttl := p.uint()
 	p.lit(`,"acquired":"`)
