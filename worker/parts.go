@@ -360,7 +360,7 @@ func (wk *Worker) startParts(cand chan<- candidate) error {
 // Nats-Subject of its own (the broker stores what it is given) names
 // nothing here (TestPartitioned_ForgedHeaders).
 func republished(w string, n int, m *nats.Msg) (*jetstream.RawStreamMsg, string, error) {
-	id, err := wire.RepublishedID(w, m.Subject, n)
+	id, eid, err := wire.RepublishedID(w, m.Subject, n)
 	if err != nil {
 		return nil, "", err
 	}
@@ -370,7 +370,7 @@ func republished(w string, n int, m *nats.Msg) (*jetstream.RawStreamMsg, string,
 	subj := jsapi.LastValue(m.Header, wire.HeaderRepublishSubject)
 	tok, ok := wire.MailboxToken(w, subj)
 	stream, inWorld := strings.CutPrefix(jsapi.LastValue(m.Header, wire.HeaderRepublishStream), wire.MailboxStream(""))
-	if !ok || tok != m.Subject[strings.LastIndexByte(m.Subject, '.')+1:] || !inWorld || stream != w {
+	if !ok || tok != eid || !inWorld || stream != w {
 		return nil, "", fmt.Errorf("worker: a post republished to %q names %q of stream %q", m.Subject, subj, jsapi.LastValue(m.Header, wire.HeaderRepublishStream))
 	}
 	seq, err := strconv.ParseUint(jsapi.LastValue(m.Header, wire.HeaderRepublishSeq), 10, 64)

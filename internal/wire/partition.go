@@ -62,12 +62,13 @@ func RepublishSubject(world, id string, n int) string {
 // subscribe permission).
 func RepublishFilter(world string) string { return "fp." + world + ".rp.>" }
 
-// RepublishedID is the id whose post a republished message carries, from
-// the subject it came on (fp.<world>.rp.<p>.<eid>): the token checked as
-// MailboxID checks a mailbox subject's, and the partition checked against
-// it among n. The subject is the server's; the message's headers begin
-// with the post's own, which a producer may have named like the server's.
-func RepublishedID(world, subject string, n int) (string, error) {
+// RepublishedID is the id whose post a republished message carries, and
+// its token, from the subject it came on (fp.<world>.rp.<p>.<eid>): the
+// token checked as MailboxID checks a mailbox subject's, and the partition
+// checked against it among n. The subject is the server's; the message's
+// headers begin with the post's own, which a producer may have named like
+// the server's.
+func RepublishedID(world, subject string, n int) (id, eid string, err error) {
 	// Prefix by prefix, as MailboxToken: no subject built per post.
 	rest, ok := strings.CutPrefix(subject, "fp.")
 	if ok {
@@ -77,11 +78,14 @@ func RepublishedID(world, subject string, n int) (string, error) {
 		rest, ok = strings.CutPrefix(rest, ".rp.")
 	}
 	if !ok {
-		return "", fmt.Errorf("%w: %q is not a republished post of world %q", ErrInvalidID, subject, world)
+		return "", "", fmt.Errorf("%w: %q is not a republished post of world %q", ErrInvalidID, subject, world)
 	}
 	p, eid, ok := strings.Cut(rest, ".")
 	if !ok || n <= 0 || p != strconv.Itoa(Partition(eid, n)) {
-		return "", fmt.Errorf("%w: %q is not a republished post of world %q in %d partitions", ErrInvalidID, subject, world, n)
+		return "", "", fmt.Errorf("%w: %q is not a republished post of world %q in %d partitions", ErrInvalidID, subject, world, n)
 	}
-	return DecodeID(eid)
+	if id, err = DecodeID(eid); err != nil {
+		return "", "", err
+	}
+	return id, eid, nil
 }
