@@ -25,12 +25,20 @@ import (
 // (server, producer and workers): the server's and the producer's share
 // is the same on every path of the workers, so a change of the workers
 // shows in them. cpu-us/op is the process's CPU time (user and system)
-// per message.
+// per message. parts=0 is a world without partitions (one consumer per
+// worker, a sweep), parts=64 the default of fencepost world add on one
+// replica (republished posts by partition, and each id purges its own).
 //
 //	go test -run '^$' -bench WorkerFanIn -benchmem -benchtime 20000x ./worker/
 func BenchmarkWorkerFanIn(b *testing.B) {
+	for _, parts := range []int{0, 64} {
+		b.Run(fmt.Sprint("parts=", parts), func(b *testing.B) { benchFanIn(b, world.Config{Partitions: parts}) })
+	}
+}
+
+func benchFanIn(b *testing.B, cfg world.Config) {
 	const ids, workers = 2000, 2
-	w, ctx, delivered, stop := startPool(b, world.Config{}, workers)
+	w, ctx, delivered, stop := startPool(b, cfg, workers)
 	defer stop()
 	names := make([]string, ids)
 	for i := range names {
