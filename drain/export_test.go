@@ -156,3 +156,15 @@ func (r *ConsumerRead) Stop() { r.c.iter.Stop() }
 func ReadCursor(ctx context.Context, d *Drainer, id string) (wire.Cursor, uint64, error) {
 	return d.readCursor(ctx, id)
 }
+
+// SweeperCursor is the stored cursor of id as the Sweeper follows it (0:
+// none yet).
+func SweeperCursor(s *Sweeper, id string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cursors[id]
+}
+
+// SweepNow makes one sweep of s at once, on the caller's goroutine: a test
+// runs s.Run with an interval that never comes, for its cursor watch.
+func SweepNow(ctx context.Context, s *Sweeper) { s.sweep(ctx) }

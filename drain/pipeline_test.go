@@ -246,6 +246,54 @@ func TestSweeper(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the sweep of everything", func() bool { return stored() == 0 && sw.Swept() == 16 })
 }
 
+// TestSweeper_Missed: a message the caller's consumer delivered without
+// its sequence (Missed) was not seen, so no sweep may pass it: here b0
+// lies between two committed messages of a, and a sweep below the last
+// one seen would purge it though nothing committed it (the control, a
+// sweeper fed the same without the miss, does). After Missed the sweeper
+// purges nothing, and Unread says every id may have mail.
+func TestSweeper_Missed(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{Purge: world.PurgeByServer})
+	send(t, ctx, w, "a", "a0")
+	send(t, ctx, w, "b", "b0")
+	send(t, ctx, w, "a", "a1")
+	l, err := w.Ownership.Claim(ctx, "a", "n-a", time.Minute)
+	require.NoError(t, err)
+	var rec testutil.Recorder
+	_, err = d.DrainLease(ctx, l, rec.Handle)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a0", "a1"}, rec.Bodies())
+
+	// A consumer's view: a0 at 1, b0 at 2 without its sequence, a1 at 3.
+	following := func(missed bool) *drain.Sweeper {
+		sw := d.NewSweeper()
+		sw.Saw(1, wire.MailboxSubject(w.Name, "a"))
+		if missed {
+			sw.Missed()
+		}
+		sw.Saw(3, wire.MailboxSubject(w.Name, "a"))
+		rctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = sw.Run(rctx, time.Hour) }) // its cursor watch; sweeps by SweepNow
+		t.Cleanup(func() { stop(); wg.Wait() })
+		testutil.WaitFor(t, 10*time.Second, "a's cursor followed", func() bool { return drain.SweeperCursor(sw, "a") == 3 })
+		return sw
+	}
+	sw := following(true)
+	drain.SweepNow(ctx, sw)
+	require.Zero(t, sw.Swept())
+	require.Len(t, mailboxMsgs(t, ctx, w, "b", 0), 1, "b0 is kept")
+	require.True(t, sw.Unread("a"), "after a miss every id may have mail")
+
+	control := following(false)
+	require.False(t, control.Unread("a"))
+	drain.SweepNow(ctx, control)
+	require.Equal(t, uint64(4), control.Swept())
+	require.Empty(t, mailboxMsgs(t, ctx, w, "b", 0), "the control's sweep took b0 with a's messages")
+}
+
 // TestHolding_PurgesWhatAnEarlierHolderLeft: messages an earlier holder
 // committed and did not purge (its process died before its purge ran) are
 // purged after the next holder's first drain, though it commits nothing.

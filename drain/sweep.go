@@ -41,7 +41,10 @@ type Sweeper struct {
 	last map[string]uint64
 
 	swept atomic.Uint64 // every mailbox message below this was purged
-	rest  time.Time     // no purge before this (sweepRest); Run's goroutine only
+	// missed: the caller's consumer delivered a message it could not
+	// place (Missed); the mark passes no message from then on.
+	missed bool
+	rest   time.Time // no purge before this (sweepRest); Run's goroutine only
 }
 
 type sweepMsg struct {
@@ -96,6 +99,19 @@ func (s *Sweeper) SawID(seq uint64, id string) {
 		return // committed before the consumer got to it
 	}
 	s.seen = append(s.seen, sweepMsg{seq, id})
+}
+
+// Missed records that the caller's consumer delivered a message the
+// caller could not place (it came without its sequence): the Sweeper did
+// not see it, so its mark could pass it while its id's cursor does not
+// cover it. From then on the Sweeper purges nothing, and Unread says true
+// for every id. Each holding then purges its own id once the mark stood
+// still for sweepGrace. A new Sweeper (the worker's next run) starts
+// over from the stream's first message.
+func (s *Sweeper) Missed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.missed, s.last = true, nil
 }
 
 // lastMax bounds the ids whose last message a Sweeper remembers (about
@@ -185,6 +201,9 @@ func (s *Sweeper) sweep(ctx context.Context) {
 	if err := s.judgeCursors(ctx); err != nil {
 		return
 	}
+	if s.blind() {
+		return
+	}
 	mark, front, ok := s.mark()
 	if !ok && front != 0 {
 		// The first message seen is not covered: it may have been
@@ -214,6 +233,12 @@ func (s *Sweeper) sweep(ctx context.Context) {
 		return
 	}
 	s.swept.Store(mark)
+}
+
+func (s *Sweeper) blind() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.missed
 }
 
 // sweepRest is how many times the length of its last purge a sweeper

@@ -241,6 +241,9 @@ func (wk *Worker) followPosts(ctx context.Context, cand chan<- candidate) (stop 
 		if err != nil {
 			wk.log.Warn("follow posts: a message without metadata", "subject", m.Subject(), "error", err)
 			wk.gapAll()
+			if wk.sweep != nil {
+				wk.sweep.Missed() // its mark must not pass what it did not see
+			}
 			return
 		}
 		// The subject is decoded once, for the sweep and the routing.
