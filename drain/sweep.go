@@ -106,7 +106,7 @@ func (s *Sweeper) SawID(seq uint64, id string) {
 // not see it, so its mark could pass it while its id's cursor does not
 // cover it. From then on the Sweeper purges nothing, and Unread says true
 // for every id. Each holding then purges its own id once the mark stood
-// still for sweepGrace. A new Sweeper (the worker's next run) starts
+// still for sweepGrace. A new Sweeper (a new worker's) starts
 // over from the stream's first message.
 func (s *Sweeper) Missed() {
 	s.mu.Lock()
