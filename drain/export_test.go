@@ -157,12 +157,12 @@ func ReadCursor(ctx context.Context, d *Drainer, id string) (wire.Cursor, uint64
 	return d.readCursor(ctx, id)
 }
 
-// SweeperCursor is the stored cursor of id as the Sweeper follows it (0:
-// none yet).
+// SweeperCursor is the stored cursor of id as the Sweeper follows it,
+// taken or waiting to be judged (0: none yet).
 func SweeperCursor(s *Sweeper, id string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cursors[id]
+	return max(s.cursors[id], s.judge[id])
 }
 
 // SweepNow makes one sweep of s at once, on the caller's goroutine: a test

@@ -86,6 +86,9 @@ func (s *Sweeper) Saw(seq uint64, subject string) {
 func (s *Sweeper) SawID(seq uint64, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.missed {
+		return // nothing is swept any more: keep nothing
+	}
 	if seq <= s.top {
 		return
 	}
@@ -198,10 +201,10 @@ func (s *Sweeper) cursor(e jetstream.KeyValueEntry) {
 
 // sweep moves the mark past covered messages and purges below it.
 func (s *Sweeper) sweep(ctx context.Context) {
-	if err := s.judgeCursors(ctx); err != nil {
+	if s.blind() {
 		return
 	}
-	if s.blind() {
+	if err := s.judgeCursors(ctx); err != nil {
 		return
 	}
 	mark, front, ok := s.mark()
