@@ -181,8 +181,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, nil
 }
 
-// sender posts one message and returns a wait for its acknowledgement.
-type sender func(id string, body []byte) (func() error, error)
+// sender posts one message and returns a wait for its acknowledgement,
+// which says the message's stream sequence (0 where the side does not
+// know it).
+type sender func(id string, body []byte) (func() (uint64, error), error)
 
 // runner is one side, set up and ready to run rounds.
 type runner struct {

@@ -332,6 +332,51 @@ func (l *ledger) check() (verdict, error) {
 	return v, l.err
 }
 
+// explainLoss says what the bucket stream shows of message n of id, lost
+// (posted, never delivered) at mailbox stream sequence seq (0: unknown):
+// whether a commit of the id's cursor passed it, so that it was committed
+// without a delivery (a read that skipped it), with the commit's epoch and
+// the cursor before it; or whether no commit reached it, so that something
+// removed it that no cursor covered (a purge below an uncommitted
+// message). Call it once the ledger caught up.
+func (l *ledger) explainLoss(id string, n, seq uint64) string {
+	what := fmt.Sprintf("%q message %d at mailbox sequence %d: ", id, n, seq)
+	if seq == 0 {
+		return what + "its sequence is unknown (the sender did not say)"
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var from uint64 // the id's cursor before the commit that passed seq
+	for _, c := range l.commits {
+		if c.id != id {
+			continue
+		}
+		if c.seq < seq {
+			from = c.seq
+			continue
+		}
+		what += fmt.Sprintf("committed without a delivery: the cursor moved from %d to %d under epoch %d (held %v) at %s", from, c.seq, c.epoch, c.held, time.Unix(0, c.at).UTC().Format("15:04:05.000"))
+		return what + l.deliveredAt(seq)
+	}
+	what += fmt.Sprintf("removed with no commit covering it: the id's cursor reached %d only", from)
+	return what + l.deliveredAt(seq)
+}
+
+// deliveredAt says which epochs the ledger saw deliver the message at
+// seq, if any (a lost message has none: else the bench's own count and the
+// ledger disagree). l.mu is held.
+func (l *ledger) deliveredAt(seq uint64) string {
+	var by []deliveredBy
+	if seq < uint64(len(l.byEpoch)) && l.byEpoch[seq].epoch != 0 {
+		by = append(by, l.byEpoch[seq])
+	}
+	by = append(by, l.more[seq]...)
+	if len(by) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; yet delivery reports name it (epoch, at): %v", by)
+}
+
 // pollUntil polls cond every 10 ms until it holds, ctx ends or d passes.
 func pollUntil(ctx context.Context, d time.Duration, cond func() bool) error {
 	deadline := time.Now().Add(d)

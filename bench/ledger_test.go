@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -64,5 +65,60 @@ func TestParseOwnerLine(t *testing.T) {
 		if _, err := parseOwnerLine(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// TestLedgerExplainsLoss: a lost message is named with what the bucket
+// stream shows of it: a commit that passed it (skipped), or none that
+// reached it (removed without a commit).
+func TestLedgerExplainsLoss(t *testing.T) {
+	l := newLedger("w")
+	t0 := time.Unix(1000, 0)
+	l.record("a", recState{epoch: 3, node: "n1", held: true}, t0)
+	l.record("b", recState{epoch: 1, node: "n1", held: true}, t0)
+	l.delivery("a", 10, 3, t0.UnixNano(), true)
+	l.cursorWrite("a", 10, t0.Add(time.Millisecond))
+	l.cursorWrite("b", 11, t0.Add(2*time.Millisecond)) // another id's commit, between
+	l.delivery("a", 14, 3, t0.UnixNano(), true)
+	l.cursorWrite("a", 14, t0.Add(3*time.Millisecond)) // passes 12, never delivered
+
+	skipped := l.explainLoss("a", 7, 12)
+	if want := `"a" message 7 at mailbox sequence 12: committed without a delivery: the cursor moved from 10 to 14 under epoch 3 (held true) at 00:16:40.003`; skipped != want {
+		t.Errorf("skipped message:\n got %s\nwant %s", skipped, want)
+	}
+	removed := l.explainLoss("a", 8, 20)
+	if want := `"a" message 8 at mailbox sequence 20: removed with no commit covering it: the id's cursor reached 14 only`; removed != want {
+		t.Errorf("removed message:\n got %s\nwant %s", removed, want)
+	}
+	// The bench counted it lost, the owners' reports name a delivery.
+	if got := l.explainLoss("a", 9, 14); !strings.Contains(got, "yet delivery reports name it") {
+		t.Errorf("a lost message the ledger saw delivered: %s", got)
+	}
+	if got := l.explainLoss("a", 9, 0); !strings.Contains(got, "unknown") {
+		t.Errorf("without its sequence: %s", got)
+	}
+}
+
+// TestSideNamesLostMessages: the side keeps where each message was stored,
+// and names the lost ones with it.
+func TestSideNamesLostMessages(t *testing.T) {
+	s := newSide("x", Config{BodySize: 20}, time.Now(), []string{"a", "b"})
+	var delivered [][]byte
+	for i := range 4 {
+		b, n := s.body(i % 2)
+		s.markPosted(n, i%2, uint64(100+i))
+		if i != 2 {
+			delivered = append(delivered, b)
+		}
+	}
+	for _, b := range delivered {
+		s.deliver(b)
+	}
+	lost, n := s.lostMsgs(10)
+	if n != 1 || s.lost() != 1 || len(lost) != 1 {
+		t.Fatalf("lost %d (%d), examples %v; want 1", n, s.lost(), lost)
+	}
+	if m := lost[0]; m.n != 3 || m.idx != 0 || m.seq != 102 {
+		t.Errorf("lost %+v, want message 3 of id 0 at sequence 102", m)
 	}
 }

@@ -9,9 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/queue"
@@ -101,20 +104,26 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 			return nil, err
 		}
 	}
-	r.send = func(id string, body []byte) (func() error, error) {
+	r.send = func(id string, body []byte) (func() (uint64, error), error) {
 		p, err := post.Queue.SendAsync(id, body)
 		if err != nil {
 			return nil, err
 		}
-		return func() error { _, err := p.Wait(ctx); return err }, nil
+		return func() (uint64, error) {
+			a, err := p.Wait(ctx)
+			return a.Seq, err
+		}, nil
 	}
 	if cfg.KillLeaders {
-		r.send = resending(ctx, func(id string, body []byte, msgID string) (func(context.Context) error, error) {
+		r.send = resending(ctx, func(id string, body []byte, msgID string) (func(context.Context) (uint64, error), error) {
 			p, err := post.Queue.SendAsync(id, body, queue.WithMsgID(msgID))
 			if err != nil {
 				return nil, err
 			}
-			return func(ctx context.Context) error { _, err := p.Wait(ctx); return err }, nil
+			return func(ctx context.Context) (uint64, error) {
+				a, err := p.Wait(ctx)
+				return a.Seq, err
+			}, nil
 		})
 	}
 	r.final = func(ctx context.Context, rep *Report) error {
@@ -141,6 +150,10 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 		rep.StaleCommits, rep.CommitsChecked = v.staleCommits, v.commits
 		rep.StaleDeliveries, rep.StaleChecked = v.staleDeliveries, v.measuredDeliveries
 		rep.StaleExamples = v.staleCommitExamples
+		lost, _ := s.lostMsgs(maxLostExamples)
+		for _, m := range lost {
+			rep.LostExamples = append(rep.LostExamples, led.explainLoss(ids[m.idx], m.n, m.seq)+stillStored(ctx, w, m.seq))
+		}
 		rep.SelfFences = selfFences.Load()
 		rep.LedgerMissed = v.missed
 		rep.BucketWrites = v.writes
@@ -178,6 +191,25 @@ func handle(s *side, led *ledger) drain.Handler {
 		return nil
 	}
 }
+
+// stillStored says whether the mailbox stream still stores the message at
+// seq (a lost message that is: the final drain's reads did not find it).
+func stillStored(ctx context.Context, w *client.World, seq uint64) string {
+	if seq == 0 {
+		return ""
+	}
+	m, err := handles.Of(w.World).Mailbox.GetMsg(ctx, seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return "; not stored any more"
+	case err != nil:
+		return fmt.Sprintf("; whether it is still stored is not known (%v)", err)
+	}
+	return fmt.Sprintf("; still stored, under %s: the final drain's reads did not find it", m.Subject)
+}
+
+// maxLostExamples bounds Report.LostExamples.
+const maxLostExamples = 10
 
 // startWorkers starts the in-process workers: one per id (steady), or a
 // pool of cfg.Workers serving every id (fan-in).

@@ -104,40 +104,41 @@ func setupRaw(ctx context.Context, c *client.Client, cfg Config, tag string, ids
 		})
 	}
 	publish := rawPublisher(ctx, js, prefix)
-	r.send = func(id string, body []byte) (func() error, error) {
+	r.send = func(id string, body []byte) (func() (uint64, error), error) {
 		return publish(id, body)
 	}
 	if cfg.KillLeaders {
-		r.send = resending(ctx, func(id string, body []byte, msgID string) (func(context.Context) error, error) {
+		r.send = resending(ctx, func(id string, body []byte, msgID string) (func(context.Context) (uint64, error), error) {
 			f, err := js.PublishAsync(prefix+"."+id, body, jetstream.WithMsgID(msgID))
 			if err != nil {
 				return nil, err
 			}
-			return func(ctx context.Context) error { return ackOf(ctx, f) }, nil
+			return func(ctx context.Context) (uint64, error) { return ackOf(ctx, f) }, nil
 		})
 	}
 	return r, nil
 }
 
 // rawPublisher posts asynchronously to the raw stream's subject of an id.
-func rawPublisher(ctx context.Context, js jetstream.JetStream, prefix string) func(id string, body []byte) (func() error, error) {
-	return func(id string, body []byte) (func() error, error) {
+func rawPublisher(ctx context.Context, js jetstream.JetStream, prefix string) func(id string, body []byte) (func() (uint64, error), error) {
+	return func(id string, body []byte) (func() (uint64, error), error) {
 		f, err := js.PublishAsync(prefix+"."+id, body)
 		if err != nil {
 			return nil, err
 		}
-		return func() error { return ackOf(ctx, f) }, nil
+		return func() (uint64, error) { return ackOf(ctx, f) }, nil
 	}
 }
 
-// ackOf waits for an asynchronous publish's acknowledgement.
-func ackOf(ctx context.Context, f jetstream.PubAckFuture) error {
+// ackOf waits for an asynchronous publish's acknowledgement and says the
+// stream sequence it gives.
+func ackOf(ctx context.Context, f jetstream.PubAckFuture) (uint64, error) {
 	select {
-	case <-f.Ok():
-		return nil
+	case a := <-f.Ok():
+		return a.Sequence, nil
 	case err := <-f.Err():
-		return err
+		return 0, err
 	case <-ctx.Done():
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
 }

@@ -79,6 +79,11 @@ type Report struct {
 	DuplicatesPct float64 `json:"duplicates_pct"` // extra deliveries / distinct messages delivered, in %
 	Lost          int64   `json:"lost"`           // sent but never delivered, even by the final drain: must be 0
 	RawLost       int64   `json:"raw_lost"`
+	// LostExamples names up to 10 of ours' lost messages: each one's id,
+	// number and mailbox stream sequence, and what the world's bucket
+	// stream shows of it (a commit of its id's cursor that passed it, or
+	// none that reached it).
+	LostExamples []string `json:"lost_examples,omitempty"`
 	// FinalDrained is how many messages the parent's final drain (after
 	// the owners stopped) delivered: not lost, but not delivered in time.
 	FinalDrained int64 `json:"final_drained"`

@@ -44,6 +44,8 @@ type side struct {
 	hist   *hdrhistogram.Histogram // microseconds
 	count  []int32                 // deliveries per message number
 	posted []bool                  // message numbers the stream acknowledged
+	seqs   []uint64                // by message number: its stream sequence (0: not known)
+	idxs   []int32                 // by message number: its id's index
 	secs   []*second               // per second since start
 }
 
@@ -139,12 +141,17 @@ func grow[T any](v []T, n uint64) []T {
 	return g
 }
 
-func (s *side) markPosted(n uint64) {
+// markPosted records that the stream acknowledged message n, to the id at
+// index idx, at stream sequence seq (0: not known).
+func (s *side) markPosted(n uint64, idx int, seq uint64) {
 	s.mu.Lock()
 	if n >= uint64(len(s.posted)) {
 		s.posted = grow(s.posted, n)
+		s.seqs = grow(s.seqs, n)
+		s.idxs = grow(s.idxs, n)
 	}
 	s.posted[n] = true
+	s.seqs[n], s.idxs[n] = seq, int32(idx)
 	s.mu.Unlock()
 	s.nSent.Add(1)
 }
@@ -174,7 +181,8 @@ func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Du
 		wg.Go(func() {
 			type inflight struct {
 				n    uint64
-				wait func() error
+				idx  int
+				wait func() (uint64, error)
 			}
 			fl := make([]inflight, 0, s.cfg.Window)
 			k := p
@@ -230,14 +238,15 @@ func (s *side) produce(ctx context.Context, ids []string, send sender, d time.Du
 						errs <- err
 						return
 					}
-					fl = append(fl, inflight{n, wait})
+					fl = append(fl, inflight{n, i, wait})
 				}
 				for _, f := range fl {
-					if err := f.wait(); err != nil {
+					seq, err := f.wait()
+					if err != nil {
 						errs <- err
 						return
 					}
-					s.markPosted(f.n)
+					s.markPosted(f.n, f.idx, seq)
 				}
 				if len(fl) == 0 {
 					time.Sleep(200 * time.Microsecond)
@@ -349,15 +358,31 @@ func (s *side) duplicatesPct() float64 {
 	return round(100*float64(extra)/float64(distinct), 4)
 }
 
-func (s *side) lost() int64 {
+// lostMsgs is up to limit of the messages lost (posted and never
+// delivered), each with where it was stored, and how many were lost in
+// all.
+func (s *side) lostMsgs(limit int) (lost []lostMsg, n int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var n int64
 	for m, p := range s.posted {
 		if p && (m >= len(s.count) || s.count[m] == 0) {
-			n++
+			if n++; len(lost) < limit {
+				lost = append(lost, lostMsg{n: uint64(m), idx: int(s.idxs[m]), seq: s.seqs[m]})
+			}
 		}
 	}
+	return lost, n
+}
+
+// lostMsg is a message posted and never delivered: its number, its id's
+// index and its stream sequence (0: not known).
+type lostMsg struct {
+	n, seq uint64
+	idx    int
+}
+
+func (s *side) lost() int64 {
+	_, n := s.lostMsgs(0)
 	return n
 }
 
@@ -368,34 +393,35 @@ func (s *side) lost() int64 {
 // at once, then every 100 ms for up to 30 s; the stream's duplicate window
 // keeps one copy. post sends asynchronously; its wait waits for the acknowledgement
 // until ctx ends.
-func resending(ctx context.Context, post func(id string, body []byte, msgID string) (func(ctx context.Context) error, error)) sender {
-	return func(id string, body []byte) (func() error, error) {
+func resending(ctx context.Context, post func(id string, body []byte, msgID string) (func(ctx context.Context) (uint64, error), error)) sender {
+	return func(id string, body []byte) (func() (uint64, error), error) {
 		msgID := "bench-" + strconv.FormatUint(binary.BigEndian.Uint64(body[0:8]), 10)
 		// A post's 2 s run from when it was sent: the producer waits for a
 		// window of posts in turn, and those lost together time out
 		// together.
-		wait := func(w func(context.Context) error, sent time.Time) error {
+		wait := func(w func(context.Context) (uint64, error), sent time.Time) (uint64, error) {
 			tctx, cancel := context.WithDeadline(ctx, sent.Add(2*time.Second))
 			defer cancel()
 			return w(tctx)
 		}
 		sent := time.Now()
 		first, err := post(id, body, msgID)
-		return func() error {
+		return func() (uint64, error) {
+			var seq uint64
 			if err == nil {
-				err = wait(first, sent)
+				seq, err = wait(first, sent)
 			}
 			for tries, deadline := 0, time.Now().Add(30*time.Second); err != nil && time.Now().Before(deadline); tries++ {
 				if tries > 0 && !sleepUntil(ctx, time.Now().Add(100*time.Millisecond)) {
-					return ctx.Err()
+					return 0, ctx.Err()
 				}
-				var w func(context.Context) error
+				var w func(context.Context) (uint64, error)
 				sent = time.Now()
 				if w, err = post(id, body, msgID); err == nil {
-					err = wait(w, sent)
+					seq, err = wait(w, sent)
 				}
 			}
-			return err
+			return seq, err
 		}, nil
 	}
 }
