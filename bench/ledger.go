@@ -285,11 +285,7 @@ func (l *ledger) check() (verdict, error) {
 	var v verdict
 	for _, c := range l.commits {
 		v.commits++
-		var by []deliveredBy
-		if c.seq < uint64(len(l.byEpoch)) && l.byEpoch[c.seq].epoch != 0 {
-			by = append(by, l.byEpoch[c.seq])
-		}
-		by = append(by, l.more[c.seq]...)
+		by := l.deliveries(c.seq)
 		ok := false
 		for _, d := range by {
 			// Delivered under the record's epoch before the broker stored
@@ -362,15 +358,21 @@ func (l *ledger) explainLoss(id string, n, seq uint64) string {
 	return what + l.deliveredAt(seq)
 }
 
-// deliveredAt says which epochs the ledger saw deliver the message at
-// seq, if any (a lost message has none: else the bench's own count and the
-// ledger disagree). l.mu is held.
-func (l *ledger) deliveredAt(seq uint64) string {
+// deliveries are the first deliveries of the message at seq under each
+// epoch that delivered it. l.mu is held.
+func (l *ledger) deliveries(seq uint64) []deliveredBy {
 	var by []deliveredBy
 	if seq < uint64(len(l.byEpoch)) && l.byEpoch[seq].epoch != 0 {
 		by = append(by, l.byEpoch[seq])
 	}
-	by = append(by, l.more[seq]...)
+	return append(by, l.more[seq]...)
+}
+
+// deliveredAt says which epochs the ledger saw deliver the message at
+// seq, if any (a lost message has none: else the bench's own count and the
+// ledger disagree). l.mu is held.
+func (l *ledger) deliveredAt(seq uint64) string {
+	by := l.deliveries(seq)
 	if len(by) == 0 {
 		return ""
 	}
