@@ -82,7 +82,8 @@ type Report struct {
 	// LostExamples names up to 10 of ours' lost messages: each one's id,
 	// number and mailbox stream sequence, and what the world's bucket
 	// stream shows of it (a commit of its id's cursor that passed it, or
-	// none that reached it).
+	// none that reached it), and whether the mailbox stream still stores
+	// it.
 	LostExamples []string `json:"lost_examples,omitempty"`
 	// FinalDrained is how many messages the parent's final drain (after
 	// the owners stopped) delivered: not lost, but not delivered in time.
