@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,11 +23,15 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-var indexProbe = flag.Duration("index-probe", 4*time.Second, "how long TestServerIndex_UnderHeadCompactions posts and removes")
-var indexProbeIDs = flag.Int("index-probe-ids", 400, "how many ids TestServerIndex_UnderHeadCompactions posts to")
+var indexProbe = flag.Duration("index-probe", 4*time.Second, "how long TestServerIndex_UnderHeadPurges posts and removes")
+var indexProbeEvery = flag.Duration("index-probe-every", 100*time.Millisecond, "at most how long TestServerIndex_UnderHeadPurges waits between purges at the head")
+var indexProbeLag = flag.Int("index-probe-lag", 50, "at most how far below the head TestServerIndex_UnderHeadPurges purges, in messages")
+var indexProbeCompact = flag.Bool("index-probe-compact", false, "TestServerIndex_UnderHeadPurges purges at the head without a filter (compactions, which fencepost does not do: TestServer_CompactionAfterAnEmptiedBlockLoses)")
+var indexProbePurgeAfter = flag.Duration("index-probe-purge-after", 500*time.Millisecond, "how long after its acknowledgement TestServerIndex_UnderHeadPurges purges a post")
+var indexProbeIDs = flag.Int("index-probe-ids", 400, "how many ids TestServerIndex_UnderHeadPurges posts to")
 
 // removal is a purge the probe sent: of one subject (subj) or, with subj
-// empty, of the whole stream (a compaction), below sequence below. start
+// empty, of every mailbox (at the head), below sequence below. start
 // is when it was sent: nothing it removes is gone before then.
 type removal struct {
 	subj  string
@@ -55,27 +60,30 @@ type republished struct {
 	seq, last uint64
 }
 
-// TestServerIndex_UnderHeadCompactions checks the two answers of the
-// server's per-subject index that the reads of a partitioned world rest
-// on (docs/design.md 3.13 points 2 and 3), under the pattern of the
-// partitioned-sweep experiment's lossy variant (3.15, "The loss, named"):
-// posts flow to many ids, Zipf-distributed, while the mailbox stream is
-// compacted at its head (a purge without a filter below the highest
-// sequence acknowledged, or read by an ordered consumer of the whole
-// stream, plus one) and single ids are purged below one of their posts.
+// TestServerIndex_UnderHeadPurges checks the answers of the server's
+// per-subject index that the reads of a partitioned world rest on
+// (docs/design.md 3.13 points 2 and 3), and that what it stores is what
+// it was told to keep, while posts flow Zipf-distributed to many ids,
+// each post is purged with its id's older ones some time after it was
+// acknowledged (as a holding purges what it committed), and every
+// mailbox is purged at the stream's head (below the highest sequence
+// acknowledged, or read by an ordered consumer of the whole stream, plus
+// one, as a sweep; the pattern of the partitioned-sweep experiment,
+// 3.15):
 //
 //   - Each republished post's Nats-Last-Sequence is the id's previous post,
 //     or 0 when a purge sent before the post was acknowledged could have
 //     removed that one.
 //   - A direct get by subject (a batch, as a drain reads from its cursor,
 //     from a recent post or from after an older one, often below the
-//     stream's first sequence) skips no message of the subject that was
-//     acknowledged before the get was sent and that no purge sent before
-//     its answer came could have removed.
+//     stream's first sequence), and one of every mailbox from the last
+//     purge at the head, skip no message acknowledged before the get was
+//     sent that no purge sent before its answer came could have removed.
+//   - The server warns of no inconsistency in its store.
 //
-// Nothing of fencepost runs but the world's streams. -index-probe sets
-// how long it runs, -index-probe-ids over how many ids.
-func TestServerIndex_UnderHeadCompactions(t *testing.T) {
+// Nothing of fencepost runs but the world's streams. Flags make it
+// longer, wider, slower or a compaction (-index-probe*).
+func TestServerIndex_UnderHeadPurges(t *testing.T) {
 	srv := servertest.New(t)
 	nc, js := servertest.Connect(t, srv.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), *indexProbe+2*time.Minute)
@@ -89,6 +97,8 @@ func TestServerIndex_UnderHeadCompactions(t *testing.T) {
 	var (
 		mu       sync.Mutex
 		acked    = map[string][]uint64{} // subject: acknowledged sequences, in order of acknowledgement
+		all      []uint64                // every subject's, in order of acknowledgement
+		subjOf   = map[uint64]string{}
 		ackedAt  = map[uint64]time.Time{}
 		removals []removal
 		reads    []indexRead
@@ -137,6 +147,8 @@ func TestServerIndex_UnderHeadCompactions(t *testing.T) {
 				now := time.Now()
 				mu.Lock()
 				acked[subj] = append(acked[subj], ack.Sequence)
+				all = append(all, ack.Sequence)
+				subjOf[ack.Sequence] = subj
 				ackedAt[ack.Sequence] = now
 				mu.Unlock()
 				for h := highest.Load(); h < ack.Sequence && !highest.CompareAndSwap(h, ack.Sequence); h = highest.Load() {
@@ -146,7 +158,7 @@ func TestServerIndex_UnderHeadCompactions(t *testing.T) {
 	}
 	// The sweeper's read: the whole stream, headers only, with an ordered
 	// consumer, as the experiment's sweeper read it.
-	var swept atomic.Uint64
+	var swept, headPurged atomic.Uint64
 	mb, err := js.Stream(ctx, stream)
 	require.NoError(t, err)
 	cons, err := mb.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, HeadersOnly: true})
@@ -158,11 +170,10 @@ func TestServerIndex_UnderHeadCompactions(t *testing.T) {
 	})
 	require.NoError(t, err)
 	defer cc.Stop()
-	// The compactor: every 10-100 ms, a purge without a filter below the
-	// highest sequence the sweeper's read or a poster's acknowledgement
-	// has seen plus one (a whole purge when nothing
-	// was stored since, a compaction inside the block being written
-	// otherwise), now and then a little below it.
+	// The sweep: every -index-probe-every at most, a purge of every
+	// mailbox below the highest sequence the sweeper's read or a poster's
+	// acknowledgement has seen plus one, now and then a little below it
+	// (-index-probe-lag).
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -171,52 +182,92 @@ func TestServerIndex_UnderHeadCompactions(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Duration(10+r.Intn(90)) * time.Millisecond):
+			case <-time.After(*indexProbeEvery/10 + time.Duration(r.Int63n(int64(*indexProbeEvery)*9/10))):
 			}
 			below := highest.Load() + 1
 			if r.Intn(2) == 0 {
 				below = swept.Load() + 1
-			} else if r.Intn(4) == 0 && below > 50 {
-				below -= uint64(r.Intn(50))
+			} else if lag := uint64(*indexProbeLag); r.Intn(4) == 0 && below > lag {
+				below -= uint64(r.Int63n(int64(lag)))
 			}
 			mu.Lock()
 			removals = append(removals, removal{below: below, start: time.Now()})
 			mu.Unlock()
-			if err := jsapi.Purge(ctx, nc, stream, "", below); err != nil {
-				t.Errorf("compact below %d: %v", below, err)
+			headPurged.Store(below)
+			filter := wire.MailboxFilter(name)
+			if *indexProbeCompact {
+				filter = ""
+			}
+			if err := jsapi.Purge(ctx, nc, stream, filter, below); err != nil {
+				t.Errorf("purge %q below %d: %v", filter, below, err)
 				return
 			}
 		}
 	}()
-	// The holdings' purges: one id below one of its acknowledged posts.
+	// The holdings' purges: each post, some time after it was
+	// acknowledged (-index-probe-purge-after), is purged with its id's
+	// older ones (below it plus one), as a holding purges what it
+	// committed; many are in blocks before the one being written.
+	var purgedTo atomic.Int64 // the next post, in order of acknowledgement, to purge
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				mu.Lock()
+				i := int(purgedTo.Load())
+				if i >= len(all) || time.Since(ackedAt[all[i]]) < *indexProbePurgeAfter || !purgedTo.CompareAndSwap(int64(i), int64(i+1)) {
+					mu.Unlock()
+					time.Sleep(time.Millisecond) // nothing to purge yet: poll
+					continue
+				}
+				subj, below := subjOf[all[i]], all[i]+1
+				removals = append(removals, removal{subj: subj, below: below, start: time.Now()})
+				mu.Unlock()
+				if err := jsapi.Purge(ctx, nc, stream, subj, below); err != nil {
+					t.Errorf("purge %s below %d: %v", subj, below, err)
+					return
+				}
+			}
+		}()
+	}
+	// The scanner: every message of every mailbox from the last
+	// purge at the head's bound on, as a sweeper or a worker's scan would, so
+	// that the ids the Zipf readers below rarely read are checked too.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		r := rand.New(rand.NewSource(7))
+		filter := wire.MailboxFilter(name)
 		for {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Duration(r.Intn(5)) * time.Millisecond):
+			case <-time.After(20 * time.Millisecond):
 			}
-			subj := subjects[r.Intn(ids)]
+			const batch = 4096
+			from := max(headPurged.Load(), 1)
 			mu.Lock()
-			seqs := acked[subj]
-			var below uint64
-			if len(seqs) > 0 {
-				below = seqs[r.Intn(len(seqs))] + 1
-			}
-			if below > 0 {
-				removals = append(removals, removal{subj: subj, below: below, start: time.Now()})
-			}
+			known := len(all)
 			mu.Unlock()
-			if below == 0 {
-				continue
-			}
-			if err := jsapi.Purge(ctx, nc, stream, subj, below); err != nil {
-				t.Errorf("purge %s below %d: %v", subj, below, err)
+			sent := time.Now()
+			b, err := jsapi.DirectGet(ctx, nc, stream, jsapi.GetRequest{Seq: from, NextFor: filter, Batch: batch})
+			done := time.Now()
+			if err != nil {
+				t.Errorf("scan from %d: %v", from, err)
 				return
 			}
+			rd := indexRead{from: from, sent: sent, done: done, full: len(b.Msgs) == batch, known: known}
+			for _, m := range b.Msgs {
+				rd.seqs = append(rd.seqs, m.Sequence)
+			}
+			mu.Lock()
+			reads = append(reads, rd)
+			mu.Unlock()
 		}
 	}()
 	// Readers: a batch by subject of an id (Zipf: mostly the hot ones).
@@ -290,12 +341,12 @@ func TestServerIndex_UnderHeadCompactions(t *testing.T) {
 
 	// removedBy says whether a removal started before t could have
 	// removed message x of subj: whether the highest bound of the
-	// compactions, or of subj's purges, started before t is above x.
+	// purges of every mailbox, or of subj's, started before t is above x.
 	type bound struct {
 		start time.Time
 		below uint64 // the highest of this removal's and those before it
 	}
-	bounds := map[string][]bound{} // "": the compactions
+	bounds := map[string][]bound{} // "": the purges of every mailbox
 	sort.Slice(removals, func(i, j int) bool { return removals[i].start.Before(removals[j].start) })
 	for _, r := range removals {
 		bs := bounds[r.subj]
@@ -321,14 +372,17 @@ func TestServerIndex_UnderHeadCompactions(t *testing.T) {
 		seq uint64
 		nth int
 	}
-	byseq := map[string][]post{}
-	for subj, seqs := range acked {
+	sorted := func(seqs []uint64) []post {
 		ps := make([]post, len(seqs))
 		for i, seq := range seqs {
 			ps[i] = post{seq, i}
 		}
 		sort.Slice(ps, func(i, j int) bool { return ps[i].seq < ps[j].seq })
-		byseq[subj] = ps
+		return ps
+	}
+	byseq := map[string][]post{"": sorted(all)} // "": every subject's, for the scans
+	for subj, seqs := range acked {
+		byseq[subj] = sorted(seqs)
 	}
 	prev := func(subj string, m uint64) uint64 {
 		ps := byseq[subj]
@@ -379,23 +433,43 @@ func TestServerIndex_UnderHeadCompactions(t *testing.T) {
 				later++
 				continue
 			}
-			if got[x] || removedBy(rd.subj, x, rd.done) {
+			if got[x] || removedBy(subjOf[x], x, rd.done) {
 				continue
 			}
-			bad = append(bad, fmt.Sprintf("a read of %s from %d (sent %s) answered %v without %d, acknowledged at %s and never purged by then",
-				rd.subj, rd.from, rd.sent.Format("15:04:05.000000"), rd.seqs, x, ackedAt[x].Format("15:04:05.000000")))
+			what := "a read of " + rd.subj
+			if rd.subj == "" {
+				what = "a scan of every mailbox"
+			}
+			bad = append(bad, fmt.Sprintf("%s from %d (sent %s) answered %d messages (%v) without %d of %s, acknowledged at %s and never purged by then",
+				what, rd.from, rd.sent.Format("15:04:05.000000"), len(rd.seqs), ends(rd.seqs), x, subjOf[x], ackedAt[x].Format("15:04:05.000000")))
 			break
 		}
 	}
-	compactions := 0
-	for _, r := range removals {
-		if r.subj == "" {
-			compactions++
+	// The store's own check of itself: after each purge it compares its
+	// state with its blocks' (fileStore.writeFullState) and, when they
+	// differ, warns and rebuilds its state from the blocks.
+	for _, line := range srv.Warnings() {
+		if strings.Contains(line, "Filestore") {
+			bad = append(bad, "the server: "+line)
 		}
 	}
-	t.Logf("%d posts, %d republished, %d reads, %d compactions, %d purges of one id", total, len(rp), len(reads), compactions, len(removals)-compactions)
+	heads := 0
+	for _, r := range removals {
+		if r.subj == "" {
+			heads++
+		}
+	}
+	t.Logf("%d posts, %d republished, %d reads, %d purges at the head, %d purges of one id", total, len(rp), len(reads), heads, len(removals)-heads)
 	if len(bad) > 10 {
 		bad = append(bad[:10], fmt.Sprintf("... and %d more", len(bad)-10))
 	}
 	require.Empty(t, bad)
+}
+
+// ends is seqs, or its first and last four when longer.
+func ends(seqs []uint64) string {
+	if len(seqs) <= 8 {
+		return fmt.Sprint(seqs)
+	}
+	return fmt.Sprintf("%v ... %v", seqs[:4], seqs[len(seqs)-4:])
 }

@@ -21,6 +21,19 @@ type Node struct {
 	cfg server.Config
 }
 
+// Warnings is what the node's server logged as warnings and errors so far
+// (the newest 200 lines), for a test that checks the broker's own account
+// of itself.
+func (n *Node) Warnings() []string {
+	l, ok := n.cfg.Logger.(*serverLog)
+	if !ok {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
 // New starts a single JetStream server on a random port with a store in
 // t.TempDir().
 func New(t testing.TB) *Node {
