@@ -15,10 +15,10 @@ import (
 
 // emptiedThenRefilled runs, on a new stream S (subjects s.>) of a new
 // server, the sequence under which nats-server's compaction loses
-// messages (docs/design.md 3.15, "The cause"), with purge(ctx, below)
-// removing below a sequence the messages of the subject filter
-// subjectFor(below) names ("": every message, a compaction), and returns what S stores at the
-// end (its sequences, read by subject from the first) and the server's
+// messages (docs/design.md 3.15, "The cause"), each removal below a
+// sequence being a purge of the subject filter subjectFor(below) names
+// ("": every message, a compaction). It returns what S stores at the end
+// (its sequences, read by subject from the first) and the server's
 // warnings. It must store 16 to 20.
 //
 //  1. s.a gets 1 to 5 and s.b 6 to 10; s.b is purged: the block being
