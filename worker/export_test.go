@@ -1,6 +1,10 @@
 package worker
 
-import "time"
+import (
+	"context"
+	"testing"
+	"time"
+)
 
 // Unread is Worker.unread.
 func Unread(wk *Worker, id string) bool { return wk.unread(id) }
@@ -74,4 +78,18 @@ func Subscribed(wk *Worker) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.listed != nil && len(p.own) == len(p.listed)
+}
+
+// Uncommitted is Worker.uncommitted: of ids, those whose mailbox may hold
+// a message no stored cursor covers.
+func Uncommitted(wk *Worker, ctx context.Context, ids []string) []string {
+	return wk.uncommitted(ctx, ids)
+}
+
+// SetScanReadBytes sets the bound of one read of last messages by the
+// scan's filter, for the test's life.
+func SetScanReadBytes(t testing.TB, n int) {
+	old := scanReadBytes
+	scanReadBytes = n
+	t.Cleanup(func() { scanReadBytes = old })
 }

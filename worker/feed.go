@@ -292,7 +292,8 @@ const scanBackstop = 6
 
 func (wk *Worker) wants(id string) bool { return wk.ids == nil || wk.ids[id] }
 
-// scan offers every id whose mailbox holds messages.
+// scan offers every id whose mailbox holds messages that no stored cursor
+// covers (uncommitted).
 func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 	wk.scans.Add(1)
 	info, err := handles.Of(wk.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(wk.w.Name)))
@@ -302,30 +303,35 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 		}
 		return
 	}
+	var ids []string
 	for subj, n := range info.State.Subjects {
 		if n == 0 {
 			continue
 		}
-		if id, err := wire.MailboxID(wk.w.Name, subj); err == nil && wk.wants(id) {
-			if wk.parts != nil {
-				// Another partition's ids are its first choice's: a claim
-				// from here would mostly be told it is held. An id held
-				// here is nudged whatever its partition (candidate): a post
-				// of it lost on the way with none after it is found so.
-				if wk.parts.serves(id) {
-					wk.parts.noteMail(id)
-				} else if wk.holding(id) == nil {
-					continue
-				}
-			}
-			// The scan waits for room (the dispatcher never blocks): a
-			// scan that dropped candidates would ask for another, and at
-			// 200,000 ids with mail each scan asked for the next.
-			select {
-			case cand <- candidate{id, fromScan}:
-			case <-ctx.Done():
-				return
-			}
+		id, err := wire.MailboxID(wk.w.Name, subj)
+		if err != nil || !wk.wants(id) {
+			continue
+		}
+		// Another partition's ids are its first choice's: a claim from
+		// here would mostly be told it is held. An id held here is
+		// nudged whatever its partition (candidate): a post of it lost on
+		// the way with none after it is found so.
+		if wk.parts != nil && !wk.parts.serves(id) && wk.holding(id) == nil {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range wk.uncommitted(ctx, ids) {
+		if wk.parts != nil && wk.parts.serves(id) {
+			wk.parts.noteMail(id)
+		}
+		// The scan waits for room (the dispatcher never blocks): a scan
+		// that dropped candidates would ask for another, and at 200,000
+		// ids with mail each scan asked for the next.
+		select {
+		case cand <- candidate{id, fromScan}:
+		case <-ctx.Done():
+			return
 		}
 	}
 }

@@ -63,6 +63,11 @@ type GetRequest struct {
 	NextFor   string   `json:"next_by_subj,omitempty"`
 	Batch     int      `json:"batch,omitempty"`
 	MultiLast []string `json:"multi_last,omitempty"`
+	// MaxBytes bounds the bytes of an answer of many messages (0: the
+	// server's max_pending, 64 MB by default). The server stops after
+	// the message that reaches it; the end of batch then counts what it
+	// did not send (Batch.Pending).
+	MaxBytes int `json:"max_bytes,omitempty"`
 }
 
 type getResponse struct {

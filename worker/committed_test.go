@@ -1,0 +1,154 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/testkit/testutil"
+	"github.com/fencepost/fencepost/worker"
+	"github.com/fencepost/fencepost/world"
+)
+
+// commitWithoutPurge leaves id as a commit to cursor seq leaves it until
+// its holding's purge runs (half a second later): the cursor stored, the
+// messages still in the mailbox. The cursor is written to the bucket
+// directly, so no purge follows and the test is not a race against one.
+func commitWithoutPurge(t *testing.T, ctx context.Context, w *client.World, id string, seq uint64) {
+	t.Helper()
+	b, err := wire.EncodeCursor(wire.Cursor{V: 1, Seq: seq})
+	require.NoError(t, err)
+	_, err = handles.Of(w).KV.Put(ctx, wire.CursorKey(id), b)
+	require.NoError(t, err)
+}
+
+// post posts n messages to id and returns the last one's sequence.
+func post(t *testing.T, ctx context.Context, w *client.World, id string, n int) uint64 {
+	t.Helper()
+	var last uint64
+	for i := range n {
+		last = testutil.Publish(t, ctx, w, wire.MailboxSubject(w.Name, id), fmt.Sprint(id, " ", i))
+	}
+	return last
+}
+
+// TestUncommitted: of the ids a scan lists with messages stored, the
+// filter keeps exactly those with a message no stored cursor covers, over
+// more ids than one read names (jsapi.MaxMultiLast), and keeps every id
+// of a read whose answer the size bound cut.
+func TestUncommitted(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Partitions: 8})
+	ctx := testutil.Ctx(t, 2*time.Minute)
+	wk, err := w.NewWorker(worker.Config{Node: "a", TTL: time.Second}, func(context.Context, client.Message) error { return nil })
+	require.NoError(t, err)
+
+	var ids, want []string
+	add := func(id string, kept bool) {
+		ids = append(ids, id)
+		if kept {
+			want = append(want, id)
+		}
+	}
+	// Every message committed: the cursor at the last one, or past it
+	// (a cursor names the last message handed out of the id's own,
+	// whatever came after it on other subjects).
+	last := post(t, ctx, w, "covered", 3)
+	commitWithoutPurge(t, ctx, w, "covered", last)
+	add("covered", false)
+	last = post(t, ctx, w, "past", 2)
+	post(t, ctx, w, "other", 1)
+	commitWithoutPurge(t, ctx, w, "past", last+1)
+	add("past", false)
+	// The last message not committed.
+	last = post(t, ctx, w, "behind", 3)
+	commitWithoutPurge(t, ctx, w, "behind", last-1)
+	add("behind", true)
+	// No cursor, a deleted one, one that does not decode.
+	post(t, ctx, w, "fresh", 1)
+	add("fresh", true)
+	last = post(t, ctx, w, "deleted", 1)
+	commitWithoutPurge(t, ctx, w, "deleted", last)
+	require.NoError(t, handles.Of(w).KV.Delete(ctx, wire.CursorKey("deleted")))
+	add("deleted", true)
+	last = post(t, ctx, w, "garbage", 1)
+	_, err = handles.Of(w).KV.Put(ctx, wire.CursorKey("garbage"), []byte(fmt.Sprintf(`{"v":1,"seq":%d`, last)))
+	require.NoError(t, err)
+	add("garbage", true)
+	// Purged since the listing: nothing stored at all.
+	last = post(t, ctx, w, "gone", 2)
+	require.NoError(t, jsapi.Purge(ctx, handles.Of(w).JS.Conn(), wire.MailboxStream(w.Name), wire.MailboxSubject(w.Name, "gone"), last+1))
+	add("gone", false)
+	// More ids than one read names: every other one committed.
+	for i := range jsapi.MaxMultiLast + 200 {
+		id := fmt.Sprint("bulk-", i)
+		last := post(t, ctx, w, id, 1)
+		if i%2 == 0 {
+			commitWithoutPurge(t, ctx, w, id, last)
+		}
+		add(id, i%2 == 1)
+	}
+
+	got := worker.Uncommitted(wk, ctx, slices.Clone(ids))
+	slices.Sort(got)
+	slices.Sort(want)
+	require.Equal(t, want, got)
+
+	// An answer cut by the size bound (here after its first message)
+	// keeps every id of its read, committed or not.
+	worker.SetScanReadBytes(t, 1)
+	got = worker.Uncommitted(wk, ctx, []string{"covered", "past", "behind"})
+	require.ElementsMatch(t, []string{"covered", "past", "behind"}, got)
+	// A read whose answer is empty proves nothing: the server answers
+	// the same when the first message it found fails to load.
+	worker.SetScanReadBytes(t, 1<<20)
+	require.Equal(t, []string{"gone"}, worker.Uncommitted(wk, ctx, []string{"gone"}))
+}
+
+// TestScan_CommittedMailNotClaimed: a worker's scan (at its start, and
+// every few periods) claims an id whose stored messages are all committed
+// no more than an idle one (design 3.15, "What would make it pay"); an id
+// with an uncommitted message it claims and delivers as before.
+func TestScan_CommittedMailNotClaimed(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Partitions: 8})
+	ctx := testutil.Ctx(t, 2*time.Minute)
+	last := post(t, ctx, w, "covered", 2)
+	commitWithoutPurge(t, ctx, w, "covered", last)
+	last = post(t, ctx, w, "pending", 2)
+	commitWithoutPurge(t, ctx, w, "pending", last-1) // the second not yet
+
+	rec := &testutil.Recorder{}
+	wk, err := w.NewWorker(worker.Config{Node: "a", TTL: time.Second, Scan: 50 * time.Millisecond}, rec.Handle)
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-done)
+	}()
+	testutil.WaitFor(t, time.Minute, "the pending message delivered", func() bool { return len(rec.Msgs()) >= 1 })
+	// The start scan, and at least two backstop scans after it.
+	testutil.WaitFor(t, time.Minute, "three scans", func() bool {
+		all, _ := worker.Scans(wk)
+		return all >= 3
+	})
+	require.Equal(t, []string{"pending 1"}, rec.Bodies())
+	_, err = handles.Of(w).KV.Get(ctx, wire.RecordKey("covered"))
+	require.Truef(t, errors.Is(err, jetstream.ErrKeyNotFound), "the committed id was claimed: %v", err)
+	e, err := handles.Of(w).KV.Get(ctx, wire.RecordKey("pending"))
+	require.NoError(t, err)
+	require.True(t, strings.Contains(string(e.Value()), `"a"`), "pending's record: %s", e.Value())
+}
