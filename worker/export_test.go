@@ -81,10 +81,27 @@ func Subscribed(wk *Worker) bool {
 }
 
 // Uncommitted is Worker.uncommitted: of ids, those whose mailbox may hold
-// a message no stored cursor covers.
-func Uncommitted(wk *Worker, ctx context.Context, ids []string) []string {
-	return wk.uncommitted(ctx, ids)
+// a message no stored cursor covers, and those whose every stored message
+// is covered, each with its last message's sequence.
+func Uncommitted(wk *Worker, ctx context.Context, ids []string) (keep []string, committed map[string]uint64) {
+	keep, c := wk.uncommitted(ctx, ids)
+	committed = map[string]uint64{}
+	for _, m := range c {
+		committed[m.id] = m.last
+	}
+	return keep, committed
 }
+
+// SetScanPurgeAfter sets how old a cursor must be before a scan purges
+// what it covers, for the test's life.
+func SetScanPurgeAfter(t testing.TB, d time.Duration) {
+	old := scanPurgeAfter
+	scanPurgeAfter = d
+	t.Cleanup(func() { scanPurgeAfter = old })
+}
+
+// ScanPurges is how many purges of committed messages wk's scans made.
+func ScanPurges(wk *Worker) int64 { return wk.scanPurges.Load() }
 
 // SetScanReadBytes sets the bound of one read of last messages by the
 // scan's filter, for the test's life.

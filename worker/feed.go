@@ -293,7 +293,8 @@ const scanBackstop = 6
 func (wk *Worker) wants(id string) bool { return wk.ids == nil || wk.ids[id] }
 
 // scan offers every id whose mailbox holds messages that no stored cursor
-// covers (uncommitted).
+// covers, and purges the committed messages of the others (uncommitted,
+// purgeCommitted).
 func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 	wk.scans.Add(1)
 	info, err := handles.Of(wk.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(wk.w.Name)))
@@ -321,7 +322,8 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 		}
 		ids = append(ids, id)
 	}
-	for _, id := range wk.uncommitted(ctx, ids) {
+	keep, committed := wk.uncommitted(ctx, ids)
+	for _, id := range keep {
 		if wk.parts != nil && wk.parts.serves(id) {
 			wk.parts.noteMail(id)
 		}
@@ -334,6 +336,7 @@ func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 			return
 		}
 	}
+	wk.purgeCommitted(ctx, committed)
 }
 
 // route hands sm, a post of id, to id's holding here and says true; with

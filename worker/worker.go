@@ -106,6 +106,8 @@ type Worker struct {
 	missed atomic.Bool
 	// scans, scansAfterMiss: scans made, and those a miss asked for.
 	scans, scansAfterMiss atomic.Int64
+	// scanPurges: purges of committed messages a scan found (committed.go).
+	scanPurges atomic.Int64
 	// parkAfter: a held id's goroutine parks after this long with nothing
 	// to do (defaultParkAfter; tests set it); serving counts the
 	// goroutines running (park.go).
