@@ -29,6 +29,14 @@ import (
 // worker, a sweep), parts=64 the default of fencepost world add on one
 // replica (republished posts by partition, and each id purges its own).
 //
+// Its rounds (about 0.2 s) are shorter than a holding's purge delay, so on
+// parts=64 each purge covers an id's messages of two or three rounds and
+// the server walks every message between them; the bench's fan-in rounds
+// (10,000 ids, about 1 s) are longer, and each of its purges removes one
+// message. So the purges weigh more here than there (docs/design.md 3.15,
+// "What a purge of one subject costs the server"): a change to them is
+// measured in the bench, not here alone.
+//
 //	go test -run '^$' -bench WorkerFanIn -benchmem -benchtime 20000x ./worker/
 func BenchmarkWorkerFanIn(b *testing.B) {
 	for _, parts := range []int{0, 64} {
