@@ -159,11 +159,9 @@ func TestScan_CommittedMail(t *testing.T) {
 				require.NoError(t, <-done)
 			}()
 			testutil.WaitFor(t, time.Minute, "the pending message delivered", func() bool { return len(rec.Msgs()) >= 1 })
-			// The start scan, and at least two backstop scans after it.
-			testutil.WaitFor(t, time.Minute, "three scans", func() bool {
-				all, _ := worker.Scans(wk)
-				return all >= 3
-			})
+			// The start scan, and at least two backstop scans after it,
+			// ended.
+			testutil.WaitFor(t, time.Minute, "three scans", func() bool { return worker.ScansDone(wk) >= 3 })
 			require.Equal(t, []string{"pending 1"}, rec.Bodies())
 			_, err = handles.Of(w).KV.Get(ctx, wire.RecordKey("covered"))
 			require.Truef(t, errors.Is(err, jetstream.ErrKeyNotFound), "the committed id was claimed: %v", err)

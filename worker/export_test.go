@@ -21,6 +21,9 @@ func Peers(wk *Worker) []string {
 // Scans says how many scans wk made, and how many of them a miss asked for.
 func Scans(wk *Worker) (all, afterMiss int64) { return wk.scans.Load(), wk.scansAfterMiss.Load() }
 
+// ScansDone says how many of wk's scans ended.
+func ScansDone(wk *Worker) int64 { return wk.scansDone.Load() }
+
 // MarkMissed notes a missed candidate, as a full candidate channel does.
 func MarkMissed(wk *Worker) { wk.missed.Store(true) }
 

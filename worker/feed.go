@@ -297,6 +297,7 @@ func (wk *Worker) wants(id string) bool { return wk.ids == nil || wk.ids[id] }
 // purgeCommitted).
 func (wk *Worker) scan(ctx context.Context, cand chan<- candidate) {
 	wk.scans.Add(1)
+	defer wk.scansDone.Add(1)
 	info, err := handles.Of(wk.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(wk.w.Name)))
 	if err != nil {
 		if ctx.Err() == nil {

@@ -333,8 +333,10 @@ func TestPartitioned_ListedIDs(t *testing.T) {
 // (docs/design.md 3.13, "The first delivery"). When the worker did not
 // get a post (lost on the way: a test hook, core NATS loses nothing on
 // demand), the next one names it, and the first delivery drains from the
-// cursor: every message once, in order. The scan, which would nudge held
-// ids into drains of their own, is an hour away.
+// cursor: every message once, in order. The posts wait for the scan at
+// the worker's start to end (it would read the mailbox for the ids it
+// lists, and nudge held ids into drains of their own); the next is an
+// hour away.
 func TestPartitioned_FirstDeliveryFromPosts(t *testing.T) {
 	const ids, perID, partitions = 40, 3, 4
 	env := testutil.Start(t, testutil.Targets()[0])
@@ -356,6 +358,7 @@ func TestPartitioned_FirstDeliveryFromPosts(t *testing.T) {
 		n, _ := worker.Partitions(wk)
 		return n == partitions
 	})
+	testutil.WaitFor(t, 30*time.Second, "the scan at the start ended", func() bool { return worker.ScansDone(wk) >= 1 })
 	// The reads of the mailbox stream that reach the server (direct gets
 	// and leader reads), seen by a connection of the test's own.
 	tap, err := nats.Connect(env.URL)

@@ -104,8 +104,9 @@ type Worker struct {
 	// missed: a candidate was dropped (or the posts' consumer failed)
 	// since the last scan; the next period scans (feed.go).
 	missed atomic.Bool
-	// scans, scansAfterMiss: scans made, and those a miss asked for.
-	scans, scansAfterMiss atomic.Int64
+	// scans, scansAfterMiss: scans made, and those a miss asked for;
+	// scansDone: scans that ended (what they offered is offered).
+	scans, scansAfterMiss, scansDone atomic.Int64
 	// scanPurges: purges of committed messages a scan found (committed.go).
 	scanPurges atomic.Int64
 	// parkAfter: a held id's goroutine parks after this long with nothing
