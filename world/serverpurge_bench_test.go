@@ -17,10 +17,10 @@ import (
 // sequence costs the server as a function of the span it covers: the
 // distance between the first and the last message of the subject it
 // removes, filled with other subjects' messages (docs/design.md 3.15,
-// "What a purge costs"). Each op purges one subject that stores two
-// messages, `span` messages of other subjects apart (span=0: one
-// message); ns/op is the request's round trip on an in-process server,
-// on one core's worth of this process.
+// "What a purge of one subject costs the server"). Each op purges one
+// subject that stores two messages, span messages of other subjects and
+// the other ops' first messages apart (span=0: one message); ns/op is the
+// request's round trip to an in-process server, one request at a time.
 //
 //	go test -run '^$' -bench ServerPurgeSpan -benchtime 2000x ./world/
 func BenchmarkServerPurgeSpan(b *testing.B) {
