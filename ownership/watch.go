@@ -57,7 +57,8 @@ type Event struct {
 // Owner for the state before). The bucket keeps one revision per key, so
 // writes to one id that follow each other faster than the watcher reads
 // them may be folded into one event; the last event always shows the
-// record's latest state. The channel is closed when ctx ends; cancel
+// record's latest state. A kind is the change from the last state the
+// watcher saw: a release folded into the claim after it reads as seized. The channel is closed when ctx ends; cancel
 // ctx to stop. One goroutine serves the watch and ends with it.
 //
 // It watches the record keys (and the node lease keys, whose renewals keep
