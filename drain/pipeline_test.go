@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -686,21 +684,11 @@ func TestHolding_StartFromPosts(t *testing.T) {
 		return h
 	}
 	// mailboxReads counts the reads of the mailbox stream that reach the
-	// server (direct gets and leader reads), seen by a connection of the
-	// test's own.
-	tap, err := nats.Connect(handles.Of(w).JS.Conn().ConnectedUrl())
-	require.NoError(t, err)
-	defer tap.Close()
-	var reads atomic.Int64
-	for _, subj := range []string{jsapi.APIDirectGet + wire.MailboxStream(w.Name) + ".>", jsapi.APIDirectGet + wire.MailboxStream(w.Name), "$JS.API.STREAM.MSG.GET." + wire.MailboxStream(w.Name)} {
-		_, err := tap.Subscribe(subj, func(*nats.Msg) { reads.Add(1) })
-		require.NoError(t, err)
-	}
-	require.NoError(t, tap.Flush())
-	mailboxReads := func() int64 {
-		require.NoError(t, tap.Flush())
-		return reads.Swap(0)
-	}
+	// server (direct gets and leader reads) since it was last called, seen
+	// by a connection of the test's own.
+	mb := wire.MailboxStream(w.Name)
+	tap := testutil.NewTap(t, handles.Of(w).JS.Conn().ConnectedUrl(), jsapi.APIDirectGet+mb+".>", jsapi.APIDirectGet+mb, "$JS.API.STREAM.MSG.GET."+mb)
+	mailboxReads := func() int { return tap.Count(t) }
 	last := rec.Msgs()[0].Seq // "1", committed (its purge may have run)
 
 	// Every message after the cursor, the first naming the cursor's:

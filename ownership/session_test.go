@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -372,32 +371,13 @@ func TestSession_ReleaseHeld(t *testing.T) {
 	defer ss.Orphan()
 	// The reads the release sends (direct gets and leader reads of any
 	// key), seen by a connection of the test's own: none.
-	tap, err := nats.Connect(env.URL)
-	require.NoError(t, err)
-	defer tap.Close()
-	var mu sync.Mutex
-	var reads []string
-	for _, subj := range []string{jsapi.APIDirectGet + ">", "$JS.API.STREAM.MSG.GET.>"} {
-		_, err := tap.Subscribe(subj, func(m *nats.Msg) {
-			mu.Lock()
-			reads = append(reads, m.Subject)
-			mu.Unlock()
-		})
-		require.NoError(t, err)
-	}
-	require.NoError(t, tap.Flush())
+	tap := testutil.NewTap(t, env.URL, jsapi.APIDirectGet+">", "$JS.API.STREAM.MSG.GET.>")
 
 	l, err := ss.Claim(ctx, "a")
 	require.NoError(t, err)
-	require.NoError(t, tap.Flush())
-	mu.Lock()
-	reads = nil
-	mu.Unlock()
+	tap.Take(t)
 	require.NoError(t, ss.ReleaseHeld(ctx, l))
-	require.NoError(t, tap.Flush()) // what was sent to tap before is in
-	mu.Lock()
-	require.Empty(t, reads, "reads to release a held id (Release sends a record read and a node lease read)")
-	mu.Unlock()
+	require.Empty(t, tap.Take(t), "reads to release a held id (Release sends a record read and a node lease read)")
 	st, err := s.Owner(ctx, "a")
 	require.NoError(t, err)
 	require.False(t, st.Held)

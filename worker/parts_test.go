@@ -361,16 +361,8 @@ func TestPartitioned_FirstDeliveryFromPosts(t *testing.T) {
 	testutil.WaitFor(t, 30*time.Second, "the scan at the start ended", func() bool { return worker.ScansDone(wk) >= 1 })
 	// The reads of the mailbox stream that reach the server (direct gets
 	// and leader reads), seen by a connection of the test's own.
-	tap, err := nats.Connect(env.URL)
-	require.NoError(t, err)
-	defer tap.Close()
-	var reads atomic.Int64
 	mb := wire.MailboxStream(w.Name)
-	for _, subj := range []string{"$JS.API.DIRECT.GET." + mb, "$JS.API.DIRECT.GET." + mb + ".>", "$JS.API.STREAM.MSG.GET." + mb} {
-		_, err := tap.Subscribe(subj, func(*nats.Msg) { reads.Add(1) })
-		require.NoError(t, err)
-	}
-	require.NoError(t, tap.Flush())
+	tap := testutil.NewTap(t, env.URL, "$JS.API.DIRECT.GET."+mb, "$JS.API.DIRECT.GET."+mb+".>", "$JS.API.STREAM.MSG.GET."+mb)
 
 	for j := range perID {
 		for i := range ids {
@@ -379,8 +371,7 @@ func TestPartitioned_FirstDeliveryFromPosts(t *testing.T) {
 		}
 	}
 	testutil.WaitFor(t, time.Minute, "every message delivered", func() bool { return lg.delivered() >= ids*perID })
-	require.NoError(t, tap.Flush())
-	require.Zero(t, reads.Load(), "reads of the mailbox for ids whose every post the worker kept")
+	require.Zero(t, tap.Count(t), "reads of the mailbox for ids whose every post the worker kept")
 	require.Zero(t, worker.DrainRuns(wk))
 
 	// "lost-0": its first post does not reach the worker, its second
@@ -392,8 +383,7 @@ func TestPartitioned_FirstDeliveryFromPosts(t *testing.T) {
 	_, err = w.Queue.Send(ctx, "lost", []byte("1"))
 	require.NoError(t, err)
 	testutil.WaitFor(t, 20*time.Second, "both posts of the id delivered", func() bool { return lg.delivered() >= ids*perID+2 })
-	require.NoError(t, tap.Flush())
-	require.NotZero(t, reads.Load(), "the first delivery read the mailbox")
+	require.NotZero(t, tap.Count(t), "the first delivery read the mailbox")
 
 	require.Zero(t, lg.overlaps.Load())
 	lg.mu.Lock()
