@@ -35,10 +35,12 @@ func TestMemLoop_ReturnsIdleHeapAfterABurst(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		h := readHeap()
-		if h.idle() < memSlack && h.released >= before.released+32<<20 {
+		// Relative to before: a process that ran other tests first (-count
+		// 3) holds idle span space of its own that no collection frees.
+		if h.idle()+32<<20 <= before.idle() && h.released >= before.released+32<<20 {
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "idle heap still %d MB (released %d MB more) 20 s after the burst", h.idle()>>20, (h.released-before.released)>>20)
+		require.True(t, time.Now().Before(deadline), "idle heap still %d MB of %d MB (released %d MB more) 20 s after the burst", h.idle()>>20, before.idle()>>20, (int64(h.released)-int64(before.released))>>20)
 		time.Sleep(100 * time.Millisecond)
 	}
 	require.GreaterOrEqual(t, readHeap().live, uint64(64<<20), "the live heap is kept")
