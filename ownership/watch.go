@@ -58,8 +58,9 @@ type Event struct {
 // writes to one id that follow each other faster than the watcher reads
 // them may be folded into one event; the last event always shows the
 // record's latest state. A kind is the change from the last state the
-// watcher saw: a release folded into the claim after it reads as seized. The channel is closed when ctx ends; cancel
-// ctx to stop. One goroutine serves the watch and ends with it.
+// watcher saw: a release folded into the claim after it reads as seized.
+// The channel is closed when ctx ends; cancel ctx to stop. One goroutine
+// serves the watch and ends with it.
 //
 // It watches the record keys (and the node lease keys, whose renewals keep
 // node-backed ids alive) with a KV watch. A lapse writes nothing, so it is
