@@ -13,7 +13,7 @@ build:
 # start 3-node clusters and real processes with sub-second leases, and on a
 # 2-core machine they would starve each other's renewals.
 test:
-	$(GO) test -race -count=1 -p 1 ./...
+	$(GO) test -race -count=1 -p 1 -timeout 15m ./...
 
 vet:
 	gofmt -l . | (! grep .) && $(GO) vet ./... && $(GO) vet -tags bench ./cmd/fencepost

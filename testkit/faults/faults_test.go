@@ -137,7 +137,8 @@ func extraScenarios() []scenario {
 }
 
 // TestFaults is the CI-sized run (part of `go test -race -count=1 -p 1
-// ./...`). FP_FAULTS=name runs one scenario.
+// -timeout 15m ./...`: it takes 6-7 minutes of CI's, close to go test's
+// default timeout of 10). FP_FAULTS=name runs one scenario.
 func TestFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fault runs take minutes")
