@@ -17,7 +17,6 @@ import (
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/handles"
-	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -686,8 +685,7 @@ func TestHolding_StartFromPosts(t *testing.T) {
 	// mailboxReads counts the reads of the mailbox stream that reach the
 	// server (direct gets and leader reads) since it was last called, seen
 	// by a connection of the test's own.
-	mb := wire.MailboxStream(w.Name)
-	tap := testutil.NewTap(t, handles.Of(w).JS.Conn().ConnectedUrl(), jsapi.APIDirectGet+mb+".>", jsapi.APIDirectGet+mb, "$JS.API.STREAM.MSG.GET."+mb)
+	tap := testutil.NewTap(t, handles.Of(w).JS.Conn().ConnectedUrl(), testutil.StreamReads(wire.MailboxStream(w.Name))...)
 	mailboxReads := func() int { return tap.Count(t) }
 	last := rec.Msgs()[0].Seq // "1", committed (its purge may have run)
 

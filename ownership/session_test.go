@@ -371,7 +371,7 @@ func TestSession_ReleaseHeld(t *testing.T) {
 	defer ss.Orphan()
 	// The reads the release sends (direct gets and leader reads of any
 	// key), seen by a connection of the test's own: none.
-	tap := testutil.NewTap(t, env.URL, jsapi.APIDirectGet+">", "$JS.API.STREAM.MSG.GET.>")
+	tap := testutil.NewTap(t, env.URL, jsapi.APIDirectGet+">", jsapi.APIMsgGet+">")
 
 	l, err := ss.Claim(ctx, "a")
 	require.NoError(t, err)

@@ -361,8 +361,7 @@ func TestPartitioned_FirstDeliveryFromPosts(t *testing.T) {
 	testutil.WaitFor(t, 30*time.Second, "the scan at the start ended", func() bool { return worker.ScansDone(wk) >= 1 })
 	// The reads of the mailbox stream that reach the server (direct gets
 	// and leader reads), seen by a connection of the test's own.
-	mb := wire.MailboxStream(w.Name)
-	tap := testutil.NewTap(t, env.URL, "$JS.API.DIRECT.GET."+mb, "$JS.API.DIRECT.GET."+mb+".>", "$JS.API.STREAM.MSG.GET."+mb)
+	tap := testutil.NewTap(t, env.URL, testutil.StreamReads(wire.MailboxStream(w.Name))...)
 
 	for j := range perID {
 		for i := range ids {

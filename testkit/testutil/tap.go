@@ -5,7 +5,16 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/fencepost/fencepost/internal/jsapi"
 )
+
+// StreamReads are the subjects of the reads of stream that reach the
+// server, for a Tap: direct gets (of a sequence, or of a subject's last
+// message) and leader reads.
+func StreamReads(stream string) []string {
+	return []string{jsapi.APIDirectGet + stream, jsapi.APIDirectGet + stream + ".>", jsapi.APIMsgGet + stream}
+}
 
 // Tap is a connection of the test's own subscribed to some subjects: it
 // sees the requests other clients send there (reads of a stream, say)
