@@ -170,6 +170,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.CPUPerMsgUs, rep.RequestsPerMsg = ours.s.costPerMsg()
 	rep.RawCPUPerMsgUs, rep.RawRequestsPerMsg = raw.s.costPerMsg()
 	rep.OwnersCPUPerMsgUs = ours.s.ownersCPUPerMsg()
+	rep.OwnerGOMAXPROCS = ours.s.ownerProcs
 	rep.DuplicatesPct = ours.s.duplicatesPct()
 	rep.Lost, rep.RawLost = ours.s.lost(), raw.s.lost()
 	rep.Timeline = timeline(ours.s, raw.s)

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -61,8 +63,10 @@ func TestCLI(t *testing.T) {
 	// --owners and --faults: usage errors name what is wrong, and run
 	// nothing.
 	for _, c := range []struct{ args, want string }{
-		{"--scenario steady --owners 2", "--owners and --faults are of owner processes"},
-		{"--scenario fan-in --faults none", "--owners and --faults are of owner processes"},
+		{"--scenario steady --owners 2", "--owners, --owner-gomaxprocs and --faults are of owner processes"},
+		{"--scenario fan-in --faults none", "--owners, --owner-gomaxprocs and --faults are of owner processes"},
+		{"--scenario steady --owner-gomaxprocs 1", "--owners, --owner-gomaxprocs and --faults are of owner processes"},
+		{"--scenario takeover --owner-gomaxprocs -1", "--owner-gomaxprocs -1: give 1 or more"},
 		{"--scenario takeover --faults kill,none", "none goes alone"},
 		{"--scenario takeover --faults kill,boom", `unknown fault "boom"`},
 		{"--scenario takeover --owners -1", "give 1 or more"},
@@ -78,9 +82,15 @@ func TestCLI(t *testing.T) {
 	}
 
 	// A takeover run through the real binary, which starts itself as the
-	// owner processes: the takeover fields and a chart.
+	// owner processes: the takeover fields and a chart. The owners run
+	// with the GOMAXPROCS asked for, which they report themselves: one
+	// the machine's cores would not give.
+	procs := 1
+	if runtime.NumCPU() == 1 {
+		procs = 2
+	}
 	chart := filepath.Join(t.TempDir(), "takeover.svg")
-	out, errOut, code = run("bench", "--scenario", "takeover", "--duration", "3s", "--rounds", "1", "--ids", "3", "--json", "--chart", chart)
+	out, errOut, code = run("bench", "--scenario", "takeover", "--duration", "3s", "--rounds", "1", "--ids", "3", "--owner-gomaxprocs", strconv.Itoa(procs), "--json", "--chart", chart)
 	if code != 0 {
 		t.Fatalf("takeover: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
@@ -92,6 +102,9 @@ func TestCLI(t *testing.T) {
 		if _, ok := m[k]; !ok {
 			t.Errorf("no %q in %s", k, out)
 		}
+	}
+	if m["owner_gomaxprocs"] != float64(procs) {
+		t.Errorf("owner_gomaxprocs %v, want %d: the owners did not run with --owner-gomaxprocs", m["owner_gomaxprocs"], procs)
 	}
 	if m["scenario"] != "takeover" || m["lost"] != 0.0 || m["stale_commits"] != 0.0 || m["takeovers"].(float64) < 1 || m["takeover_gap_p99_ms"].(float64) <= 0 {
 		t.Errorf("scenario %v lost %v stale %v takeovers %v gap %v", m["scenario"], m["lost"], m["stale_commits"], m["takeovers"], m["takeover_gap_p99_ms"])

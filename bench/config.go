@@ -64,6 +64,12 @@ type Config struct {
 	FaultEvery time.Duration
 	Faults     []string
 	OwnerExe   string
+	// OwnerGOMAXPROCS, above 0, is the GOMAXPROCS of each owner process
+	// (0: Go's own choice, the machine's cores unless the bench's
+	// environment sets GOMAXPROCS). The owners share the machine with the
+	// server, the producers and each other; raw's consumers are goroutines
+	// of the bench's own process (docs/design.md 3.17).
+	OwnerGOMAXPROCS int
 	// Workers is the pool size of fan-in (in-process workers).
 	Workers int
 
@@ -223,8 +229,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("bench: cluster of %d members: use 3 to 5", c.Cluster)
 	case c.KillLeaders && c.Cluster == 0:
 		return c, errors.New("bench: kill-leaders kills members of the embedded cluster: give cluster 3")
-	case (c.Owners > 0 || len(c.Faults) > 0) && !c.withOwners():
-		return c, fmt.Errorf("bench: owners and faults are of owner processes: scenario %s has none (use takeover, handoff, zipf or counter)", c.Scenario)
+	case (c.Owners > 0 || len(c.Faults) > 0 || c.OwnerGOMAXPROCS != 0) && !c.withOwners():
+		return c, fmt.Errorf("bench: owners, faults and owner GOMAXPROCS are of owner processes: scenario %s has none (use takeover, handoff, zipf or counter)", c.Scenario)
+	case c.OwnerGOMAXPROCS < 0:
+		return c, fmt.Errorf("bench: owner GOMAXPROCS %d: give 1 or more (0: Go's own choice)", c.OwnerGOMAXPROCS)
 	case c.Auth && !c.withOwners():
 		return c, fmt.Errorf("bench: auth gives owner processes credentials of their own: scenario %s has none (use takeover, handoff or zipf)", c.Scenario)
 	}

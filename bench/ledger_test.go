@@ -58,10 +58,16 @@ func TestParseOwnerLine(t *testing.T) {
 	if err != nil || l.kind != 'd' || l.id != "id-3" || l.seq != 42 || l.epoch != 7 || l.n != 1001 || l.sent != 123456789 || l.at != 223456789 {
 		t.Errorf("%+v %v", l, err)
 	}
+	if l, err := parseOwnerLine("r 3"); err != nil || l.kind != 'r' || l.n != 3 {
+		t.Errorf("%+v %v", l, err)
+	}
+	if l, err := parseOwnerLine("r"); err != nil || l.kind != 'r' || l.n != 0 {
+		t.Errorf("%+v %v", l, err)
+	}
 	if l, err := parseOwnerLine("f lease_watchdog_fence"); err != nil || l.kind != 'f' || l.text != "lease_watchdog_fence" {
 		t.Errorf("%+v %v", l, err)
 	}
-	for _, bad := range []string{"", "x", "d id-3 42", "d id 1 2 3 4 z"} {
+	for _, bad := range []string{"", "x", "d id-3 42", "d id 1 2 3 4 z", "r x", "rr", "r "} {
 		if _, err := parseOwnerLine(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}

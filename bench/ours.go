@@ -129,6 +129,7 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 	r.final = func(ctx context.Context, rep *Report) error {
 		if ps != nil {
 			s.ownersCPU = time.Duration(ps.cpu.Load()) // every owner exited: stop ran
+			s.ownerProcs = int(ps.procsSeen.Load())
 		}
 		n, err := finalDrain(ctx, w, s, led, cfg.TTL, cfg.Scenario == ScenarioCounter)
 		if err != nil {

@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -57,7 +59,8 @@ func IsOwnerProcess() bool { return os.Getenv(OwnerEnv) != "" }
 //	d ID SEQ EPOCH MSG SENT_NS HANDLER_NS
 //
 // (MSG and SENT_NS from the message body, HANDLER_NS the handler's start).
-// It prints "r" once it holds its node lease, and "f CAUSE" before it exits
+// It prints "r PROCS" once it holds its node lease (PROCS: the GOMAXPROCS
+// it runs with, Config.OwnerGOMAXPROCS), and "f CAUSE" before it exits
 // with code 3 on a self-fence. It stops gracefully (releasing every id at
 // once) on SIGTERM or SIGINT or when stdin closes, so that owners do not
 // outlive their parent.
@@ -141,7 +144,7 @@ func OwnerMain() int {
 			case <-t.C:
 			}
 		}
-		_, _ = out.Write([]byte("r\n"))
+		_, _ = fmt.Fprintf(out, "r %d\n", runtime.GOMAXPROCS(0))
 	}()
 	err = wk.Run(ctx)
 	var cause fencing.Cause
@@ -166,7 +169,7 @@ const (
 type ownerLine struct {
 	kind                    byte // 'd', 'r', 'f'
 	id                      string
-	seq, epoch, n, sent, at uint64
+	seq, epoch, n, sent, at uint64 // n of 'r': the owner's GOMAXPROCS (0: not said)
 	text                    string // the cause of 'f'
 }
 
@@ -178,6 +181,14 @@ func parseOwnerLine(s string) (ownerLine, error) {
 	l := ownerLine{kind: s[0]}
 	switch s[0] {
 	case 'r':
+		if len(s) > 1 {
+			procs, ok := strings.CutPrefix(s, "r ")
+			v, err := strconv.ParseUint(procs, 10, 64)
+			if !ok || err != nil {
+				return l, fmt.Errorf("ready line %q: want r and a number", s)
+			}
+			l.n = v
+		}
 		return l, nil
 	case 'f':
 		if len(s) > 2 {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -112,6 +113,7 @@ type procSet struct {
 	closing   bool
 	nFaults   atomic.Int64
 	cpu       atomic.Int64 // CPU time of the owner processes that exited, in ns
+	procsSeen atomic.Int64 // the GOMAXPROCS the last owner to start said it runs with
 	unplanned atomic.Int64
 	readers   sync.WaitGroup
 	spawns    sync.WaitGroup // replacements being started
@@ -166,7 +168,7 @@ func (ps *procSet) spawn(ctx context.Context) (*proc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(ps.cfg.OwnerExe)
-	cmd.Env = append(os.Environ(), OwnerEnv+"="+string(b))
+	cmd.Env = ownerEnv(os.Environ(), string(b), ps.cfg.OwnerGOMAXPROCS)
 	p := &proc{node: node, cmd: cmd, ready: make(chan struct{}), done: make(chan struct{}), stderr: &tailbuf.Buffer{Max: 16 << 10}}
 	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
@@ -207,6 +209,18 @@ func (ps *procSet) spawn(ctx context.Context) (*proc, error) {
 	}
 }
 
+// ownerEnv is the environment of an owner process: the bench's own, the
+// owner spec and, when gomaxprocs is above 0, GOMAXPROCS (last, so that
+// it wins over one the bench inherited: os/exec uses the last value of a
+// key given twice).
+func ownerEnv(base []string, spec string, gomaxprocs int) []string {
+	env := append(slices.Clip(base), OwnerEnv+"="+spec)
+	if gomaxprocs > 0 {
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(gomaxprocs))
+	}
+	return env
+}
+
 func (ps *procSet) onLine(p *proc, line string) {
 	l, err := parseOwnerLine(line)
 	if err != nil {
@@ -215,6 +229,9 @@ func (ps *procSet) onLine(p *proc, line string) {
 	}
 	switch l.kind {
 	case 'r':
+		if l.n > 0 {
+			ps.procsSeen.Store(int64(l.n))
+		}
 		p.once.Do(func() { close(p.ready) })
 	case 'f':
 		p.fenced.Store(l.text)

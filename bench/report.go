@@ -10,6 +10,9 @@ type Report struct {
 	Rounds   int     `json:"rounds"`     // alternations of the two sides
 	Owners   int     `json:"owners,omitempty"`
 	TTLms    int64   `json:"ttl_ms"`
+	// OwnerGOMAXPROCS is the GOMAXPROCS the owner processes said they ran
+	// with (Config.OwnerGOMAXPROCS, or Go's own choice when that is 0).
+	OwnerGOMAXPROCS int `json:"owner_gomaxprocs,omitempty"`
 	// Auth: the run was on a fencepostd --auth, producers and each owner
 	// process with credentials of their own (Config.Auth).
 	Auth bool `json:"auth,omitempty"`

@@ -31,6 +31,7 @@ type side struct {
 	sent, delivered int64         // final figures
 	cpu             time.Duration // machine CPU time during the side's rounds (cost.go)
 	ownersCPU       time.Duration // the owner processes' own CPU time, their whole lives (0: none)
+	ownerProcs      int           // the GOMAXPROCS the owner processes said they ran with (0: none said)
 	inMsgs          int64         // messages clients sent the server during them
 	nSent           atomic.Int64
 	nDelivered      atomic.Int64

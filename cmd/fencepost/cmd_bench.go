@@ -48,6 +48,7 @@ var benchFlags struct {
 	Replicas    int           `name:"replicas" placeholder:"N" help:"replicas of the world's streams and of the raw stream (default: 3 with --cluster, else 1)"`
 	KillLeaders bool          `name:"kill-leaders" help:"with --cluster: in each round kill the leader of the mailbox stream, then of the bucket stream (raw: its stream's leader twice), each member started again before the next kill; the stall of each kill is reported"`
 	Owners      int           `name:"owners" placeholder:"N" help:"takeover, handoff, zipf, counter: owner processes (default: the size's)"`
+	OwnerProcs  int           `name:"owner-gomaxprocs" placeholder:"N" help:"takeover, handoff, zipf, counter: GOMAXPROCS of each owner process (default: Go's own, the machine's cores; the owners share the machine with the server and the producers)"`
 	Faults      string        `name:"faults" placeholder:"LIST" complete:"kill,stop,seize,term,none" help:"takeover, handoff, zipf, counter: the faults injected in turn, comma-separated: kill, stop, seize, term; or none (default: the scenario's)"`
 	Partitions  int           `name:"partitions" placeholder:"N" help:"create fencepost's world with N partitions: each worker reads the posts of the partitions it serves, not every post (fencepost world add --partitions; 0: none; default as world add's: 64 with one replica, none with more)"`
 	Quiet       bool          `name:"quiet" help:"no progress on stderr"`
@@ -134,8 +135,11 @@ func runBench(e *env, args []string) int {
 	if benchFlags.Owners < 0 {
 		return e.usageErr("bench", "--owners %d: give 1 or more", benchFlags.Owners)
 	}
-	if (benchFlags.Owners > 0 || faults != nil) && !slices.Contains(ownerScenarios, benchFlags.Scenario) {
-		return e.usageErr("bench", "--owners and --faults are of owner processes: use %s", strings.Join(ownerScenarios, ", "))
+	if benchFlags.OwnerProcs < 0 {
+		return e.usageErr("bench", "--owner-gomaxprocs %d: give 1 or more", benchFlags.OwnerProcs)
+	}
+	if (benchFlags.Owners > 0 || faults != nil || benchFlags.OwnerProcs > 0) && !slices.Contains(ownerScenarios, benchFlags.Scenario) {
+		return e.usageErr("bench", "--owners, --owner-gomaxprocs and --faults are of owner processes: use %s", strings.Join(ownerScenarios, ", "))
 	}
 
 	partitions := benchFlags.Partitions
@@ -146,7 +150,7 @@ func runBench(e *env, args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := bench.Config{Scenario: benchFlags.Scenario, Size: benchFlags.Size, IDs: benchFlags.IDs, Duration: benchFlags.Duration, Rounds: benchFlags.Rounds, Log: e.log, Auth: benchFlags.Auth,
-		Cluster: benchFlags.Cluster, Replicas: benchFlags.Replicas, KillLeaders: benchFlags.KillLeaders, Owners: benchFlags.Owners, Faults: faults, Partitions: partitions}
+		Cluster: benchFlags.Cluster, Replicas: benchFlags.Replicas, KillLeaders: benchFlags.KillLeaders, Owners: benchFlags.Owners, OwnerGOMAXPROCS: benchFlags.OwnerProcs, Faults: faults, Partitions: partitions}
 	where := "an embedded server"
 	if cfg.Cluster != 0 {
 		where = fmt.Sprintf("an embedded %d-member cluster", cfg.Cluster)
@@ -287,6 +291,9 @@ func printBenchTable(e *env, r bench.Report) {
 	fmt.Fprintf(e.out, "scenario %s, size %s: %d ids, %s in %d alternating rounds", r.Scenario, r.Size, r.IDs, what, r.Rounds)
 	if r.Owners > 0 {
 		fmt.Fprintf(e.out, ", %d owner processes, ttl %d ms", r.Owners, r.TTLms)
+		if r.OwnerGOMAXPROCS > 0 {
+			fmt.Fprintf(e.out, ", GOMAXPROCS %d each", r.OwnerGOMAXPROCS)
+		}
 	}
 	if r.Auth {
 		fmt.Fprint(e.out, ", fencepostd --auth (each owner process its own node credentials)")
