@@ -1,0 +1,372 @@
+package world_test
+
+import (
+	"cmp"
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/server/servertest"
+	"github.com/fencepost/fencepost/testkit/testutil"
+)
+
+// BenchmarkFanInLayout runs fan-in's shape end to end (producers posting
+// one message per id per round over 10,000 ids, 4 workers draining, the
+// claims, cursor reads and fenced commits of fencepost's protocol) with
+// a minimal client of its own, none of fencepost's code, on two mailbox
+// layouts, beside raw JetStream in the same run (docs/design.md 3.18):
+//
+//   - raw: post, one pull consumer of every subject, batches of 1,000,
+//     one acknowledgement per batch (the bench's raw side in fan-in);
+//   - purge: today's layout (3.13): the mailbox stream republishes each
+//     post to its partition, read by a core subscription per worker; a
+//     message leaves by a purge of its id's subject once the fenced
+//     commit that covers it was accepted;
+//   - ack: removal by acknowledgement: the mailbox stream is a work
+//     queue whose subject transform stores each post under its partition,
+//     read by one pull consumer per partition; a message leaves by its
+//     acknowledgement once the fenced commit that covers it was accepted.
+//
+// Each worker serves one of 4 partitions and takes its messages in
+// batches of up to 1,000: it claims the ids it does not hold (a record
+// write conditional on there being none) and reads their cursors (one
+// multi-last direct get), commits each message's cursor conditional on
+// its id's record (asynchronously, all of a batch in flight), waits for
+// the batch's commits, then removes the batch. cpu-us/op is the process's
+// CPU (server, producer and workers) per delivered message; ns/op is the
+// wall time per message. Run it as
+//
+//	go test -run '^$' -bench FanInLayout -benchtime 30000x -count 3 ./world/
+//
+// (30,000 messages: three rounds over the 10,000 ids, as the bench's
+// fan-in at smoke size).
+func BenchmarkFanInLayout(b *testing.B) {
+	for _, layout := range []string{"raw", "purge", "ack"} {
+		b.Run(layout, func(b *testing.B) { runFanInLayout(b, layout) })
+	}
+}
+
+const (
+	layoutIDs     = 10000
+	layoutWorkers = 4
+	layoutBatch   = 1000
+)
+
+func runFanInLayout(b *testing.B, layout string) {
+	srv := servertest.New(b)
+	nc, js := servertest.Connect(b, srv.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	b.Cleanup(cancel)
+	switch layout {
+	case "raw":
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "M", Subjects: []string{"m.*"}, Storage: jetstream.FileStorage})
+		require.NoError(b, err)
+	case "purge":
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "M", Subjects: []string{"m.*"}, Storage: jetstream.FileStorage, AllowDirect: true,
+			RePublish: &jetstream.RePublish{Source: "m.*", Destination: "rp.{{partition(" + strconv.Itoa(layoutWorkers) + ",1)}}.{{wildcard(1)}}"}})
+		require.NoError(b, err)
+	case "ack":
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "M", Subjects: []string{"m.*"}, Storage: jetstream.FileStorage, AllowDirect: true,
+			Retention:        jetstream.WorkQueuePolicy,
+			SubjectTransform: &jetstream.SubjectTransformConfig{Source: "m.*", Destination: "p.{{partition(" + strconv.Itoa(layoutWorkers) + ",1)}}.{{wildcard(1)}}"}})
+		require.NoError(b, err)
+	}
+	if layout != "raw" {
+		// Records r.<id> and cursors c.<id>, one message each, as a
+		// world's bucket.
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "B", Subjects: []string{"r.*", "c.*"}, MaxMsgsPerSubject: 1, Storage: jetstream.FileStorage, AllowDirect: true})
+		require.NoError(b, err)
+	}
+
+	var delivered atomic.Int64
+	done := make(chan struct{})
+	deliveredN := func(n int) {
+		if delivered.Add(int64(n)) >= int64(b.N) {
+			select {
+			case <-done:
+			default:
+				close(done)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	wctx, stopWorkers := context.WithCancel(ctx)
+	start := func(f func(ctx context.Context) error) {
+		wg.Go(func() {
+			if err := f(wctx); err != nil && wctx.Err() == nil {
+				b.Error(err)
+				cancel() // the wait below ends at once
+			}
+		})
+	}
+	switch layout {
+	case "raw":
+		st, err := js.Stream(ctx, "M")
+		require.NoError(b, err)
+		cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckAllPolicy, MaxAckPending: -1})
+		require.NoError(b, err)
+		start(func(ctx context.Context) error {
+			for ctx.Err() == nil {
+				batch, err := cons.Fetch(layoutBatch, jetstream.FetchMaxWait(100*time.Millisecond))
+				if err != nil {
+					return err
+				}
+				var last jetstream.Msg
+				n := 0
+				for m := range batch.Messages() {
+					last, n = m, n+1
+				}
+				if last != nil {
+					if err := last.Ack(); err != nil {
+						return err
+					}
+					deliveredN(n)
+				}
+			}
+			return nil
+		})
+	case "purge":
+		for w := range layoutWorkers {
+			wnc, wjs := servertest.Connect(b, srv.ClientURL())
+			// Room for every message: a chan subscription drops what
+			// does not fit.
+			in := make(chan *nats.Msg, b.N)
+			_, err := wnc.ChanSubscribe("rp."+strconv.Itoa(w)+".*", in)
+			require.NoError(b, err)
+			require.NoError(b, wnc.Flush())
+			lw := newLayoutWorker(wnc, wjs)
+			start(func(ctx context.Context) error {
+				for {
+					var batch []layoutMsg
+					select {
+					case m := <-in:
+						batch = append(batch, republishedMsg(m))
+					case <-ctx.Done():
+						return nil
+					}
+					for len(batch) < layoutBatch && len(in) > 0 {
+						batch = append(batch, republishedMsg(<-in))
+					}
+					if err := lw.deliver(ctx, batch); err != nil {
+						return err
+					}
+					if err := lw.purge(ctx, batch); err != nil {
+						return err
+					}
+					deliveredN(len(batch))
+				}
+			})
+		}
+	case "ack":
+		st, err := js.Stream(ctx, "M")
+		require.NoError(b, err)
+		for w := range layoutWorkers {
+			wnc, wjs := servertest.Connect(b, srv.ClientURL())
+			_, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "p" + strconv.Itoa(w), FilterSubject: "p." + strconv.Itoa(w) + ".*",
+				AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: -1, AckWait: time.Minute})
+			require.NoError(b, err)
+			// The consumer as seen through the worker's own connection.
+			wst, err := wjs.Stream(ctx, "M")
+			require.NoError(b, err)
+			wcons, err := wst.Consumer(ctx, "p"+strconv.Itoa(w))
+			require.NoError(b, err)
+			lw := newLayoutWorker(wnc, wjs)
+			start(func(ctx context.Context) error {
+				for ctx.Err() == nil {
+					fetched, err := wcons.Fetch(layoutBatch, jetstream.FetchMaxWait(100*time.Millisecond))
+					if err != nil {
+						return err
+					}
+					var batch []layoutMsg
+					var acks []jetstream.Msg
+					for m := range fetched.Messages() {
+						md, err := m.Metadata()
+						if err != nil {
+							return err
+						}
+						batch = append(batch, layoutMsg{id: lastToken(m.Subject()), seq: md.Sequence.Stream})
+						acks = append(acks, m)
+					}
+					if len(batch) == 0 {
+						continue
+					}
+					if err := lw.deliver(ctx, batch); err != nil {
+						return err
+					}
+					// Removal: each message acknowledged once the commit
+					// covering it was accepted.
+					for _, m := range acks {
+						if err := m.Ack(); err != nil {
+							return err
+						}
+					}
+					deliveredN(len(batch))
+				}
+				return nil
+			})
+		}
+	}
+
+	pjs, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	require.NoError(b, err)
+	body := make([]byte, 128)
+	b.ReportAllocs()
+	cpu := testutil.ProcessCPU()
+	b.ResetTimer()
+	for i := range b.N {
+		_, err := pjs.PublishAsync("m."+strconv.Itoa(i%layoutIDs), body, jetstream.WithStallWait(time.Minute))
+		require.NoError(b, err)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		b.Fatalf("%d of %d delivered", delivered.Load(), b.N)
+	}
+	if layout != "raw" {
+		// Every message left the mailbox (each only after its commit),
+		// the last acknowledgements' removals counted in the CPU too.
+		st, err := js.Stream(ctx, "M")
+		require.NoError(b, err)
+		testutil.WaitFor(b, time.Minute, "every message removed", func() bool {
+			info, err := st.Info(ctx)
+			return err == nil && info.State.Msgs == 0
+		})
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((testutil.ProcessCPU()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
+	stopWorkers()
+	wg.Wait()
+}
+
+// layoutMsg is a message of an id with its stored sequence.
+type layoutMsg struct {
+	id  string
+	seq uint64
+}
+
+func republishedMsg(m *nats.Msg) layoutMsg {
+	seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	return layoutMsg{id: lastToken(m.Subject), seq: seq}
+}
+
+func lastToken(s string) string {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '.' {
+			return s[i+1:]
+		}
+	}
+	return s
+}
+
+// layoutWorker holds ids: the revision of each one's record.
+type layoutWorker struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	held map[string]string
+}
+
+func newLayoutWorker(nc *nats.Conn, js jetstream.JetStream) *layoutWorker {
+	return &layoutWorker{nc: nc, js: js, held: map[string]string{}}
+}
+
+// deliver claims the batch's ids not held yet and reads their cursors,
+// then commits each message's cursor fenced by its id's record, and
+// returns once every commit was accepted.
+func (lw *layoutWorker) deliver(ctx context.Context, batch []layoutMsg) error {
+	var claims []jetstream.PubAckFuture
+	var claimed, cursors []string
+	asked := map[string]bool{}
+	for _, m := range batch {
+		if _, ok := lw.held[m.id]; ok || asked[m.id] {
+			continue
+		}
+		asked[m.id] = true
+		msg := nats.NewMsg("r." + m.id)
+		msg.Data = []byte(`{"node":"w","epoch":1}`)
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		f, err := lw.js.PublishMsgAsync(msg, jetstream.WithStallWait(time.Minute))
+		if err != nil {
+			return err
+		}
+		claims = append(claims, f)
+		claimed = append(claimed, m.id)
+		cursors = append(cursors, "c."+m.id)
+	}
+	for i, f := range claims {
+		a, err := layoutWait(ctx, f)
+		if err != nil {
+			return err
+		}
+		lw.held[claimed[i]] = strconv.FormatUint(a.Sequence, 10)
+	}
+	for len(cursors) > 0 {
+		n := min(len(cursors), jsapi.MaxMultiLast)
+		if _, err := jsapi.DirectGet(ctx, lw.nc, "B", jsapi.GetRequest{MultiLast: cursors[:n]}); err != nil {
+			return err
+		}
+		cursors = cursors[n:]
+	}
+	commits := make([]jetstream.PubAckFuture, 0, len(batch))
+	for _, m := range batch {
+		msg := nats.NewMsg("c." + m.id)
+		msg.Data = []byte(`{"seq":` + strconv.FormatUint(m.seq, 10) + `}`)
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, lw.held[m.id])
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, "r."+m.id)
+		f, err := lw.js.PublishMsgAsync(msg, jetstream.WithStallWait(time.Minute))
+		if err != nil {
+			return err
+		}
+		commits = append(commits, f)
+	}
+	for _, f := range commits {
+		if _, err := layoutWait(ctx, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// purge removes each message of the batch by a purge of its id's subject
+// below the next sequence, 64 at once.
+func (lw *layoutWorker) purge(ctx context.Context, batch []layoutMsg) error {
+	work := make(chan layoutMsg)
+	var first error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for m := range work {
+				if err := jsapi.Purge(ctx, lw.nc, "M", "m."+m.id, m.seq+1); err != nil {
+					mu.Lock()
+					first = cmp.Or(first, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, m := range batch {
+		work <- m
+	}
+	close(work)
+	wg.Wait()
+	return first
+}
+
+func layoutWait(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+	select {
+	case a := <-f.Ok():
+		return a, nil
+	case err := <-f.Err():
+		return nil, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
