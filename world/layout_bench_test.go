@@ -40,9 +40,13 @@ import (
 // write conditional on there being none) and reads their cursors (one
 // multi-last direct get), commits each message's cursor conditional on
 // its id's record (asynchronously, all of a batch in flight), waits for
-// the batch's commits, then removes the batch. cpu-us/op is the process's
-// CPU (server, producer and workers) per delivered message; ns/op is the
-// wall time per message. Run it as
+// the batch's commits, then removes the batch. With +protocol each
+// worker also pays what fencepost's worker adds per id: a watch of every
+// ownership record (an ordered consumer of the records, as Watch), and a
+// holder check before each batch (one multi-last direct get of the
+// batch's records, as Store.Unchanged batched). cpu-us/op is the
+// process's CPU (server, producer and workers) per delivered message;
+// ns/op is the wall time per message. Run it as
 //
 //	go test -run '^$' -bench FanInLayout -benchtime 30000x -count 3 ./world/
 //
@@ -50,7 +54,10 @@ import (
 // fan-in at smoke size).
 func BenchmarkFanInLayout(b *testing.B) {
 	for _, layout := range []string{"raw", "purge", "ack"} {
-		b.Run(layout, func(b *testing.B) { runFanInLayout(b, layout) })
+		b.Run(layout, func(b *testing.B) { runFanInLayout(b, layout, false) })
+	}
+	for _, layout := range []string{"purge", "ack"} {
+		b.Run(layout+"+protocol", func(b *testing.B) { runFanInLayout(b, layout, true) })
 	}
 }
 
@@ -60,7 +67,7 @@ const (
 	layoutBatch   = 1000
 )
 
-func runFanInLayout(b *testing.B, layout string) {
+func runFanInLayout(b *testing.B, layout string, protocol bool) {
 	srv := servertest.New(b)
 	nc, js := servertest.Connect(b, srv.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -142,7 +149,10 @@ func runFanInLayout(b *testing.B, layout string) {
 			_, err := wnc.ChanSubscribe("rp."+strconv.Itoa(w)+".*", in)
 			require.NoError(b, err)
 			require.NoError(b, wnc.Flush())
-			lw := newLayoutWorker(wnc, wjs)
+			lw := newLayoutWorker(wnc, wjs, protocol)
+			if protocol {
+				lw.watch(b, ctx)
+			}
 			start(func(ctx context.Context) error {
 				for {
 					var batch []layoutMsg
@@ -178,7 +188,10 @@ func runFanInLayout(b *testing.B, layout string) {
 			require.NoError(b, err)
 			wcons, err := wst.Consumer(ctx, "p"+strconv.Itoa(w))
 			require.NoError(b, err)
-			lw := newLayoutWorker(wnc, wjs)
+			lw := newLayoutWorker(wnc, wjs, protocol)
+			if protocol {
+				lw.watch(b, ctx)
+			}
 			start(func(ctx context.Context) error {
 				for ctx.Err() == nil {
 					fetched, err := wcons.Fetch(layoutBatch, jetstream.FetchMaxWait(100*time.Millisecond))
@@ -268,27 +281,49 @@ func lastToken(s string) string {
 
 // layoutWorker holds ids: the revision of each one's record.
 type layoutWorker struct {
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	held map[string]string
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	held     map[string]string
+	protocol bool // check the holder before each batch (and watch: watch)
 }
 
-func newLayoutWorker(nc *nats.Conn, js jetstream.JetStream) *layoutWorker {
-	return &layoutWorker{nc: nc, js: js, held: map[string]string{}}
+func newLayoutWorker(nc *nats.Conn, js jetstream.JetStream, protocol bool) *layoutWorker {
+	return &layoutWorker{nc: nc, js: js, held: map[string]string{}, protocol: protocol}
+}
+
+// watch follows every record written from now on, as a worker's
+// ownership watch does, until ctx ends.
+func (lw *layoutWorker) watch(b *testing.B, ctx context.Context) {
+	st, err := lw.js.Stream(ctx, "B")
+	require.NoError(b, err)
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"r.*"}, DeliverPolicy: jetstream.DeliverNewPolicy})
+	require.NoError(b, err)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if _, err := m.Metadata(); err != nil {
+			b.Error(err)
+		}
+	})
+	require.NoError(b, err)
+	context.AfterFunc(ctx, cc.Stop)
 }
 
 // deliver claims the batch's ids not held yet and reads their cursors,
-// then commits each message's cursor fenced by its id's record, and
-// returns once every commit was accepted.
+// then (protocol) checks the records of the ids it held already, then
+// commits each message's cursor fenced by its id's record, and returns
+// once every commit was accepted.
 func (lw *layoutWorker) deliver(ctx context.Context, batch []layoutMsg) error {
 	var claims []jetstream.PubAckFuture
-	var claimed, cursors []string
+	var claimed, cursors, records []string
 	asked := map[string]bool{}
 	for _, m := range batch {
-		if _, ok := lw.held[m.id]; ok || asked[m.id] {
+		if asked[m.id] {
 			continue
 		}
 		asked[m.id] = true
+		if _, ok := lw.held[m.id]; ok {
+			records = append(records, "r."+m.id)
+			continue
+		}
 		msg := nats.NewMsg("r." + m.id)
 		msg.Data = []byte(`{"node":"w","epoch":1}`)
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
@@ -307,12 +342,17 @@ func (lw *layoutWorker) deliver(ctx context.Context, batch []layoutMsg) error {
 		}
 		lw.held[claimed[i]] = strconv.FormatUint(a.Sequence, 10)
 	}
-	for len(cursors) > 0 {
-		n := min(len(cursors), jsapi.MaxMultiLast)
-		if _, err := jsapi.DirectGet(ctx, lw.nc, "B", jsapi.GetRequest{MultiLast: cursors[:n]}); err != nil {
-			return err
+	if !lw.protocol {
+		records = nil
+	}
+	for _, subjects := range [][]string{cursors, records} {
+		for len(subjects) > 0 {
+			n := min(len(subjects), jsapi.MaxMultiLast)
+			if _, err := jsapi.DirectGet(ctx, lw.nc, "B", jsapi.GetRequest{MultiLast: subjects[:n]}); err != nil {
+				return err
+			}
+			subjects = subjects[n:]
 		}
-		cursors = cursors[n:]
 	}
 	commits := make([]jetstream.PubAckFuture, 0, len(batch))
 	for _, m := range batch {
