@@ -151,7 +151,7 @@ func runFanInLayout(b *testing.B, layout string, protocol bool) {
 			require.NoError(b, wnc.Flush())
 			lw := newLayoutWorker(wnc, wjs, protocol)
 			if protocol {
-				lw.watch(b, ctx)
+				lw.watch(b, wctx)
 			}
 			start(func(ctx context.Context) error {
 				for {
@@ -190,7 +190,7 @@ func runFanInLayout(b *testing.B, layout string, protocol bool) {
 			require.NoError(b, err)
 			lw := newLayoutWorker(wnc, wjs, protocol)
 			if protocol {
-				lw.watch(b, ctx)
+				lw.watch(b, wctx)
 			}
 			start(func(ctx context.Context) error {
 				for ctx.Err() == nil {
@@ -284,7 +284,7 @@ type layoutWorker struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	held     map[string]string
-	protocol bool // check the holder before each batch (and watch: watch)
+	protocol bool // check the records of held ids before each batch (the watch is apart: watch)
 }
 
 func newLayoutWorker(nc *nats.Conn, js jetstream.JetStream, protocol bool) *layoutWorker {
