@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +69,7 @@ func TestParseOwnerLine(t *testing.T) {
 	if l, err := parseOwnerLine("f lease_watchdog_fence"); err != nil || l.kind != 'f' || l.text != "lease_watchdog_fence" {
 		t.Errorf("%+v %v", l, err)
 	}
-	for _, bad := range []string{"", "x", "d id-3 42", "d id 1 2 3 4 z", "r x", "rr", "r "} {
+	for _, bad := range []string{"", "x", "d id-3 42", "d id 1 2 3 4 z", "r x", "rr", "r ", "fX", "dX id 1 2 3 4 5"} {
 		if _, err := parseOwnerLine(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
@@ -127,4 +129,42 @@ func TestSideNamesLostMessages(t *testing.T) {
 	if m := lost[0]; m.n != 3 || m.idx != 0 || m.seq != 102 {
 		t.Errorf("lost %+v, want message 3 of id 0 at sequence 102", m)
 	}
+}
+
+// FuzzParseOwnerLine: the parent's reader of an owner's stdout never
+// panics, and what it accepts is what the owner writes: a delivery line
+// written back from its fields parses to the same fields, a ready line
+// names its GOMAXPROCS (or none), and anything else is refused.
+func FuzzParseOwnerLine(f *testing.F) {
+	for _, s := range []string{"d id-3 42 7 1001 123456789 223456789", "r", "r 2", "f lease_watchdog_fence", "", "x", "r x", "d a b", "d  1 2 3 4 5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := parseOwnerLine(s)
+		if err != nil {
+			return
+		}
+		switch l.kind {
+		case 'd':
+			back := fmt.Sprintf("d %s %d %d %d %d %d", l.id, l.seq, l.epoch, l.n, l.sent, l.at)
+			again, err := parseOwnerLine(back)
+			if err != nil || again != l {
+				t.Fatalf("%q parsed as %+v; written back %q parses as %+v, %v", s, l, back, again, err)
+			}
+		case 'r':
+			want := "r"
+			if l.n > 0 || s != "r" {
+				want = "r " + strconv.FormatUint(l.n, 10)
+			}
+			if again, err := parseOwnerLine(want); err != nil || again != l {
+				t.Fatalf("%q parsed as %+v; %q parses as %+v, %v", s, l, want, again, err)
+			}
+		case 'f':
+			if want := strings.TrimPrefix(s, "f "); l.text != want && !(s == "f" && l.text == "") {
+				t.Fatalf("%q: cause %q, want %q", s, l.text, want)
+			}
+		default:
+			t.Fatalf("%q accepted as kind %q", s, l.kind)
+		}
+	})
 }

@@ -191,17 +191,19 @@ func parseOwnerLine(s string) (ownerLine, error) {
 		}
 		return l, nil
 	case 'f':
-		if len(s) > 2 {
-			l.text = s[2:]
+		text, ok := strings.CutPrefix(s, "f ")
+		if !ok && s != "f" {
+			return l, fmt.Errorf("fence line %q: want f and its cause", s)
 		}
+		l.text = text
 		return l, nil
 	case 'd':
 	default:
 		return l, fmt.Errorf("unknown line %q", s)
 	}
 	f := splitFields(s)
-	if len(f) != 7 {
-		return l, fmt.Errorf("delivery line %q: %d fields", s, len(f))
+	if len(f) != 7 || f[0] != "d" {
+		return l, fmt.Errorf("delivery line %q: want d and 6 fields", s)
 	}
 	l.id = f[1]
 	for i, p := range []*uint64{&l.seq, &l.epoch, &l.n, &l.sent, &l.at} {
