@@ -31,9 +31,10 @@ FUZZ_TARGETS := \
 	internal/wire:FuzzIDCodec internal/wire:FuzzDecodeID internal/wire:FuzzDecodeRecord \
 	internal/wire:FuzzEncodeRecord internal/wire:FuzzValidateWorld \
 	queue:FuzzValidateHeader queue:FuzzValidateFrom queue:FuzzValidateMsgID \
-	internal/wire:FuzzDecodeCursor internal/wire:FuzzDecodeLock drain:FuzzDecodeDeadLetter drain:FuzzRawFromDirect \
+	internal/wire:FuzzDecodeCursor internal/wire:FuzzDecodeLock mailbox:FuzzDecodeDeadLetter internal/jsapi:FuzzRawFromDirect \
+	internal/wire:FuzzPlainRecord queue:FuzzUserHeaders \
 	world:FuzzDecodeConfigMeta world:FuzzConfigValidate world:FuzzConfigSizes \
-	daemon:FuzzDecodeConfig daemon:FuzzConfigDuration daemon:FuzzParseFlags
+	daemon:FuzzDecodeConfig daemon:FuzzConfigDuration daemon:FuzzParseFlags bench:FuzzParseOwnerLine
 
 fuzz:
 	@set -e; for pt in $(FUZZ_TARGETS); do \
