@@ -88,7 +88,16 @@ func FuzzPlainRecord(f *testing.F) {
 		require.NoError(t, err, "plain wrote %s", b)
 		require.Equal(t, string(want), string(b))
 		got, ok := decodePlainRecord(b)
-		require.True(t, ok, "plain cannot read what it wrote: %s", b)
+		// What EncodeRecord writes (a record that validates) is read back
+		// the plain way. Of one that does not (a negative ttl_ms, an empty
+		// state) the plain reader may decline: encoding/json then
+		// decides, and DecodeRecord refuses it either way.
+		if r.validate() == nil {
+			require.True(t, ok, "plain cannot read what it wrote: %s", b)
+		}
+		if !ok {
+			return
+		}
 		var slow Record
 		require.True(t, decodeOnce(b, &slow))
 		require.Equal(t, slow, got)
