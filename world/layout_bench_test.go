@@ -44,9 +44,10 @@ import (
 // worker also pays what fencepost's worker adds per id: a watch of every
 // ownership record (an ordered consumer of the records, as Watch), and a
 // holder check before each batch (one multi-last direct get of the
-// batch's records, as Store.Unchanged batched). cpu-us/op is the
-// process's CPU (server, producer and workers) per delivered message;
-// ns/op is the wall time per message. Run it as
+// batch's records, as Store.Unchanged batched); +watch and +check pay
+// one of the two. cpu-us/op is the process's CPU (server, producer and
+// workers) per delivered message; ns/op is the wall time per message.
+// Run it as
 //
 //	go test -run '^$' -bench FanInLayout -benchtime 30000x -count 3 ./world/
 //
@@ -54,11 +55,29 @@ import (
 // fan-in at smoke size).
 func BenchmarkFanInLayout(b *testing.B) {
 	for _, layout := range []string{"raw", "purge", "ack"} {
-		b.Run(layout, func(b *testing.B) { runFanInLayout(b, layout, false) })
+		b.Run(layout, func(b *testing.B) { runFanInLayout(b, layout, layoutExtra{}) })
 	}
 	for _, layout := range []string{"purge", "ack"} {
-		b.Run(layout+"+protocol", func(b *testing.B) { runFanInLayout(b, layout, true) })
+		for _, extra := range []layoutExtra{{watch: true, check: true}, {watch: true}, {check: true}} {
+			b.Run(layout+extra.String(), func(b *testing.B) { runFanInLayout(b, layout, extra) })
+		}
 	}
+}
+
+// layoutExtra is what a worker pays beyond the claims, cursor reads and
+// commits: the watch of every record, the holder checks.
+type layoutExtra struct{ watch, check bool }
+
+func (e layoutExtra) String() string {
+	switch {
+	case e.watch && e.check:
+		return "+protocol"
+	case e.watch:
+		return "+watch"
+	case e.check:
+		return "+check"
+	}
+	return ""
 }
 
 const (
@@ -67,7 +86,7 @@ const (
 	layoutBatch   = 1000
 )
 
-func runFanInLayout(b *testing.B, layout string, protocol bool) {
+func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 	srv := servertest.New(b)
 	nc, js := servertest.Connect(b, srv.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -149,8 +168,8 @@ func runFanInLayout(b *testing.B, layout string, protocol bool) {
 			_, err := wnc.ChanSubscribe("rp."+strconv.Itoa(w)+".*", in)
 			require.NoError(b, err)
 			require.NoError(b, wnc.Flush())
-			lw := newLayoutWorker(wnc, wjs, protocol)
-			if protocol {
+			lw := newLayoutWorker(wnc, wjs, extra.check)
+			if extra.watch {
 				lw.watch(b, wctx)
 			}
 			start(func(ctx context.Context) error {
@@ -188,8 +207,8 @@ func runFanInLayout(b *testing.B, layout string, protocol bool) {
 			require.NoError(b, err)
 			wcons, err := wst.Consumer(ctx, "p"+strconv.Itoa(w))
 			require.NoError(b, err)
-			lw := newLayoutWorker(wnc, wjs, protocol)
-			if protocol {
+			lw := newLayoutWorker(wnc, wjs, extra.check)
+			if extra.watch {
 				lw.watch(b, wctx)
 			}
 			start(func(ctx context.Context) error {
@@ -281,14 +300,14 @@ func lastToken(s string) string {
 
 // layoutWorker holds ids: the revision of each one's record.
 type layoutWorker struct {
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	held     map[string]string
-	protocol bool // check the records of held ids before each batch (the watch is apart: watch)
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	held  map[string]string
+	check bool // check the records of held ids before each batch (the watch is apart: watch)
 }
 
-func newLayoutWorker(nc *nats.Conn, js jetstream.JetStream, protocol bool) *layoutWorker {
-	return &layoutWorker{nc: nc, js: js, held: map[string]string{}, protocol: protocol}
+func newLayoutWorker(nc *nats.Conn, js jetstream.JetStream, check bool) *layoutWorker {
+	return &layoutWorker{nc: nc, js: js, held: map[string]string{}, check: check}
 }
 
 // watch follows every record written from now on, as a worker's
@@ -308,7 +327,7 @@ func (lw *layoutWorker) watch(b *testing.B, ctx context.Context) {
 }
 
 // deliver claims the batch's ids not held yet and reads their cursors,
-// then (protocol) checks the records of the ids it held already, then
+// then (check) reads the records of the ids it held already, then
 // commits each message's cursor fenced by its id's record, and returns
 // once every commit was accepted.
 func (lw *layoutWorker) deliver(ctx context.Context, batch []layoutMsg) error {
@@ -342,7 +361,7 @@ func (lw *layoutWorker) deliver(ctx context.Context, batch []layoutMsg) error {
 		}
 		lw.held[claimed[i]] = strconv.FormatUint(a.Sequence, 10)
 	}
-	if !lw.protocol {
+	if !lw.check {
 		records = nil
 	}
 	for _, subjects := range [][]string{cursors, records} {
