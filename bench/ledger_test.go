@@ -66,6 +66,9 @@ func TestParseOwnerLine(t *testing.T) {
 	if l, err := parseOwnerLine("r"); err != nil || l.kind != 'r' || l.n != 0 {
 		t.Errorf("%+v %v", l, err)
 	}
+	if l, err := parseOwnerLine("f"); err != nil || l.kind != 'f' || l.text != "" {
+		t.Errorf("%+v %v", l, err)
+	}
 	if l, err := parseOwnerLine("f lease_watchdog_fence"); err != nil || l.kind != 'f' || l.text != "lease_watchdog_fence" {
 		t.Errorf("%+v %v", l, err)
 	}
@@ -153,14 +156,18 @@ func FuzzParseOwnerLine(f *testing.F) {
 			}
 		case 'r':
 			want := "r"
-			if l.n > 0 || s != "r" {
+			if s != "r" {
 				want = "r " + strconv.FormatUint(l.n, 10)
 			}
 			if again, err := parseOwnerLine(want); err != nil || again != l {
 				t.Fatalf("%q parsed as %+v; %q parses as %+v, %v", s, l, want, again, err)
 			}
 		case 'f':
-			if want := strings.TrimPrefix(s, "f "); l.text != want && !(s == "f" && l.text == "") {
+			want := strings.TrimPrefix(s, "f ")
+			if s == "f" {
+				want = ""
+			}
+			if l.text != want {
 				t.Fatalf("%q: cause %q, want %q", s, l.text, want)
 			}
 		default:

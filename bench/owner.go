@@ -192,10 +192,12 @@ func parseOwnerLine(s string) (ownerLine, error) {
 		return l, nil
 	case 'f':
 		text, ok := strings.CutPrefix(s, "f ")
-		if !ok && s != "f" {
+		switch {
+		case ok:
+			l.text = text
+		case s != "f": // "f" alone: no cause
 			return l, fmt.Errorf("fence line %q: want f and its cause", s)
 		}
-		l.text = text
 		return l, nil
 	case 'd':
 	default:
