@@ -133,6 +133,15 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 			}
 		})
 	}
+	// newWorker connects a worker of its own, watching if asked.
+	newWorker := func() *layoutWorker {
+		nc, js := servertest.Connect(b, srv.ClientURL())
+		lw := newLayoutWorker(nc, js, extra.check)
+		if extra.watch {
+			lw.watch(b, wctx)
+		}
+		return lw
+	}
 	switch layout {
 	case "raw":
 		st, err := js.Stream(ctx, "M")
@@ -161,17 +170,13 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 		})
 	case "purge":
 		for w := range layoutWorkers {
-			wnc, wjs := servertest.Connect(b, srv.ClientURL())
+			lw := newWorker()
 			// Room for every message: a chan subscription drops what
 			// does not fit.
 			in := make(chan *nats.Msg, b.N)
-			_, err := wnc.ChanSubscribe("rp."+strconv.Itoa(w)+".*", in)
+			_, err := lw.nc.ChanSubscribe("rp."+strconv.Itoa(w)+".*", in)
 			require.NoError(b, err)
-			require.NoError(b, wnc.Flush())
-			lw := newLayoutWorker(wnc, wjs, extra.check)
-			if extra.watch {
-				lw.watch(b, wctx)
-			}
+			require.NoError(b, lw.nc.Flush())
 			start(func(ctx context.Context) error {
 				for {
 					var batch []layoutMsg
@@ -198,19 +203,15 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 		st, err := js.Stream(ctx, "M")
 		require.NoError(b, err)
 		for w := range layoutWorkers {
-			wnc, wjs := servertest.Connect(b, srv.ClientURL())
+			lw := newWorker()
 			_, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "p" + strconv.Itoa(w), FilterSubject: "p." + strconv.Itoa(w) + ".*",
 				AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: -1, AckWait: time.Minute})
 			require.NoError(b, err)
 			// The consumer as seen through the worker's own connection.
-			wst, err := wjs.Stream(ctx, "M")
+			wst, err := lw.js.Stream(ctx, "M")
 			require.NoError(b, err)
 			wcons, err := wst.Consumer(ctx, "p"+strconv.Itoa(w))
 			require.NoError(b, err)
-			lw := newLayoutWorker(wnc, wjs, extra.check)
-			if extra.watch {
-				lw.watch(b, wctx)
-			}
 			start(func(ctx context.Context) error {
 				for ctx.Err() == nil {
 					fetched, err := wcons.Fetch(layoutBatch, jetstream.FetchMaxWait(100*time.Millisecond))
