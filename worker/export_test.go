@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/fencepost/fencepost/ownership"
 )
 
 // Unread is Worker.unread.
@@ -112,4 +114,19 @@ func SetScanReadBytes(t testing.TB, n int) {
 	old := scanReadBytes
 	scanReadBytes = n
 	t.Cleanup(func() { scanReadBytes = old })
+}
+
+// SetEventHook makes wk call f with each ownership event before it acts
+// on it (before Run); f may block, as a watch that lags.
+func SetEventHook(wk *Worker, f func(ownership.Event)) { wk.onEvent = f }
+
+// SetClaimWait makes f's answer, when more than zero, the wait before a
+// claim of id (before Run).
+func SetClaimWait(wk *Worker, f func(id string) time.Duration) { wk.claimWaitFor = f }
+
+// SetDispatchHooks makes wk call handled after it handled each candidate
+// (free: a free event's) and claimed at the end of each claim, before the
+// dispatcher learns of it; claimed may block, as a slow claim (before Run).
+func SetDispatchHooks(wk *Worker, handled func(id string, free bool), claimed func(id string, heldByOther bool)) {
+	wk.onCandidate, wk.onClaimed = handled, claimed
 }

@@ -26,6 +26,11 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 	// others: ids another worker was seen holding, not tried again until
 	// the watch reports them free (or, as a backstop, until the time set).
 	others := map[string]time.Time{}
+	// freed: pending ids the watch reported free (a release, a lapse)
+	// since their claim was scheduled. A claim that found one held may
+	// have read the record before that: it is tried again rather than
+	// left to others (TestDispatch_FreedWhileClaiming).
+	freed := map[string]bool{}
 	// later: the claims scheduled (claimWait), earliest first, and one
 	// timer for the earliest. Every id scheduled comes back: a bounded
 	// channel fed by a timer per id dropped some when 100,000 ids came at
@@ -47,6 +52,12 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 	// candidate channel fill, and what it dropped waited for the next scan.
 	var ready []string
 	running := 0
+	schedule := func(c candidate) {
+		pending[c.id] = true
+		if later.add(c.id, time.Now().Add(wk.claimWait(c.id, c.why == fromFree))) {
+			timer.Reset(time.Until(later.next()))
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -54,15 +65,30 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 		case r := <-done:
 			running--
 			delete(pending, r.id)
-			if r.held {
+			again := freed[r.id]
+			delete(freed, r.id)
+			switch {
+			case r.held && again:
+				// Freed while it ran: its answer may be older than the
+				// release.
+				if c := (candidate{r.id, fromFree}); wk.candidate(c, pending, others) {
+					schedule(c)
+				}
+			case r.held:
 				others[r.id] = time.Now().Add(10 * wk.cfg.Scan)
 			}
 		case c := <-cand:
+			switch {
+			case c.why == fromFree && pending[c.id]:
+				freed[c.id] = true
+			case c.why == fromTaken:
+				delete(freed, c.id) // taken again since: it is the taker's
+			}
 			if wk.candidate(c, pending, others) {
-				pending[c.id] = true
-				if later.add(c.id, time.Now().Add(wk.claimWait(c.id, c.why == fromFree))) {
-					timer.Reset(time.Until(later.next()))
-				}
+				schedule(c)
+			}
+			if wk.onCandidate != nil {
+				wk.onCandidate(c.id, c.why == fromFree)
 			}
 		case <-timer.C:
 			ready = append(ready, later.take())
@@ -75,6 +101,7 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 			ready = ready[1:]
 			if until, ok := others[id]; ok && time.Now().Before(until) || wk.holding(id) != nil || !wk.unread(id) {
 				delete(pending, id)
+				delete(freed, id)
 				continue
 			}
 			running++
@@ -82,6 +109,9 @@ func (wk *Worker) dispatch(ctx context.Context, wg *sync.WaitGroup, ss *ownershi
 			go func() {
 				defer wg.Done()
 				held := wk.claim(ctx, wg, ss, id)
+				if wk.onClaimed != nil {
+					wk.onClaimed(id, held)
+				}
 				select {
 				case done <- claimed{id, held}:
 				case <-ctx.Done():
@@ -246,6 +276,11 @@ const freedFallback = 50 * time.Millisecond
 // killed and its node lease not lapsed yet; a node whose lease lapsed is
 // dropped before its ids' lapses are handled).
 func (wk *Worker) claimWait(id string, freed bool) time.Duration {
+	if wk.claimWaitFor != nil {
+		if d := wk.claimWaitFor(id); d > 0 {
+			return d
+		}
+	}
 	key := id
 	if wk.parts != nil && wk.parts.listed == nil {
 		key = partKey(wk.parts.partition(id))

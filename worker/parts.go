@@ -348,6 +348,9 @@ func (wk *Worker) startParts(cand chan<- candidate) error {
 				wk.kept.addSince(id, sm, ends)
 			}
 		}) {
+			// Again: serve may have cleared it since (an idle release)
+			// when the holding left before the post could reach it.
+			wk.parts.noteMail(id)
 			wk.propose(cand, candidate{id, fromPost})
 		}
 	})

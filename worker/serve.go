@@ -161,6 +161,14 @@ func (wk *Worker) serve(ctx context.Context, ss *ownership.Session, id string, h
 				continue
 			}
 			released = true
+			if wk.parts != nil {
+				// Every post it saw is handed out and committed: not
+				// claimed again until a post comes. Cleared here, before
+				// the release is written, so that a post that comes
+				// after (to the inbox, then serve's end, or to the feed
+				// once the holding is gone) notes its mail again.
+				wk.parts.clearMail(id)
+			}
 			if err := ss.ReleaseHeld(ctx, h.lease); err != nil && ctx.Err() == nil {
 				wk.log.Debug("release of an idle id", "id", id, "error", err)
 			} else if err == nil {

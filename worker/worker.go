@@ -122,6 +122,18 @@ type Worker struct {
 	// dropRepublished (tests only) drops the republished posts it says
 	// true of (parts.go).
 	dropRepublished func(seq uint64) bool
+	// onEvent (tests only) sees each ownership event before the worker
+	// acts on it, and may hold it back: a watch that lags, which the
+	// server cannot be made to do on demand.
+	onEvent func(ownership.Event)
+	// claimWaitFor (tests only), when it returns more than zero, is the
+	// wait before a claim of id (claimWait): a worker whose claims queue.
+	claimWaitFor func(id string) time.Duration
+	// onCandidate (tests only) sees each candidate after dispatch handled
+	// it (free: the watch reported it free); onClaimed each claim's end
+	// before dispatch learns of it, and may hold it back.
+	onCandidate func(id string, free bool)
+	onClaimed   func(id string, heldByOther bool)
 	// cand: the candidates of the running worker (Run).
 	cand chan candidate
 
