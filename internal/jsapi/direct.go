@@ -195,7 +195,7 @@ func DirectLastSubject(stream, subject string) string {
 func DirectLast(ctx context.Context, nc *nats.Conn, stream, subject string) (*jetstream.RawStreamMsg, error) {
 	ctx, cancel := WithTimeout(ctx)
 	defer cancel()
-	m, err := nc.RequestWithContext(ctx, DirectLastSubject(stream, subject), nil)
+	m, err := request(ctx, nc, DirectLastSubject(stream, subject), nil)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", subject, err)
 	}

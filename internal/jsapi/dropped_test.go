@@ -63,6 +63,70 @@ func TestDirectGet_EndsAtADrop(t *testing.T) {
 	}
 }
 
+// TestReadsOfOneMessage_EndAtADrop: DirectLast and LeaderGet (nats.go's
+// requests, through its shared reply subscription) end when the
+// connection drops with their answer lost, with ErrIncomplete, as
+// DirectGet does, not at their deadline: an ownership record read of a
+// claim, a drain lock's read, waited 5 s after every cut. Without
+// request's end at the drop each round waits the whole 10 s and fails
+// with the deadline.
+func TestReadsOfOneMessage_EndAtADrop(t *testing.T) {
+	node := servertest.New(t)
+	p, err := faults.NewProxy(strings.TrimPrefix(node.ClientURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	nc, js := servertest.Connect(t, p.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "s.x", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	reads := map[string]func(context.Context) (*jetstream.RawStreamMsg, error){
+		"DirectLast": func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+			return jsapi.DirectLast(ctx, nc, "S", "s.x")
+		},
+		"LeaderGet": func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+			return jsapi.LeaderGet(ctx, nc, "S", jsapi.GetRequest{LastFor: "s.x"})
+		},
+	}
+	cuts := int64(0)
+	for name, read := range reads {
+		for round := range 3 {
+			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+			if m, err := read(rctx); err != nil || string(m.Data) != "a" {
+				t.Fatalf("%s, round %d: a read on a connection that stays: %v", name, round, err)
+			}
+			p.CutAfter(1) // the answer and all after it are lost
+			_, err := read(rctx)
+			rcancel()
+			cuts++
+			if !errors.Is(err, jsapi.ErrIncomplete) {
+				t.Fatalf("%s, round %d: a read whose answer was lost with the connection: %v; want jsapi.ErrIncomplete at the drop", name, round, err)
+			}
+			for !nc.IsConnected() {
+				if ctx.Err() != nil {
+					t.Fatal("the connection did not come back")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	if p.Cut.Load() != cuts {
+		t.Fatalf("%d cuts, want %d", p.Cut.Load(), cuts)
+	}
+	// A read whose caller's context ends first keeps the caller's error.
+	dctx, dcancel := context.WithCancel(ctx)
+	dcancel()
+	if _, err := jsapi.DirectLast(dctx, nc, "S", "s.x"); !errors.Is(err, context.Canceled) || errors.Is(err, jsapi.ErrIncomplete) {
+		t.Fatalf("a read with its context cancelled: %v; want context.Canceled", err)
+	}
+}
+
 // TestDirectGet_DropWatchEndsWithTheConnection: the goroutine that follows
 // a connection's drops ends, and forgets the connection, once it closes.
 func TestDirectGet_DropWatchEndsWithTheConnection(t *testing.T) {

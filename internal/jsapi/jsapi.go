@@ -97,7 +97,7 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, req GetRequest
 	if err != nil {
 		return nil, err
 	}
-	resp, err := nc.RequestWithContext(ctx, APIMsgGet+stream, body)
+	resp, err := request(ctx, nc, APIMsgGet+stream, body)
 	if err != nil {
 		return nil, fmt.Errorf("read stream %s: %w", stream, err)
 	}
