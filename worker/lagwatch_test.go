@@ -15,27 +15,26 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// gate holds back one event of the watch until it is opened: a watch that
-// lags behind the record it follows, which the server cannot be made to do
-// on demand (a test hook, worker.SetEventHook).
+// gate holds back one step of the worker (a watch event, a claim's
+// answer) in a test hook until it is opened: a watch that lags behind the
+// record it follows, or a slow claim, which the server cannot be made to
+// do on demand.
 type gate struct {
 	armed  atomic.Bool
-	seen   chan ownership.Event
+	seen   chan struct{}
 	opened chan struct{}
 	once   sync.Once
 }
 
 func newGate() *gate {
-	return &gate{seen: make(chan ownership.Event, 1), opened: make(chan struct{})}
+	return &gate{seen: make(chan struct{}, 1), opened: make(chan struct{})}
 }
 
-// hold blocks the watch at the first event match says true of, once armed.
-func (g *gate) hold(match func(ownership.Event) bool) func(ownership.Event) {
-	return func(ev ownership.Event) {
-		if !match(ev) || !g.armed.CompareAndSwap(true, false) {
-			return
-		}
-		g.seen <- ev
+// block holds the hook that calls it until the gate opens, the first time
+// it is called once armed (seen says so); at other times it returns.
+func (g *gate) block() {
+	if g.armed.CompareAndSwap(true, false) {
+		g.seen <- struct{}{}
 		<-g.opened
 	}
 }
@@ -58,9 +57,11 @@ func TestPartitioned_PostBeforeOwnRelease(t *testing.T) {
 	require.NoError(t, err)
 	g := newGate()
 	defer g.open()
-	worker.SetEventHook(wk, g.hold(func(ev ownership.Event) bool {
-		return ev.ID == "x" && ev.Kind == ownership.EventReleased && ev.Node == "w1"
-	}))
+	worker.SetEventHook(wk, func(ev ownership.Event) {
+		if ev.ID == "x" && ev.Kind == ownership.EventReleased && ev.Node == "w1" {
+			g.block()
+		}
+	})
 	worker.SetClaimWait(wk, func(string) time.Duration { return time.Second })
 	var postArmed atomic.Bool
 	postHandled := make(chan struct{}, 1)
@@ -119,13 +120,9 @@ func TestDispatch_FreedWhileClaiming(t *testing.T) {
 	lg := newLedger()
 	wk, err := w.NewWorker(worker.Config{Node: "w1", TTL: time.Second, Idle: time.Hour, Scan: time.Hour}, lg.handler("w1"))
 	require.NoError(t, err)
-	var armed atomic.Bool
-	claimSeen := make(chan struct{}, 1)
+	g := newGate()
 	freeHandled := make(chan struct{}, 1)
-	g := make(chan struct{})
-	var once sync.Once
-	open := func() { once.Do(func() { close(g) }) }
-	defer open()
+	defer g.open()
 	worker.SetDispatchHooks(wk, func(id string, free bool) {
 		if id == "x" && free {
 			select {
@@ -134,9 +131,8 @@ func TestDispatch_FreedWhileClaiming(t *testing.T) {
 			}
 		}
 	}, func(id string, held bool) {
-		if id == "x" && held && armed.CompareAndSwap(true, false) {
-			claimSeen <- struct{}{}
-			<-g
+		if id == "x" && held {
+			g.block()
 		}
 	})
 	_, err = w.Ownership.Claim(ctx, "x", "b", 30*time.Second)
@@ -144,17 +140,17 @@ func TestDispatch_FreedWhileClaiming(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- wk.Run(rctx) }()
-	defer func() { open(); stop(); require.NoError(t, <-done) }()
+	defer func() { g.open(); stop(); require.NoError(t, <-done) }()
 	testutil.WaitFor(t, 10*time.Second, "the worker serves every partition", func() bool {
 		n, _ := worker.Partitions(wk)
 		return n == 4
 	})
 
-	armed.Store(true)
+	g.armed.Store(true)
 	_, err = w.Queue.Send(ctx, "x", []byte("1"))
 	require.NoError(t, err)
 	select {
-	case <-claimSeen: // the claim found x held by b; its end is held back
+	case <-g.seen: // the claim found x held by b; its end is held back
 	case <-time.After(10 * time.Second):
 		t.Fatal("the post did not make x a claim")
 	}
@@ -164,7 +160,7 @@ func TestDispatch_FreedWhileClaiming(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the release's event did not reach the worker")
 	}
-	open() // the claim's answer, after the release's event
+	g.open() // the claim's answer, after the release's event
 	testutil.WaitFor(t, 10*time.Second, "x's post delivered", func() bool { return lg.delivered() == 1 })
 	require.Zero(t, lg.overlaps.Load())
 }

@@ -7,12 +7,37 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/server/servertest"
 	"github.com/fencepost/fencepost/testkit/faults"
 )
+
+// cutStream starts a server, connects to it through a proxy that can cut
+// the connection, and makes stream S (subjects s.>, direct gets) holding
+// one message, "a" on s.x; the context ends with the test or after a
+// minute.
+func cutStream(t *testing.T) (*faults.Proxy, *nats.Conn, context.Context) {
+	t.Helper()
+	node := servertest.New(t)
+	p, err := faults.NewProxy(strings.TrimPrefix(node.ClientURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	nc, js := servertest.Connect(t, p.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "s.x", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	return p, nc, ctx
+}
 
 // TestDirectGet_EndsAtADrop: a read whose answer is lost whole with the
 // connection (cut by a proxy as the answer's first bytes pass) ends when
@@ -22,21 +47,7 @@ import (
 // the whole 10 s and fails with the deadline. After each drop the
 // connection comes back and a read gets its answer again.
 func TestDirectGet_EndsAtADrop(t *testing.T) {
-	node := servertest.New(t)
-	p, err := faults.NewProxy(strings.TrimPrefix(node.ClientURL(), "nats://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	nc, js := servertest.Connect(t, p.URL())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.Publish(ctx, "s.x", []byte("a")); err != nil {
-		t.Fatal(err)
-	}
+	p, nc, ctx := cutStream(t)
 	read := func() (jsapi.Batch, error) {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -71,21 +82,7 @@ func TestDirectGet_EndsAtADrop(t *testing.T) {
 // request's end at the drop each round waits the whole 10 s and fails
 // with the deadline.
 func TestReadsOfOneMessage_EndAtADrop(t *testing.T) {
-	node := servertest.New(t)
-	p, err := faults.NewProxy(strings.TrimPrefix(node.ClientURL(), "nats://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	nc, js := servertest.Connect(t, p.URL())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.Publish(ctx, "s.x", []byte("a")); err != nil {
-		t.Fatal(err)
-	}
+	p, nc, ctx := cutStream(t)
 	reads := map[string]func(context.Context) (*jetstream.RawStreamMsg, error){
 		"DirectLast": func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
 			return jsapi.DirectLast(ctx, nc, "S", "s.x")
