@@ -20,8 +20,9 @@ type isolation struct {
 	dur  time.Duration
 }
 
-// clockFault injects OwnerIsolate, ClockJumpFwd or ClockJumpBack; false if
-// there was no owner to do it to.
+// clockFault injects OwnerIsolate, ClockJumpFwd or ClockJumpBack, and fills
+// in f's target, start and end (an isolation's); false if there was no
+// owner to do it to.
 //
 //   - OwnerIsolate: the connections of one owner (the owners with faulted
 //     clocks in turn, else one that holds ids) are held (nothing passes,
@@ -33,7 +34,7 @@ type isolation struct {
 //     clock spec has a jump moves by that much, forward or back (SIGUSR1,
 //     SIGUSR2 to the process; a restarted process starts without the jump,
 //     so a jump back may leave it behind the true clock).
-func clockFault(t testing.TB, d *deployment, own *owners, sc scenario, kind string, res *outcome) bool {
+func clockFault(t testing.TB, d *deployment, own *owners, sc scenario, kind string, res *outcome, f *faultAt) bool {
 	var slots []int
 	for s := range sc.Clocks {
 		slots = append(slots, s)
@@ -59,9 +60,11 @@ func clockFault(t testing.TB, d *deployment, own *owners, sc scenario, kind stri
 		// gets through, as in a partition that drops packets. (A cut
 		// connection ends its drains at once; a held one leaves the owner
 		// with its batch in hand and its own clock to stop by.)
+		f.target, f.at = p.node, time.Now()
 		d.owners[p.slot].Hold(dur)
 		res.isolations = append(res.isolations, isolation{at: time.Now(), node: p.node, dur: dur})
 		time.Sleep(dur) // the fault lasts this long
+		f.end = time.Now()
 		return true
 	case ClockJumpFwd, ClockJumpBack:
 		for _, s := range slots {
@@ -78,6 +81,7 @@ func clockFault(t testing.TB, d *deployment, own *owners, sc scenario, kind stri
 			if kind == ClockJumpBack {
 				sig = syscall.SIGUSR2
 			}
+			f.target, f.at = p.node, time.Now()
 			p.cmd.Process.Signal(sig)
 			res.Notes = append(res.Notes, fmt.Sprintf("%s: %s's wall clock by %v at %s", kind, p.node, sc.Clocks[s].Jump, time.Now().Format("15:04:05.000")))
 			return true

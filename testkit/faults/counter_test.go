@@ -132,9 +132,9 @@ func seizeOne(ctx context.Context, w *client.World, id string) error {
 // again and its effect applied once: the counters check that). It returns
 // how many stale deliveries remain without them (violations, with
 // examples) and how many were the seized holders'.
-func staleOfSeized(h history.History, rep history.Report, seizes []seized) (others int, examples []string, ofSeized int) {
+func staleOfSeized(h history.History, rep history.Report, seizes []seized) (others int, examples []violation, ofSeized int) {
 	if len(seizes) == 0 || rep.StaleDeliveries == 0 {
-		return rep.StaleDeliveries, nil, 0
+		return rep.StaleDeliveries, violationsOf(rep, "stale delivery"), 0
 	}
 	from := map[[2]any]time.Time{}
 	for _, s := range seizes {
@@ -152,12 +152,7 @@ func staleOfSeized(h history.History, rep history.Report, seizes []seized) (othe
 		kept.Deliveries = append(kept.Deliveries, dl)
 	}
 	r := history.Check(kept)
-	for _, e := range r.Examples {
-		if strings.HasPrefix(e, "stale delivery") {
-			examples = append(examples, e)
-		}
-	}
-	return r.StaleDeliveries, examples, rep.StaleDeliveries - r.StaleDeliveries
+	return r.StaleDeliveries, violationsOf(r, "stale delivery"), rep.StaleDeliveries - r.StaleDeliveries
 }
 
 // counterFigures is what the counter check found.
@@ -243,8 +238,8 @@ func TestStaleOfSeized(t *testing.T) {
 		t.Fatalf("the checker counts %d stale deliveries, want 2: %s", rep.StaleDeliveries, rep)
 	}
 	others, ex, ofSeized := staleOfSeized(h, rep, []seized{{id: "a", epoch: 1, at: at(50)}})
-	if others != 1 || ofSeized != 1 || len(ex) != 1 || !strings.Contains(ex[0], "/2 ") {
-		t.Errorf("others %d %q, of seized holders %d; want 1 (epoch 2) and 1", others, ex, ofSeized)
+	if others != 1 || ofSeized != 1 || len(ex) != 1 || !strings.Contains(ex[0].text, "/2 ") {
+		t.Errorf("others %d %q, of seized holders %d; want 1 (epoch 2) and 1", others, texts(ex), ofSeized)
 	}
 	// A seize after the stale delivery exempts nothing.
 	if others, _, ofSeized := staleOfSeized(h, rep, []seized{{id: "a", epoch: 1, at: at(125)}}); others != 2 || ofSeized != 0 {

@@ -235,7 +235,8 @@ func (rn *routeNet) leaderBesides(stream string, skip int) int {
 }
 
 // partition injects one partition fault of a ClusterRoutes run, heals it,
-// and waits until every member is current again and the world answers.
+// and waits until every member is current again and the world answers. It
+// fills in f's target (the member or route cut), start and end (the heal).
 //
 //   - PartMinority: the leader of the mailbox stream (odd faults) or of the
 //     bucket stream (even) is cut off from both other members until the
@@ -250,7 +251,7 @@ func (rn *routeNet) leaderBesides(stream string, skip int) int {
 //   - PartFlap: for sc.Cut, every 100 to 500 ms, cut and heal the route
 //     between the mailbox stream's leader and another member, or with
 //     sc.FlapLeader every route of the bucket stream's leader.
-func partition(t testing.TB, d *deployment, sc scenario, kind string, res *outcome, lap func(string)) {
+func partition(t testing.TB, d *deployment, sc scenario, kind string, res *outcome, lap func(string), f *faultAt) {
 	rn := d.routes
 	if rn == nil {
 		t.Fatalf("%s needs the %s deployment", kind, ClusterRoutes)
@@ -259,7 +260,7 @@ func partition(t testing.TB, d *deployment, sc scenario, kind string, res *outco
 	start := time.Now()
 	switch kind {
 	case PartMinority:
-		stream := []string{mb, kv}[(res.Faults[kind]+1)%2] // mailbox first
+		stream := []string{mb, kv}[res.Partition.Minority%2] // mailbox first
 		switch sc.MinorityOf {
 		case "mailbox":
 			stream = mb
@@ -279,6 +280,7 @@ func partition(t testing.TB, d *deployment, sc scenario, kind string, res *outco
 			}
 		}
 		clients := rn.Nodes[victim].NumClients()
+		f.target, f.at = rn.Nodes[victim].Name(), time.Now()
 		rn.Isolate(victim)
 		// Heal once the majority has a new leader and the old one has
 		// stepped down (it notices its lost quorum after 10 to 20 s), at
@@ -324,6 +326,7 @@ func partition(t testing.TB, d *deployment, sc scenario, kind string, res *outco
 			victim = (rn.leader(mb) + 1) % len(rn.Nodes)
 			most = rn.Nodes[victim].NumClients()
 		}
+		f.target, f.at = rn.Nodes[victim].Name(), time.Now()
 		rn.Isolate(victim)
 		for time.Now().Before(start.Add(sc.Cut)) {
 			time.Sleep(20 * time.Millisecond)
@@ -346,6 +349,10 @@ func partition(t testing.TB, d *deployment, sc scenario, kind string, res *outco
 			a = 0
 		}
 		b := (a + 1 + rand.IntN(len(rn.Nodes)-1)) % len(rn.Nodes)
+		f.target, f.at = rn.Nodes[a].Name()+"-"+rn.Nodes[b].Name(), time.Now()
+		if leaderOnly {
+			f.target = rn.Nodes[a].Name()
+		}
 		flaps := 0
 		for time.Now().Before(start.Add(sc.Cut)) {
 			if leaderOnly {
@@ -367,6 +374,7 @@ func partition(t testing.TB, d *deployment, sc scenario, kind string, res *outco
 	}
 	lap(kind + " healed")
 	healed := time.Now()
+	f.end = healed
 	if !waitUntil(60*time.Second, func() bool { return rn.healthy() == nil && rn.leader(mb) >= 0 && rn.leader(kv) >= 0 }) {
 		t.Fatalf("cluster not whole 60 s after healing %s: %v (%s)", kind, rn.healthy(), rn.routes())
 	}

@@ -125,6 +125,7 @@ type outcome struct {
 	UnknownSends    int64          // send attempts whose outcome was unknown (then retried with the same message id)
 	ops             []history.OwnOp
 	hist            *history.History // kept when an invariant was violated
+	faults          []faultAt        // every fault injected, in order
 	Fences          int64
 	OwnerStarts     int64
 	Duration        time.Duration
@@ -141,7 +142,7 @@ type outcome struct {
 	SeizeFailures int
 	SeizedStale   int
 	StaleOthers   int
-	StaleExamples []string
+	StaleExamples []violation
 }
 
 type deployment struct {
@@ -409,17 +410,13 @@ func run(t testing.TB, sc scenario) outcome {
 	lap("start owners, producers, clients")
 	waitUntil(60*time.Second, func() bool { _, _, n := rec.Counts(); return n > 0 })
 	lap("first delivery")
-	type faultAt struct {
-		at   time.Time
-		kind string
-	}
 	var faults []faultAt
 	var mu sync.Mutex
-	note := func(kind string) {
+	note := func(f faultAt) {
 		mu.Lock()
-		faults = append(faults, faultAt{time.Now(), kind})
+		faults = append(faults, f)
 		mu.Unlock()
-		res.Faults[kind]++
+		res.Faults[f.kind]++
 	}
 	nodeKills := 0
 	schedule := sc.Faults
@@ -441,22 +438,26 @@ func run(t testing.TB, sc scenario) outcome {
 			break
 		}
 		time.Sleep(sc.Gap) // the schedule: faults are spaced in time
+		f := faultAt{kind: kind, at: time.Now()}
 		switch kind {
 		case OwnerKill:
 			if p := own.pick(rand.IntN(16)); p != nil {
-				note(kind)
+				f.target = p.node
 				p.cmd.Process.Signal(syscall.SIGKILL)
+				note(f)
 			}
 		case OwnerStop:
 			p := own.pick(rand.IntN(16))
 			if p == nil {
 				continue
 			}
-			note(kind)
 			holder := p.active.Load() > 0
+			f.target, f.at = p.node, time.Now()
 			p.cmd.Process.Signal(syscall.SIGSTOP)
 			time.Sleep(sc.TTL + sc.TTL/2 + time.Duration(rand.IntN(500))*time.Millisecond)
 			p.cmd.Process.Signal(syscall.SIGCONT)
+			f.end = time.Now()
+			note(f)
 			// The stale owner wakes up: its lease has lapsed, it must
 			// self-fence (and the checker verifies it committed nothing
 			// under its old epoch after a newer one acted).
@@ -487,31 +488,42 @@ func run(t testing.TB, sc scenario) outcome {
 				t.Logf("%s: forced seize: %v", sc.Name, err)
 			}
 			if len(ss) > 0 {
-				note(kind)
+				var seizedIDs []string
+				for _, s := range ss {
+					seizedIDs = append(seizedIDs, s.id)
+				}
+				f.target, f.end = strings.Join(seizedIDs, ","), time.Now()
+				note(f)
 				res.seizes = append(res.seizes, ss...)
 			}
 		case ProxyCut:
-			note(kind)
+			f.target = "clients"
+			note(f)
 			d.proxy.CutAll()
 		case ProxyLatency:
-			note(kind)
-			d.proxy.SetLatency(time.Duration(50+rand.IntN(250)) * time.Millisecond)
+			lat := time.Duration(50+rand.IntN(250)) * time.Millisecond
+			f.target = fmt.Sprintf("clients +%v", lat)
+			d.proxy.SetLatency(lat)
 			time.Sleep(sc.Gap)
 			d.proxy.SetLatency(0)
+			f.end = time.Now()
+			note(f)
 		case ProxyRefuse:
-			note(kind)
 			// Longer than the ttl: the owners lose their leases.
 			dur := sc.TTL + time.Duration(rand.IntN(1000))*time.Millisecond
 			d.proxy.Refuse(dur)
 			d.proxy.CutAll()
 			time.Sleep(dur)
+			f.target, f.end = "clients", time.Now()
+			note(f)
 		case ServerCrash:
-			note(kind)
 			d.proc.crash()
 			time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond)
 			if err := d.proc.start(); err != nil {
 				t.Fatalf("restart the server: %v", err)
 			}
+			f.target, f.end = "server", time.Now()
+			note(f)
 			res.ServerRestarted++
 			faultLap("server crash and restart")
 			if err := d.waitWorld(60 * time.Second); err != nil {
@@ -534,10 +546,12 @@ func run(t testing.TB, sc scenario) outcome {
 			if victim == nil {
 				victim = d.cluster.Nodes[i%3]
 			}
-			note(kind)
+			f.target, f.at = victim.Name(), time.Now()
 			victim.Server.Stop()
 			time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
 			victim.Restart(t)
+			f.end = time.Now()
+			note(f)
 			faultLap("member " + victim.Name() + " stopped and restarted")
 			// Never two members down: wait until it is current again.
 			if !waitUntil(60*time.Second, func() bool { return victim.JetStreamIsCurrent() }) {
@@ -549,16 +563,17 @@ func run(t testing.TB, sc scenario) outcome {
 			}
 			faultLap("world answers after the restart")
 		case PartMinority, PartIsolate, PartFlap:
-			note(kind)
-			partition(t, d, sc, kind, &res, faultLap)
+			partition(t, d, sc, kind, &res, faultLap, &f)
+			note(f)
 		case OwnerIsolate, ClockJumpFwd, ClockJumpBack:
-			if clockFault(t, d, own, sc, kind, &res) {
-				note(kind)
+			if clockFault(t, d, own, sc, kind, &res, &f) {
+				note(f)
 			}
 		}
 		faultLap(kind)
 	}
 	lap("faults")
+	res.faults = faults
 	time.Sleep(sc.Gap)
 
 	// Heal, stop the producers and the ownership clients.
@@ -831,6 +846,7 @@ func waitUntil(total time.Duration, fn func() bool) bool {
 func verify(t testing.TB, sc scenario, res outcome) {
 	t.Helper()
 	rep := res.Report
+	timed := failures(sc, res)
 	t.Logf("%s: %s", sc.Name, summary(res))
 	if pf := res.Partition; pf.Minority+pf.Isolated+pf.Flaps > 0 {
 		t.Logf("%s: partitions: %d minority leaders (%d replaced in the majority, %d with two leaders at once), %d isolated members, %d flaps; longest wait from a heal to a whole cluster %v",
@@ -848,7 +864,7 @@ func verify(t testing.TB, sc scenario, res outcome) {
 			t.Errorf("%s: %d counters off of %d checked (want %d), summing to %d for %d messages stored:\n  %s", sc.Name, c.Off, c.Checked, sc.IDs, c.Counted, c.Stored, strings.Join(c.Examples, "\n  "))
 		}
 		if res.StaleOthers != 0 {
-			t.Errorf("%s: %d stale deliveries not of a seized holder:\n  %s", sc.Name, res.StaleOthers, strings.Join(res.StaleExamples, "\n  "))
+			t.Errorf("%s: %d stale deliveries not of a seized holder:\n  %s", sc.Name, res.StaleOthers, strings.Join(texts(res.StaleExamples), "\n  "))
 		}
 	}
 	if sc.BeyondBounds {
@@ -862,9 +878,9 @@ func verify(t testing.TB, sc scenario, res outcome) {
 		where := ""
 		if res.hist != nil {
 			if f, err := os.CreateTemp("", "fp-violation-*.txt"); err == nil {
-				f.WriteString(describe(*res.hist))
+				f.WriteString(describe(*res.hist, timed))
 				f.Close()
-				where = " (history around the lost messages in " + f.Name() + ")"
+				where = " (history around the violations in " + f.Name() + ")"
 			}
 		}
 		t.Errorf("%s: invariants violated%s:\n%s", sc.Name, where, rep)
@@ -884,6 +900,9 @@ func verify(t testing.TB, sc scenario, res outcome) {
 		if sc.For == 0 && res.Faults[f] == 0 {
 			t.Errorf("%s: fault %s was never injected", sc.Name, f)
 		}
+	}
+	if t.Failed() {
+		logFaults(t, sc.Name, res.faults, timed)
 	}
 }
 
@@ -906,8 +925,11 @@ func summary(res outcome) string {
 }
 
 // describe writes, for every posted message never delivered, the sends,
-// deliveries and commits of its id around its sequence.
-func describe(h history.History) string {
+// deliveries and commits of its id around its sequence; and for every
+// violation of vs (those with a time: a stale delivery or commit, ...),
+// the holders and commits of its id and its deliveries around its
+// sequence.
+func describe(h history.History, vs []violation) string {
 	var b strings.Builder
 	delivered := map[string]bool{}
 	for _, d := range h.Deliveries {
@@ -921,7 +943,7 @@ func describe(h history.History) string {
 		}
 		if !described[s.ID] {
 			described[s.ID] = true
-			describeHolders(&b, h, s.ID, s.Seq)
+			describeHolders(&b, h, s.ID, s.Seq, "lost")
 		}
 		if n++; n > 10 {
 			break
@@ -953,15 +975,30 @@ func describe(h history.History) string {
 			}
 		}
 	}
+	// The other violations: the holders of each id (around its first
+	// violation), and the deliveries around each.
+	holders := map[string]bool{}
+	for _, v := range vs {
+		if !holders[v.ID] {
+			holders[v.ID] = true
+			describeHolders(&b, h, v.ID, v.Seq, v.Kind)
+		}
+		fmt.Fprintf(&b, "VIOLATION %s\n", v.text)
+		for _, d := range h.Deliveries {
+			if d.ID == v.ID && d.Seq+5 >= v.Seq && d.Seq <= v.Seq+5 {
+				fmt.Fprintf(&b, "  delivery seq %d key %s %s/%d rev %d at %s\n", d.Seq, d.Key, d.Node, d.Epoch, d.Revision, d.At.Format(time.RFC3339Nano))
+			}
+		}
+	}
 	return b.String()
 }
 
 // describeHolders writes, for id, each holder's deliveries (how many, the
 // first and the last, and those on either side of the first lost message,
-// at lost) and every commit, in the bucket's order: which holder skipped
-// the lost messages, and whether a drain or its inbox handed out what
-// came after them.
-func describeHolders(b *strings.Builder, h history.History, id string, lost uint64) {
+// at lost, or of the first message of another violation, what) and every
+// commit, in the bucket's order: which holder skipped the lost messages,
+// and whether a drain or its inbox handed out what came after them.
+func describeHolders(b *strings.Builder, h history.History, id string, lost uint64, what string) {
 	type span struct {
 		node          string
 		epoch         uint64
@@ -997,10 +1034,10 @@ func describeHolders(b *strings.Builder, h history.History, id string, lost uint
 		}
 		return fmt.Sprintf("%d at %s", d.Seq, d.At.Format("15:04:05.000"))
 	}
-	fmt.Fprintf(b, "HOLDERS of %s (first lost seq %d), in the order of their first delivery:\n", id, lost)
+	fmt.Fprintf(b, "HOLDERS of %s (first %s seq %d), in the order of their first delivery:\n", id, what, lost)
 	for _, sp := range order {
-		fmt.Fprintf(b, "  %s/%d: %d deliveries, first %s, last %s; last before the lost %s, first after %s\n",
-			sp.node, sp.epoch, sp.n, at(&sp.first), at(&sp.last), at(sp.before), at(sp.after))
+		fmt.Fprintf(b, "  %s/%d: %d deliveries, first %s, last %s; last before the %s %s, first after %s\n",
+			sp.node, sp.epoch, sp.n, at(&sp.first), at(&sp.last), what, at(sp.before), at(sp.after))
 	}
 	var cs []history.Commit
 	for _, c := range h.Commits {
@@ -1034,7 +1071,7 @@ func TestDescribe_NamesTheHolderThatSkipped(t *testing.T) {
 		{ID: "mb-0", Node: "n0", Epoch: 1, Cursor: 1, StreamSeq: 10, At: t0.Add(time.Second)},
 		{ID: "mb-0", Node: "n1", Epoch: 2, Cursor: 4, StreamSeq: 12, At: t0.Add(4 * time.Second)},
 	}
-	out := describe(h)
+	out := describe(h, nil)
 	for _, want := range []string{
 		"LOST mb-0 key k3 seq 3",
 		"HOLDERS of mb-0 (first lost seq 3)",

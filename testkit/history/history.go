@@ -200,14 +200,33 @@ type Report struct {
 	// docs/reliability.md, Found).
 	StoredTwice int
 	Examples    []string
+	Violations  []Violation // Violations[i] is what Examples[i] is about
+}
+
+// Violation is what an example is about: its kind (the example's prefix:
+// "lost", "unexpected", "stored twice", "order", "cursor back", "stale
+// commit", "stale delivery"), the id, the message's sequence (a commit's
+// cursor) and when it happened: the handler's entry, the commit's ack,
+// or for an order of sequences the send's return (zero for a lost
+// message).
+type Violation struct {
+	Kind string
+	ID   string
+	Seq  uint64
+	At   time.Time
 }
 
 const maxExamples = 20
 
-func (rep *Report) violation(count *int, format string, args ...any) {
+func (rep *Report) violation(count *int, v Violation, format string, args ...any) {
 	*count++
+	rep.example(v, format, args...)
+}
+
+func (rep *Report) example(v Violation, format string, args ...any) {
 	if len(rep.Examples) < maxExamples {
 		rep.Examples = append(rep.Examples, fmt.Sprintf(format, args...))
+		rep.Violations = append(rep.Violations, v)
 	}
 }
 
@@ -293,11 +312,11 @@ func Check(h History) Report {
 		s, ok := sends[d.Key]
 		switch {
 		case !ok:
-			rep.violation(&rep.Unexpected, "unexpected: %s key %q seq %d delivered to %s/%d but never sent", d.ID, d.Key, d.Seq, d.Node, d.Epoch)
+			rep.violation(&rep.Unexpected, Violation{"unexpected", d.ID, d.Seq, d.At}, "unexpected: %s key %q seq %d delivered to %s/%d but never sent", d.ID, d.Key, d.Seq, d.Node, d.Epoch)
 		case s.ID != d.ID:
-			rep.violation(&rep.Unexpected, "unexpected: key %q sent to %s delivered from %s", d.Key, s.ID, d.ID)
+			rep.violation(&rep.Unexpected, Violation{"unexpected", d.ID, d.Seq, d.At}, "unexpected: key %q sent to %s delivered from %s", d.Key, s.ID, d.ID)
 		case s.Outcome == Refused:
-			rep.violation(&rep.Unexpected, "unexpected: %s key %q delivered (seq %d) but its send was refused", d.ID, d.Key, d.Seq)
+			rep.violation(&rep.Unexpected, Violation{"unexpected", d.ID, d.Seq, d.At}, "unexpected: %s key %q delivered (seq %d) but its send was refused", d.ID, d.Key, d.Seq)
 		case s.Outcome == Posted && s.Seq != d.Seq:
 			// The key is stored under two sequences: an attempt of
 			// unknown outcome stored one copy and the retry, with the
@@ -307,9 +326,7 @@ func Check(h History) Report {
 			if !twice[d.Key] {
 				twice[d.Key] = true
 				rep.StoredTwice++
-				if len(rep.Examples) < maxExamples {
-					rep.Examples = append(rep.Examples, fmt.Sprintf("stored twice: %s key %q posted at seq %d (after a retry) also delivered as seq %d", d.ID, d.Key, s.Seq, d.Seq))
-				}
+				rep.example(Violation{"stored twice", d.ID, d.Seq, d.At}, "stored twice: %s key %q posted at seq %d (after a retry) also delivered as seq %d", d.ID, d.Key, s.Seq, d.Seq)
 			}
 		}
 		if f, ok := firsts[d.Key]; !ok || d.At.Before(f.at) {
@@ -327,7 +344,7 @@ func Check(h History) Report {
 		s := &h.Sends[i]
 		if s.Outcome == Posted {
 			if _, ok := firsts[s.Key]; !ok {
-				rep.violation(&rep.Lost, "lost: %s key %q posted at seq %d by %s, never delivered", s.ID, s.Key, s.Seq, s.Producer)
+				rep.violation(&rep.Lost, Violation{"lost", s.ID, s.Seq, time.Time{}}, "lost: %s key %q posted at seq %d by %s, never delivered", s.ID, s.Key, s.Seq, s.Producer)
 			}
 		}
 	}
@@ -353,10 +370,10 @@ func Check(h History) Report {
 			}
 			if prev != nil {
 				if s.Seq <= prev.Seq {
-					rep.violation(&rep.Order, "order: %s: %q posted after %q got seq %d <= %d", s.ID, s.Key, prev.Key, s.Seq, prev.Seq)
+					rep.violation(&rep.Order, Violation{"order", s.ID, s.Seq, s.Returned}, "order: %s: %q posted after %q got seq %d <= %d", s.ID, s.Key, prev.Key, s.Seq, prev.Seq)
 				}
 				if f.at.Before(prevAt) {
-					rep.violation(&rep.Order, "order: %s: %q (seq %d) first delivered at %s, before %q (seq %d) posted earlier, at %s",
+					rep.violation(&rep.Order, Violation{"order", s.ID, s.Seq, f.at}, "order: %s: %q (seq %d) first delivered at %s, before %q (seq %d) posted earlier, at %s",
 						s.ID, s.Key, s.Seq, f.at.Format(time.RFC3339Nano), prev.Key, prev.Seq, prevAt.Format(time.RFC3339Nano))
 				}
 			}
@@ -423,11 +440,11 @@ func Check(h History) Report {
 		sort.Slice(cs, func(i, j int) bool { return cs[i].StreamSeq < cs[j].StreamSeq })
 		for i, c := range cs {
 			if i > 0 && c.Cursor < cs[i-1].Cursor {
-				rep.violation(&rep.CursorBack, "cursor back: %s: cursor %d (%s/%d at bucket seq %d) after cursor %d (%s/%d at bucket seq %d)",
+				rep.violation(&rep.CursorBack, Violation{"cursor back", id, c.Cursor, c.At}, "cursor back: %s: cursor %d (%s/%d at bucket seq %d) after cursor %d (%s/%d at bucket seq %d)",
 					id, c.Cursor, c.Node, c.Epoch, c.StreamSeq, cs[i-1].Cursor, cs[i-1].Node, cs[i-1].Epoch, cs[i-1].StreamSeq)
 			}
 			if p, ok := above[id][c.Epoch]; ok && p.seq < c.StreamSeq {
-				rep.violation(&rep.StaleCommits, "stale commit: %s: %s/%d stored cursor %d at bucket seq %d, after the record named epoch %d (at bucket seq %d)",
+				rep.violation(&rep.StaleCommits, Violation{"stale commit", id, c.Cursor, c.At}, "stale commit: %s: %s/%d stored cursor %d at bucket seq %d, after the record named epoch %d (at bucket seq %d)",
 					id, c.Node, c.Epoch, c.Cursor, c.StreamSeq, p.epoch, p.seq)
 			}
 		}
@@ -435,7 +452,7 @@ func Check(h History) Report {
 	// Stale deliveries, in time.
 	for _, d := range h.Deliveries {
 		if p, ok := above[d.ID][d.Epoch]; ok && p.at.Before(d.At) {
-			rep.violation(&rep.StaleDeliveries, "stale delivery: %s seq %d to %s/%d at %s, after epoch %d had acted at %s",
+			rep.violation(&rep.StaleDeliveries, Violation{"stale delivery", d.ID, d.Seq, d.At}, "stale delivery: %s seq %d to %s/%d at %s, after epoch %d had acted at %s",
 				d.ID, d.Seq, d.Node, d.Epoch, d.At.Format(time.RFC3339Nano), p.atEp, p.at.Format(time.RFC3339Nano))
 		}
 	}

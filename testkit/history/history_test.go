@@ -106,6 +106,7 @@ func TestCheck_CursorBack(t *testing.T) {
 	h.Commits = append(h.Commits, Commit{ID: "x", Node: "B", Epoch: 2, Revision: 20, Cursor: 11, StreamSeq: 30, At: at(14)})
 	rep := Check(h)
 	require.Equal(t, 1, rep.CursorBack, rep.String())
+	require.Equal(t, []Violation{{Kind: "cursor back", ID: "x", Seq: 11, At: at(14)}}, rep.Violations)
 }
 
 func TestCheck_StaleDelivery(t *testing.T) {
@@ -114,6 +115,8 @@ func TestCheck_StaleDelivery(t *testing.T) {
 	h.Deliveries = append(h.Deliveries, Delivery{ID: "x", Key: "a3", Seq: 12, Node: "A", Epoch: 1, Revision: 5, At: at(10).Add(1)})
 	rep := Check(h)
 	require.Equal(t, 1, rep.StaleDeliveries, rep.String())
+	// Its example says what it is about, with the handler's entry time.
+	require.Equal(t, []Violation{{Kind: "stale delivery", ID: "x", Seq: 12, At: at(10).Add(1)}}, rep.Violations)
 	// The same delivery before B acted is not stale.
 	h.Deliveries[len(h.Deliveries)-1].At = at(9)
 	rep = Check(h)
