@@ -112,7 +112,15 @@ func clockScenarios(base scenario) []scenario {
 // elected, while the old leader may still lead
 // (partition-minority-heal-at-election: its final worker self-fences in
 // about one run of four, with or without read barriers; docs/reliability.md
-// section 6).
+// section 6). Routes held instead of cut (partition in partition_test.go,
+// docs/reliability.md 3.2): the mailbox stream's leader, then the bucket
+// stream's, has its routes pass no bytes either way, no connection closed
+// (partition-silent), or only its own bytes to the others
+// (partition-asymmetric), until the majority has a new leader and the old
+// one has stepped down, then the held bytes flow; or for 100 s, past
+// nats-server's route pings, which close the held routes after 60 to 90 s
+// (partition-silent-long, partition-asymmetric-long: until then the
+// leader cut off keeps deposing the majority's leaders).
 func extraScenarios() []scenario {
 	var out []scenario
 	for _, sc := range ciScenarios() {
@@ -122,7 +130,13 @@ func extraScenarios() []scenario {
 			mailbox.Name, mailbox.MinorityOf = "partition-minority-mailbox", "mailbox"
 			heal.Name, heal.HealAtElection = "partition-minority-heal-at-election", true
 			heal.Faults = []string{PartMinority, PartMinority, PartMinority, PartMinority}
-			out = append(out, bucket, mailbox, heal)
+			silent, asym := sc, sc
+			silent.Name, silent.Faults = "partition-silent", []string{PartSilent, PartSilent}
+			asym.Name, asym.Faults = "partition-asymmetric", []string{PartAsym, PartAsym}
+			long, asymLong := silent, asym
+			long.Name, long.Cut = "partition-silent-long", 100*time.Second
+			asymLong.Name, asymLong.Cut = "partition-asymmetric-long", 100*time.Second
+			out = append(out, bucket, mailbox, heal, silent, asym, long, asymLong)
 		}
 		if sc.Name == "cluster" {
 			// A partitioned world on R3 (3.13): members killed under

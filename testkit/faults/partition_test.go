@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,9 +32,53 @@ type routeNet struct {
 	Nodes []*servertest.Node
 	links [][]*Proxy
 	sink  *sink
+	logs  []*memberLog // each member's own notices, warnings and errors
 	mu    sync.Mutex
 	cut   map[[2]int]bool
 }
+
+// memberLog keeps a member's notices, warnings and errors with their
+// times (the newest 4000 to 5000), so that a fault can say what
+// nats-server did meanwhile: which routes it closed and why, which
+// leaders it elected.
+type memberLog struct {
+	mu    sync.Mutex
+	lines []logLine
+}
+
+type logLine struct {
+	at   time.Time
+	text string
+}
+
+func (l *memberLog) add(format string, v []any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) == 5000 {
+		l.lines = append(l.lines[:0], l.lines[1000:]...)
+	}
+	l.lines = append(l.lines, logLine{time.Now(), fmt.Sprintf(format, v...)})
+}
+
+// since is what was logged at or after from that contains substr.
+func (l *memberLog) since(from time.Time, substr string) []logLine {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []logLine
+	for _, ln := range l.lines {
+		if !ln.at.Before(from) && strings.Contains(ln.text, substr) {
+			out = append(out, ln)
+		}
+	}
+	return out
+}
+
+func (l *memberLog) Noticef(format string, v ...any) { l.add(format, v) }
+func (l *memberLog) Warnf(format string, v ...any)   { l.add("[WRN] "+format, v) }
+func (l *memberLog) Errorf(format string, v ...any)  { l.add("[ERR] "+format, v) }
+func (l *memberLog) Fatalf(format string, v ...any)  { l.add("[FTL] "+format, v) }
+func (l *memberLog) Debugf(string, ...any)           {}
+func (l *memberLog) Tracef(string, ...any)           {}
 
 // sink accepts connections and closes them at once.
 type sink struct {
@@ -107,7 +152,9 @@ func newRouteNet(t testing.TB) *routeNet {
 			t.Fatal(err)
 		}
 		opts.Cluster.Advertise = rn.sink.ln.Addr().String()
-		s, err := server.Start(server.Config{Opts: opts})
+		log := &memberLog{}
+		rn.logs = append(rn.logs, log)
+		s, err := server.Start(server.Config{Opts: opts, Logger: log})
 		if err != nil {
 			t.Fatalf("member %d: %v", i+1, err)
 		}
@@ -170,7 +217,7 @@ func (rn *routeNet) Isolate(i int) {
 	}
 }
 
-// HealAll heals every cut pair.
+// HealAll heals every cut pair and ends every Hold.
 func (rn *routeNet) HealAll() {
 	for i := range rn.Nodes {
 		for j := range rn.Nodes {
@@ -179,6 +226,79 @@ func (rn *routeNet) HealAll() {
 			}
 		}
 	}
+	rn.Release()
+}
+
+// Hold stops the bytes on every route between member i and the others
+// without closing a connection, until Release: out, the bytes i sends;
+// in, the bytes it receives (both: a silent partition; one: an
+// asymmetric one). Member i is the client side of links[i][j] (it dials j
+// there) and the server side of links[j][i], and nats-server pools
+// several routes per pair, dialed by either member, so both proxies of
+// each pair hold, each the direction that carries i's bytes (or the
+// others'). What is sent meanwhile waits in the proxies and the sockets,
+// and flows after Release unless nats-server closed the route itself.
+func (rn *routeNet) Hold(i int, out, in bool) {
+	var dialer, dialed Direction // on links[i][j], on links[j][i]
+	if out {
+		dialer, dialed = dialer|ToServer, dialed|ToClient
+	}
+	if in {
+		dialer, dialed = dialer|ToClient, dialed|ToServer
+	}
+	for j := range rn.Nodes {
+		if j != i {
+			rn.links[i][j].Pause(dialer)
+			rn.links[j][i].Pause(dialed)
+		}
+	}
+}
+
+// Release ends every Hold: the held bytes flow.
+func (rn *routeNet) Release() {
+	for _, row := range rn.links {
+		for _, p := range row {
+			if p != nil {
+				p.Resume(BothWays)
+			}
+		}
+	}
+}
+
+// accepted is how many route connections the proxies of member i's pairs
+// have accepted so far (a new one: a route that nats-server dialed again).
+func (rn *routeNet) accepted(i int) int64 {
+	var n int64
+	for j := range rn.Nodes {
+		if j != i {
+			n += rn.links[i][j].Accepted.Load() + rn.links[j][i].Accepted.Load()
+		}
+	}
+	return n
+}
+
+// openRoutes is how many route connections the proxies of member i's pairs
+// forward now.
+func (rn *routeNet) openRoutes(i int) int {
+	n := 0
+	for j := range rn.Nodes {
+		if j != i {
+			n += rn.links[i][j].open() + rn.links[j][i].open()
+		}
+	}
+	return n
+}
+
+// logged is every member's lines since from that contain substr, each
+// prefixed with its member and its time after from.
+func (rn *routeNet) logged(from time.Time, substr string) []string {
+	var out []string
+	for i, l := range rn.logs {
+		for _, ln := range l.since(from, substr) {
+			out = append(out, fmt.Sprintf("%s +%v: %s", rn.Nodes[i].Name(), ln.at.Sub(from).Round(time.Millisecond), ln.text))
+		}
+	}
+	return out
 }
 
 // index is the position of the member named name, or -1.
@@ -223,6 +343,41 @@ func (d *deployment) stepDown(t testing.TB, stream string) {
 	t.Fatalf("step down of %s's leader refused", stream)
 }
 
+// stableLeader is the index of the one member that has called itself
+// stream's leader, alone, for the last d, waiting up to total for one;
+// -1 if none did.
+func (rn *routeNet) stableLeader(stream string, d, total time.Duration) int {
+	return settled(func() int {
+		l, leaders := -1, 0
+		for i, n := range rn.Nodes {
+			if n.JetStreamIsStreamLeader("$G", stream) {
+				l, leaders = i, leaders+1
+			}
+		}
+		if leaders != 1 {
+			return -1
+		}
+		return l
+	}, d, total)
+}
+
+// settled polls now every 20 ms until it has answered the same value,
+// not -1, for d, and returns it; -1 if that did not happen within total.
+func settled(now func() int, d, total time.Duration) int {
+	deadline := time.Now().Add(total)
+	last, since := -1, time.Now()
+	for time.Now().Before(deadline) {
+		if v := now(); v != last {
+			last, since = v, time.Now()
+		}
+		if last >= 0 && time.Since(since) >= d {
+			return last
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return -1
+}
+
 // leaderBesides is the index of a member other than skip that says it
 // leads stream, or -1.
 func (rn *routeNet) leaderBesides(stream string, skip int) int {
@@ -251,6 +406,15 @@ func (rn *routeNet) leaderBesides(stream string, skip int) int {
 //   - PartFlap: for sc.Cut, every 100 to 500 ms, cut and heal the route
 //     between the mailbox stream's leader and another member, or with
 //     sc.FlapLeader every route of the bucket stream's leader.
+//   - PartSilent: the routes between the leader of the mailbox stream (odd
+//     faults) or of the bucket stream (even) and both other members pass
+//     no bytes either way and none is closed (a network that silently
+//     drops packets), until the majority has elected a new leader and the
+//     old one has stepped down, then heldPast more (at most heldCap; with
+//     sc.Cut, for sc.Cut); then the held bytes flow on the same
+//     connections, unless nats-server closed them itself (holdLeader).
+//   - PartAsym: the same, but only the bytes of the others to the leader
+//     are held: it reaches them, they do not reach it.
 func partition(t testing.TB, d *deployment, sc scenario, kind string, res *outcome, lap func(string), f *faultAt) {
 	rn := d.routes
 	if rn == nil {
@@ -258,6 +422,7 @@ func partition(t testing.TB, d *deployment, sc scenario, kind string, res *outco
 	}
 	mb, kv := wire.MailboxStream(d.world), wire.BucketStream(d.world)
 	start := time.Now()
+	var afterWhole func() // a note to finish once the cluster is whole again
 	switch kind {
 	case PartMinority:
 		stream := []string{mb, kv}[res.Partition.Minority%2] // mailbox first
@@ -371,6 +536,8 @@ func partition(t testing.TB, d *deployment, sc scenario, kind string, res *outco
 			what = fmt.Sprintf("every route of %s (leader of %s)", rn.Nodes[a].Name(), stream)
 		}
 		res.Notes = append(res.Notes, fmt.Sprintf("%s: %s cut and healed %d times in %v", kind, what, flaps, sc.Cut))
+	case PartSilent, PartAsym:
+		afterWhole = holdLeader(t, rn, kind, []string{mb, kv}, sc.Cut, res, f)
 	}
 	lap(kind + " healed")
 	healed := time.Now()
@@ -382,7 +549,183 @@ func partition(t testing.TB, d *deployment, sc scenario, kind string, res *outco
 		t.Fatalf("world after healing %s: %v", kind, err)
 	}
 	res.Partition.HealWait = max(res.Partition.HealWait, time.Since(healed))
+	if afterWhole != nil {
+		afterWhole()
+	}
 	lap("cluster whole, world answers")
+}
+
+// heldPast is how long a PartSilent or PartAsym goes on after the
+// majority has its new leader and the old one has stepped down: the new
+// leader serves while the old one is still cut off. heldCap bounds the
+// hold: under PartAsym the old leader's heartbeats still reach the
+// others, so they start their election only after it stepped down (12 to
+// 19 s after the start of the hold), and elected after 17 to 34 s
+// (docs/reliability.md 3.2).
+const (
+	heldPast = 3 * time.Second
+	heldCap  = 45 * time.Second
+)
+
+// holdLeader injects a PartSilent or PartAsym: the leader of the mailbox
+// stream (the kind's odd faults) or of the bucket stream (even; streams is
+// the two) has its routes held (routeNet.Hold), both ways (PartSilent), or
+// only what the others send it (PartAsym: it reaches them, they do not
+// reach it), no connection closed, its clients connected to it, until the
+// majority has elected a new leader and the old one has stepped down,
+// then heldPast more, at most heldCap (or for hold, when positive); then
+// the held bytes flow. It notes the election, the step down, the routes
+// nats-server closed by itself (its pings, its write deadline) and those
+// it dialed again, and returns what to note once the cluster is whole
+// again.
+func holdLeader(t testing.TB, rn *routeNet, kind string, streams []string, hold time.Duration, res *outcome, f *faultAt) func() {
+	pf := &res.Partition
+	n := &pf.Silent
+	if kind == PartAsym {
+		n = &pf.Asym
+	}
+	stream := streams[*n%2]
+	// A leader that has led for a while: after a long hold's release the
+	// old leader's term deposes the majority's leaders (3.2), and a member
+	// that still calls itself leader may be about to step down.
+	settled := time.Now()
+	victim := rn.stableLeader(stream, time.Second, 30*time.Second)
+	waited := time.Since(settled)
+	if victim < 0 {
+		victim = rand.IntN(len(rn.Nodes))
+	}
+	name := rn.Nodes[victim].Name()
+	clients, routes, accepted := rn.Nodes[victim].NumClients(), rn.Nodes[victim].NumRoutes(), rn.accepted(victim)
+	f.target, f.at = name, time.Now()
+	start := f.at
+	rn.Hold(victim, kind == PartSilent, true)
+	elected, dual, stepped := time.Duration(-1), false, time.Duration(-1)
+	minRoutes := routes
+	limit := heldCap
+	if hold > 0 {
+		limit = hold
+	}
+	for time.Since(start) < limit {
+		if elected < 0 && rn.leaderBesides(stream, victim) >= 0 {
+			elected = time.Since(start)
+			dual = rn.Nodes[victim].JetStreamIsStreamLeader("$G", stream)
+		}
+		if stepped < 0 && !rn.Nodes[victim].JetStreamIsStreamLeader("$G", stream) {
+			stepped = time.Since(start)
+		}
+		minRoutes = min(minRoutes, rn.Nodes[victim].NumRoutes())
+		if hold <= 0 && elected >= 0 && stepped >= 0 && time.Since(start) >= max(elected, stepped)+heldPast {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	open, redialed := rn.openRoutes(victim), rn.accepted(victim)-accepted
+	closed := rn.routeEvents(start)
+	elections := len(rn.logged(start, "new stream leader for '$G > "+stream+"'"))
+	rn.Release()
+	released := time.Now()
+	*n++
+	for _, l := range closed {
+		if strings.Contains(l, "Router connection closed") {
+			pf.HeldClosed++
+		}
+	}
+	pf.HeldRedialed += redialed
+	ms := func(d time.Duration) string {
+		if d < 0 {
+			return "never"
+		}
+		return "after " + d.Round(time.Millisecond).String()
+	}
+	if elected >= 0 {
+		pf.HeldElected++
+		if dual {
+			pf.HeldDual++
+		}
+	}
+	how := "both ways"
+	if kind == PartAsym {
+		how = "the others' bytes to it only"
+	}
+	pf.HeldElections += elections
+	note := fmt.Sprintf("%s: %s, leader of %s (alone, for 1 s, after %v) with %d clients, routes held (%s) for %v: a new leader %s (the old one still leading then: %v), the old one stepped down %s, %d elections of a leader of %s in all during the hold; its routes: %d before, at least %d during the hold, %d connections open through the proxies at the release, %d dialed again during the hold",
+		kind, name, stream, waited.Round(time.Millisecond), clients, how, released.Sub(start).Round(time.Millisecond), ms(elected), dual, ms(stepped), elections, stream, routes, minRoutes, open, redialed)
+	if len(closed) == 0 {
+		note += "; nats-server closed no route during the hold"
+	} else {
+		note += fmt.Sprintf("; nats-server during the hold: %s", summarizeEvents(closed))
+	}
+	return func() {
+		after := rn.routeEvents(released)
+		again := rn.accepted(victim) - accepted - redialed
+		pf.HeldRedialed += again
+		note += fmt.Sprintf("; after the release, %d route connections dialed again", again)
+		if len(after) > 0 {
+			note += fmt.Sprintf(", nats-server: %s", summarizeEvents(after))
+		}
+		res.Notes = append(res.Notes, note)
+	}
+}
+
+// summarizeEvents counts routeEvents lines by what happened ("Stale
+// Connection", "Duplicate Route", "Slow Consumer", ...), in the order each
+// first happened, with the times of the first and the last: "Stale
+// Connection x8 (+1m23.3s to +1m23.5s)".
+func summarizeEvents(lines []string) string {
+	type group struct {
+		what        string
+		n           int
+		first, last time.Duration
+	}
+	var groups []*group
+	by := map[string]*group{}
+	for _, l := range lines {
+		member, rest, _ := strings.Cut(l, ": ")
+		_, off, _ := strings.Cut(member, " +")
+		at, err := time.ParseDuration(off)
+		if err != nil {
+			at = -1
+		}
+		what := "other"
+		switch {
+		case strings.Contains(rest, "Router connection closed: "):
+			_, what, _ = strings.Cut(rest, "Router connection closed: ")
+			what, _, _ = strings.Cut(what, " - ")
+		case strings.Contains(rest, "Slow Consumer"):
+			what = "Slow Consumer"
+		}
+		g := by[what]
+		if g == nil {
+			g = &group{what: what, first: at, last: at}
+			by[what] = g
+			groups = append(groups, g)
+		}
+		g.n++
+		g.first, g.last = min(g.first, at), max(g.last, at)
+	}
+	sort.SliceStable(groups, func(i, j int) bool { return groups[i].first < groups[j].first })
+	var b []string
+	for _, g := range groups {
+		b = append(b, fmt.Sprintf("%s x%d (+%v to +%v)", g.what, g.n, g.first, g.last))
+	}
+	return strings.Join(b, ", ")
+}
+
+// routeEvents is what the members logged since from about their routes
+// to each other: a route closed (and why), a slow consumer route (its
+// write deadline). The gossiped routes that the sink turns away are left
+// out.
+func (rn *routeNet) routeEvents(from time.Time) []string {
+	var out []string
+	sink := rn.sink.ln.Addr().String()
+	for _, substr := range []string{"Router connection closed", "Slow Consumer"} {
+		for _, l := range rn.logged(from, substr) {
+			if !strings.Contains(l, sink) {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
 }
 
 // TestRouteNet_CutAndHeal: a cut pair has no route between its members
@@ -432,4 +775,59 @@ type partitionFigures struct {
 	Minority, Elected, Dual int // minority-leader cuts, those in which the majority elected a new leader, and those with two leaders at once
 	Isolated, Flaps         int
 	HealWait                time.Duration // longest wait from a heal until the cluster was whole and the world answered
+	// Held routes (PartSilent, PartAsym): how many of each, those in
+	// which the majority elected a new leader and those with two leaders
+	// at once; the route connections nats-server closed by itself during
+	// the holds (as each end logged it: a connection closed at both ends
+	// counts twice) and those dialed again (during or after).
+	Silent, Asym, HeldElected, HeldDual int
+	HeldElections                       int // leaders of the held stream elected during the holds, as the members logged them
+	HeldClosed                          int
+	HeldRedialed                        int64
+}
+
+// TestSummarizeEvents: route events counted by what happened, in the
+// order each first happened, with their first and last times.
+func TestSummarizeEvents(t *testing.T) {
+	got := summarizeEvents([]string{
+		"fp-2 +1m23.4s: 127.0.0.1:1 - rid:9 - Router connection closed: Stale Connection - Remote: fp-1",
+		"fp-2 +1m40s: 127.0.0.1:1 - rid:30 - Router connection closed: Duplicate Route - Remote: fp-1",
+		"fp-1 +1m23.3s: 127.0.0.1:2 - rid:15 - Router connection closed: Stale Connection - Remote: fp-2",
+		"fp-1 +1m30s: 127.0.0.1:3 - rid:40 - Router connection closed: Client Closed",
+		"fp-3 +12s: 127.0.0.1:4 - rid:5 - Slow Consumer Detected: WriteDeadline of 10s exceeded with 3 chunks of 100 total bytes.",
+	})
+	want := "Slow Consumer x1 (+12s to +12s), Stale Connection x2 (+1m23.3s to +1m23.4s), Client Closed x1 (+1m30s to +1m30s), Duplicate Route x1 (+1m40s to +1m40s)"
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	if got := summarizeEvents(nil); got != "" {
+		t.Errorf("nothing: %q", got)
+	}
+}
+
+// TestSettled: a value counts once it has held for d; a change, or -1,
+// starts the wait again; none that holds long enough gives -1.
+func TestSettled(t *testing.T) {
+	start := time.Now()
+	// 1 for 100 ms, none for 100 ms, then 2 for good.
+	v := settled(func() int {
+		switch since := time.Since(start); {
+		case since < 100*time.Millisecond:
+			return 1
+		case since < 200*time.Millisecond:
+			return -1
+		default:
+			return 2
+		}
+	}, 150*time.Millisecond, 5*time.Second)
+	if v != 2 {
+		t.Errorf("got %d, want 2 (1 did not hold for 150 ms)", v)
+	}
+	if took := time.Since(start); took < 350*time.Millisecond {
+		t.Errorf("returned after %v: before 2 had held for 150 ms", took)
+	}
+	flip := 0
+	if v := settled(func() int { flip++; return flip % 2 }, 100*time.Millisecond, 300*time.Millisecond); v != -1 {
+		t.Errorf("a value that changes at every poll: got %d, want -1", v)
+	}
 }

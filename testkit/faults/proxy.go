@@ -21,14 +21,16 @@ import (
 // address. Faults: CutAll closes every open connection (both sides see a
 // reset or EOF), CutAfter does so in the middle of what the server sends,
 // SetLatency delays every chunk of data in both directions (order kept),
-// Hold forwards nothing for a while (connections stay open), Refuse closes
-// new connections as soon as they are accepted for a while.
+// Hold forwards nothing for a while (connections stay open), Pause forwards
+// nothing in one direction or both until Resume, Refuse closes new
+// connections as soon as they are accepted for a while.
 type Proxy struct {
 	ln      net.Listener
 	target  string
 	latency atomic.Int64 // nanoseconds
 	refuse  atomic.Int64 // unix nanos until which new connections are refused
 	hold    atomic.Int64 // unix nanos until which no data is forwarded
+	paused  atomic.Int32 // the Directions held until Resume
 	// cutAfter: bytes from the server still to forward before CutAll (0:
 	// none armed).
 	cutAfter atomic.Int64
@@ -67,6 +69,58 @@ func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
 // packets for a while and TCP resends them), then it all flows in order.
 func (p *Proxy) Hold(d time.Duration) { p.hold.Store(time.Now().Add(d).UnixNano()) }
 
+// Direction is one way through the proxy. The client is the side that
+// connected to the proxy, the server the target the proxy dialed.
+type Direction int32
+
+const (
+	ToServer Direction = 1 << iota // what the client sends
+	ToClient                       // what the server sends
+	BothWays = ToServer | ToClient
+)
+
+// Pause forwards nothing in dirs, on every connection open now or opened
+// later, until Resume: the connections stay open, what is sent meanwhile
+// waits and then flows in order (as Hold, with no deadline and one
+// direction at a time). The proxy keeps reading what is sent in a paused
+// direction until its queue of each connection is full (256 chunks), then
+// the sender's writes block.
+func (p *Proxy) Pause(dirs Direction) {
+	for {
+		old := p.paused.Load()
+		if p.paused.CompareAndSwap(old, old|int32(dirs)) {
+			return
+		}
+	}
+}
+
+// Resume ends Pause for dirs.
+func (p *Proxy) Resume(dirs Direction) {
+	for {
+		old := p.paused.Load()
+		if p.paused.CompareAndSwap(old, old&^int32(dirs)) {
+			return
+		}
+	}
+}
+
+// held says whether the direction out of src (fromServer: the server's
+// bytes) forwards nothing now, and for how long at most to wait before
+// asking again.
+func (p *Proxy) held(fromServer bool) (bool, time.Duration) {
+	dir := ToServer
+	if fromServer {
+		dir = ToClient
+	}
+	if Direction(p.paused.Load())&dir != 0 {
+		return true, 5 * time.Millisecond
+	}
+	if until := p.hold.Load(); time.Now().UnixNano() < until {
+		return true, min(time.Duration(until-time.Now().UnixNano()), 5*time.Millisecond)
+	}
+	return false, 0
+}
+
 // CutAfter cuts every open connection (CutAll) once the server has sent
 // n more bytes through the proxy: in the middle of an answer of at least
 // that size.
@@ -102,6 +156,7 @@ func (p *Proxy) Close() {
 	p.closed = true
 	p.mu.Unlock()
 	p.hold.Store(0) // a held chunk would keep its pipe, and Close, waiting
+	p.paused.Store(0)
 	p.ln.Close()
 	p.CutAll()
 	p.wg.Wait()
@@ -184,8 +239,8 @@ func (p *Proxy) pipe(dst, src net.Conn, fromServer bool) {
 			if d := time.Until(c.due); d > 0 {
 				time.Sleep(d)
 			}
-			for until := p.hold.Load(); time.Now().UnixNano() < until; until = p.hold.Load() {
-				time.Sleep(min(time.Duration(until-time.Now().UnixNano()), 5*time.Millisecond))
+			for held, wait := p.held(fromServer); held; held, wait = p.held(fromServer) {
+				time.Sleep(wait)
 			}
 			if fromServer {
 				if n := p.cutAfter.Load(); n > 0 && p.cutAfter.CompareAndSwap(n, max(n-int64(len(c.data)), 0)) && n <= int64(len(c.data)) {

@@ -214,3 +214,112 @@ func TestProxy_CutAfter(t *testing.T) {
 	require.NoError(t, err, "a new connection is not cut: the count fired once")
 	require.Equal(t, "after\n", got)
 }
+
+// pairVia connects through p to a fresh target and returns both ends: the
+// client's and the target's.
+func pairVia(t *testing.T) (*Proxy, net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	p, err := NewProxy(ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	select {
+	case s := <-accepted:
+		t.Cleanup(func() { s.Close() })
+		return p, c, s
+	case <-time.After(5 * time.Second):
+		t.Fatal("the proxy did not connect to the target")
+		return nil, nil, nil
+	}
+}
+
+// passes: what from writes reaches to within d.
+func passes(t *testing.T, from, to net.Conn, msg string, d time.Duration) bool {
+	t.Helper()
+	_, err := from.Write([]byte(msg))
+	require.NoError(t, err)
+	return arrives(t, to, msg, d)
+}
+
+// arrives: msg is the next thing to reads, within d.
+func arrives(t *testing.T, to net.Conn, msg string, d time.Duration) bool {
+	t.Helper()
+	to.SetReadDeadline(time.Now().Add(d))
+	buf := make([]byte, len(msg))
+	_, err := io.ReadFull(to, buf)
+	if isTimeout(err) {
+		return false
+	}
+	require.NoError(t, err)
+	require.Equal(t, msg, string(buf))
+	return true
+}
+
+// TestProxy_PauseOneWay: a paused direction forwards nothing until it is
+// resumed, the other direction flows meanwhile, the connection stays
+// open, and what was held arrives after Resume, in order.
+func TestProxy_PauseOneWay(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dir  Direction
+	}{{"to server", ToServer}, {"to client", ToClient}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, c, s := pairVia(t)
+			require.True(t, passes(t, c, s, "up0", 5*time.Second))
+			require.True(t, passes(t, s, c, "down0", 5*time.Second))
+			p.Pause(tc.dir)
+			heldFrom, heldTo, freeFrom, freeTo := c, s, s, c
+			if tc.dir == ToClient {
+				heldFrom, heldTo, freeFrom, freeTo = s, c, c, s
+			}
+			require.False(t, passes(t, heldFrom, heldTo, "held1", 300*time.Millisecond), "the paused direction forwards nothing")
+			_, err := heldFrom.Write([]byte("held2"))
+			require.NoError(t, err)
+			require.True(t, passes(t, freeFrom, freeTo, "free1", 5*time.Second), "the other direction flows")
+			p.Resume(BothWays &^ tc.dir) // resuming the other direction changes nothing
+			require.False(t, arrives(t, heldTo, "held1", 300*time.Millisecond), "still paused")
+			p.Resume(tc.dir)
+			require.True(t, arrives(t, heldTo, "held1held2", 5*time.Second), "held bytes flow after Resume, in order")
+			require.True(t, passes(t, heldFrom, heldTo, "after", 5*time.Second))
+			require.Zero(t, p.Cut.Load())
+			require.EqualValues(t, 1, p.Accepted.Load(), "one connection throughout")
+		})
+	}
+}
+
+// TestProxy_PauseNewConnections: a pause holds connections opened while
+// it lasts too, and Close ends a proxy with held bytes.
+func TestProxy_PauseNewConnections(t *testing.T) {
+	p := echoProxy(t)
+	p.Pause(BothWays)
+	c, r := dialVia(t, p)
+	_, err := c.Write([]byte("x\n"))
+	require.NoError(t, err)
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, err = r.ReadString('\n')
+	require.True(t, isTimeout(err), "nothing passes on a connection opened while paused: %v", err)
+	p.Resume(ToServer)
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, err = r.ReadString('\n')
+	require.True(t, isTimeout(err), "the echo is held on its way back: %v", err)
+	_, err = c.Write([]byte("y\n"))
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waits on a paused connection")
+	}
+}

@@ -43,6 +43,8 @@ const (
 	PartMinority = "partition-minority-leader" // a stream's leader cut off from both other members, then healed
 	PartIsolate  = "partition-isolated-member" // a member that leads no stream cut off from the others; its clients stay
 	PartFlap     = "partition-flap"            // the route between two members cut and healed every few hundred ms
+	PartSilent   = "partition-silent"          // a stream's leader's routes pass no bytes either way, none closed, then pass again
+	PartAsym     = "partition-asymmetric"      // a stream's leader's routes carry its bytes to the others but none of theirs to it, then all
 
 	// Owners with faulted clocks (clock_test.go).
 	OwnerIsolate  = "owner-isolate"      // one owner's connections held (nothing passes) past its ttl; it runs on meanwhile
@@ -76,7 +78,9 @@ type scenario struct {
 	Work    time.Duration // an owner's handler takes this long per message
 	// For, when set, cycles through Faults until this long has passed.
 	For time.Duration
-	// Cut is how long a PartIsolate or PartFlap lasts (ClusterRoutes).
+	// Cut is how long a PartIsolate or PartFlap lasts (ClusterRoutes),
+	// and a PartSilent or PartAsym when set (otherwise until the stream's
+	// leader has changed).
 	Cut time.Duration
 	// HealAtElection heals a PartMinority as soon as the majority has
 	// elected a new leader, while the old one may still call itself
@@ -562,7 +566,7 @@ func run(t testing.TB, sc scenario) outcome {
 				t.Fatalf("world after a node restart: %v", err)
 			}
 			faultLap("world answers after the restart")
-		case PartMinority, PartIsolate, PartFlap:
+		case PartMinority, PartIsolate, PartFlap, PartSilent, PartAsym:
 			partition(t, d, sc, kind, &res, faultLap, &f)
 			note(f)
 		case OwnerIsolate, ClockJumpFwd, ClockJumpBack:
@@ -851,6 +855,10 @@ func verify(t testing.TB, sc scenario, res outcome) {
 	if pf := res.Partition; pf.Minority+pf.Isolated+pf.Flaps > 0 {
 		t.Logf("%s: partitions: %d minority leaders (%d replaced in the majority, %d with two leaders at once), %d isolated members, %d flaps; longest wait from a heal to a whole cluster %v",
 			sc.Name, pf.Minority, pf.Elected, pf.Dual, pf.Isolated, pf.Flaps, pf.HealWait.Round(time.Millisecond))
+	}
+	if pf := res.Partition; pf.Silent+pf.Asym > 0 {
+		t.Logf("%s: held routes: %d silent, %d asymmetric (%d leaders replaced in the majority, %d with two leaders at once, %d elections of the held stream's leader in all); %d routes closed by nats-server during a hold, %d route connections dialed again; longest wait from a release to a whole cluster %v",
+			sc.Name, pf.Silent, pf.Asym, pf.HeldElected, pf.HeldDual, pf.HeldElections, pf.HeldClosed, pf.HeldRedialed, pf.HealWait.Round(time.Millisecond))
 	}
 	for _, n := range res.Notes {
 		t.Logf("%s: %s", sc.Name, n)
