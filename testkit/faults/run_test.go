@@ -1079,14 +1079,20 @@ func TestDescribe_NamesTheHolderThatSkipped(t *testing.T) {
 		{ID: "mb-0", Node: "n0", Epoch: 1, Cursor: 1, StreamSeq: 10, At: t0.Add(time.Second)},
 		{ID: "mb-0", Node: "n1", Epoch: 2, Cursor: 4, StreamSeq: 12, At: t0.Add(4 * time.Second)},
 	}
-	out := describe(h, nil)
-	for _, want := range []string{
+	describes(t, describe(h, nil),
 		"LOST mb-0 key k3 seq 3",
 		"HOLDERS of mb-0 (first lost seq 3)",
 		"n1/2: 2 deliveries, first 2 at 05:00:02.000, last 4 at 05:00:03.000; last before the lost 2 at 05:00:02.000, first after 4 at 05:00:03.000",
 		"n0/1: 1 deliveries, first 1 at 05:00:01.000, last 1 at 05:00:01.000; last before the lost 1 at 05:00:01.000, first after -",
 		"  cursor 4 by n1/2 rev 0 at bucket seq 12 at 05:00:04.000",
-	} {
+	)
+}
+
+// describes fails t for each of wants that the violation file's text out
+// lacks.
+func describes(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
 		if !strings.Contains(out, want) {
 			t.Errorf("the description lacks %q:\n%s", want, out)
 		}
