@@ -348,17 +348,23 @@ func (d *deployment) stepDown(t testing.TB, stream string) {
 // -1 if none did.
 func (rn *routeNet) stableLeader(stream string, d, total time.Duration) int {
 	return settled(func() int {
-		l, leaders := -1, 0
-		for i, n := range rn.Nodes {
-			if n.JetStreamIsStreamLeader("$G", stream) {
-				l, leaders = i, leaders+1
-			}
+		if l, n := rn.leaders(stream); n == 1 {
+			return l
 		}
-		if leaders != 1 {
-			return -1
-		}
-		return l
+		return -1
 	}, d, total)
+}
+
+// leaders is how many members call themselves stream's leader now, and
+// the index of the last of them (-1: none).
+func (rn *routeNet) leaders(stream string) (last, n int) {
+	last = -1
+	for i, m := range rn.Nodes {
+		if m.JetStreamIsStreamLeader("$G", stream) {
+			last, n = i, n+1
+		}
+	}
+	return last, n
 }
 
 // settled polls now every 20 ms until it has answered the same value,
@@ -599,26 +605,8 @@ func holdLeader(t testing.TB, rn *routeNet, kind string, streams []string, hold 
 	f.target, f.at = name, time.Now()
 	start := f.at
 	rn.Hold(victim, kind == PartSilent, true)
-	elected, dual, stepped := time.Duration(-1), false, time.Duration(-1)
-	minRoutes := routes
-	limit := heldCap
-	if hold > 0 {
-		limit = hold
-	}
-	for time.Since(start) < limit {
-		if elected < 0 && rn.leaderBesides(stream, victim) >= 0 {
-			elected = time.Since(start)
-			dual = rn.Nodes[victim].JetStreamIsStreamLeader("$G", stream)
-		}
-		if stepped < 0 && !rn.Nodes[victim].JetStreamIsStreamLeader("$G", stream) {
-			stepped = time.Since(start)
-		}
-		minRoutes = min(minRoutes, rn.Nodes[victim].NumRoutes())
-		if hold <= 0 && elected >= 0 && stepped >= 0 && time.Since(start) >= max(elected, stepped)+heldPast {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	w := rn.watchHold(stream, victim, start, hold)
+	elected, dual, stepped, minRoutes := w.elected, w.dual, w.stepped, min(routes, w.minRoutes)
 	open, redialed := rn.openRoutes(victim), rn.accepted(victim)-accepted
 	closed := rn.routeEvents(start)
 	elections := len(rn.logged(start, "new stream leader for '$G > "+stream+"'"))
@@ -665,6 +653,48 @@ func holdLeader(t testing.TB, rn *routeNet, kind string, streams []string, hold 
 		}
 		res.Notes = append(res.Notes, note)
 	}
+}
+
+// holdWatch is what watchHold saw of a stream's leaders while the routes
+// of its leader, the victim, were held; times are from the start of the
+// hold, -1 for never.
+type holdWatch struct {
+	elected    time.Duration // when another member first called itself leader
+	dual       bool          // the victim still called itself leader then
+	stepped    time.Duration // when the victim first did not
+	minRoutes  int           // the fewest routes the victim had
+	othersNone time.Duration // about how long, after elected, no other member led
+}
+
+// watchHold polls every 20 ms, from start (the hold's), until hold has
+// passed (when positive), or else until the majority has elected a new
+// leader and the victim has stepped down and heldPast more has passed, at
+// most heldCap.
+func (rn *routeNet) watchHold(stream string, victim int, start time.Time, hold time.Duration) holdWatch {
+	w := holdWatch{elected: -1, stepped: -1, minRoutes: rn.Nodes[victim].NumRoutes()}
+	limit := heldCap
+	if hold > 0 {
+		limit = hold
+	}
+	for time.Since(start) < limit {
+		other := rn.leaderBesides(stream, victim)
+		if w.elected < 0 && other >= 0 {
+			w.elected = time.Since(start)
+			w.dual = rn.Nodes[victim].JetStreamIsStreamLeader("$G", stream)
+		}
+		if w.elected >= 0 && other < 0 {
+			w.othersNone += 20 * time.Millisecond
+		}
+		if w.stepped < 0 && !rn.Nodes[victim].JetStreamIsStreamLeader("$G", stream) {
+			w.stepped = time.Since(start)
+		}
+		w.minRoutes = min(w.minRoutes, rn.Nodes[victim].NumRoutes())
+		if hold <= 0 && w.elected >= 0 && w.stepped >= 0 && time.Since(start) >= max(w.elected, w.stepped)+heldPast {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return w
 }
 
 // summarizeEvents counts routeEvents lines by what happened ("Stale

@@ -85,24 +85,10 @@ const (
 // direction at a time). The proxy keeps reading what is sent in a paused
 // direction until its queue of each connection is full (256 chunks), then
 // the sender's writes block.
-func (p *Proxy) Pause(dirs Direction) {
-	for {
-		old := p.paused.Load()
-		if p.paused.CompareAndSwap(old, old|int32(dirs)) {
-			return
-		}
-	}
-}
+func (p *Proxy) Pause(dirs Direction) { p.paused.Or(int32(dirs)) }
 
 // Resume ends Pause for dirs.
-func (p *Proxy) Resume(dirs Direction) {
-	for {
-		old := p.paused.Load()
-		if p.paused.CompareAndSwap(old, old&^int32(dirs)) {
-			return
-		}
-	}
-}
+func (p *Proxy) Resume(dirs Direction) { p.paused.And(^int32(dirs)) }
 
 // held says whether the direction out of src (fromServer: the server's
 // bytes) forwards nothing now, and for how long at most to wait before

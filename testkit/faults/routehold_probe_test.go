@@ -53,43 +53,24 @@ func TestRouteNet_HoldProbe(t *testing.T) {
 	for _, mode := range []struct {
 		name    string
 		out, in bool
-		hold    time.Duration // 0: until both leader changes, then 3 s more (at most 45 s)
+		hold    time.Duration // 0: until both leader changes, then heldPast more (at most heldCap)
 	}{{"silent", true, true, 0}, {"out", true, false, 0}, {"in", false, true, 0}, {"silent-100s", true, true, 100 * time.Second}, {"in-100s", false, true, 100 * time.Second}} {
 		if only := os.Getenv("FP_ROUTE_PROBE"); only != "1" && !strings.Contains(","+only+",", ","+mode.name+",") {
 			continue
 		}
-		if !waitUntil(60*time.Second, func() bool { return rn.healthy() == nil && rn.leader(stream) >= 0 }) {
+		if !waitUntil(60*time.Second, func() bool { return rn.healthy() == nil }) {
 			t.Fatalf("not whole before %s: %v", mode.name, rn.healthy())
 		}
-		time.Sleep(2 * time.Second)
-		victim := rn.leader(stream)
+		victim := rn.stableLeader(stream, 2*time.Second, 60*time.Second)
+		if victim < 0 {
+			t.Fatalf("no member led %s alone for 2 s before %s", stream, mode.name)
+		}
 		acc := rn.accepted(victim)
 		routes := rn.Nodes[victim].NumRoutes()
 		start := time.Now()
 		rn.Hold(victim, mode.out, mode.in)
-		elected, stepped, minRoutes := time.Duration(-1), time.Duration(-1), routes
-		// After the first new leader: about how long the others had none.
-		var othersNone time.Duration
-		limit := 45 * time.Second
-		if mode.hold > 0 {
-			limit = mode.hold
-		}
-		for time.Since(start) < limit {
-			if elected < 0 && rn.leaderBesides(stream, victim) >= 0 {
-				elected = time.Since(start)
-			}
-			if stepped < 0 && !rn.Nodes[victim].JetStreamIsStreamLeader("$G", stream) {
-				stepped = time.Since(start)
-			}
-			minRoutes = min(minRoutes, rn.Nodes[victim].NumRoutes())
-			if elected >= 0 && rn.leaderBesides(stream, victim) < 0 {
-				othersNone += 20 * time.Millisecond
-			}
-			if mode.hold == 0 && elected >= 0 && stepped >= 0 && time.Since(start) > max(elected, stepped)+3*time.Second {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		w := rn.watchHold(stream, victim, start, mode.hold)
+		elected, stepped, minRoutes, othersNone := w.elected, w.stepped, min(routes, w.minRoutes), w.othersNone
 		held := time.Since(start)
 		elections := len(rn.logged(start, "new stream leader for '$G > "+stream+"'"))
 		accHeld := rn.accepted(victim) - acc
@@ -102,12 +83,7 @@ func TestRouteNet_HoldProbe(t *testing.T) {
 		changes, last := 0, rn.leader(stream)
 		for tick := time.Now(); time.Since(released) < 15*time.Second; {
 			time.Sleep(20 * time.Millisecond)
-			leaders := 0
-			for _, n := range rn.Nodes {
-				if n.JetStreamIsStreamLeader("$G", stream) {
-					leaders++
-				}
-			}
+			_, leaders := rn.leaders(stream)
 			switch {
 			case leaders == 0:
 				none += time.Since(tick)
