@@ -35,8 +35,10 @@ import (
 //     read by one pull consumer per partition; a message leaves by its
 //     acknowledgement once the fenced commit that covers it was accepted.
 //
-// Each worker serves one of 4 partitions and takes its messages in
-// batches of up to 1,000: it claims the ids it does not hold (a record
+// Each worker serves one of 4 partitions (+partsN: N partitions, N/4
+// served by each worker; on the ack layout a consumer per partition,
+// +memstate with its state in memory, design 3.19) and takes its messages
+// in batches of up to 1,000: it claims the ids it does not hold (a record
 // write conditional on there being none) and reads their cursors (one
 // multi-last direct get), commits each message's cursor conditional on
 // its id's record (asynchronously, all of a batch in flight), waits for
@@ -62,22 +64,60 @@ func BenchmarkFanInLayout(b *testing.B) {
 			b.Run(layout+extra.String(), func(b *testing.B) { runFanInLayout(b, layout, extra) })
 		}
 	}
+	// More partitions than workers: 16, or a world's default of 64 (16
+	// served by each worker); on the ack layout a durable consumer per
+	// partition, its state on file (as a stream's own) or in memory
+	// (design 3.19).
+	for _, extra := range []layoutExtra{{parts: 16, memState: true}, {parts: 64}, {parts: 64, memState: true}} {
+		for _, layout := range []string{"purge", "ack"} {
+			if layout == "purge" && extra.memState {
+				continue // no consumers
+			}
+			b.Run(layout+extra.String(), func(b *testing.B) { runFanInLayout(b, layout, extra) })
+		}
+	}
 }
 
 // layoutExtra is what a worker pays beyond the claims, cursor reads and
-// commits: the watch of every record, the holder checks.
-type layoutExtra struct{ watch, check bool }
+// commits: the watch of every record, the holder checks; and the shape of
+// the partitions: how many (0: one per worker), and whether the ack
+// layout's consumers keep their state in memory.
+type layoutExtra struct {
+	watch, check bool
+	parts        int
+	memState     bool
+}
 
 func (e layoutExtra) String() string {
+	var s string
 	switch {
 	case e.watch && e.check:
-		return "+protocol"
+		s = "+protocol"
 	case e.watch:
-		return "+watch"
+		s = "+watch"
 	case e.check:
-		return "+check"
+		s = "+check"
 	}
-	return ""
+	if e.parts > 0 {
+		s += "+parts" + strconv.Itoa(e.parts)
+	}
+	if e.memState {
+		s += "+memstate"
+	}
+	return s
+}
+
+// partitions is how many partitions the mailbox stream has: one per
+// worker unless e says.
+func (e layoutExtra) partitions() int { return cmp.Or(e.parts, layoutWorkers) }
+
+// served is the partitions worker w serves.
+func (e layoutExtra) served(w int) []int {
+	var qs []int
+	for q := w; q < e.partitions(); q += layoutWorkers {
+		qs = append(qs, q)
+	}
+	return qs
 }
 
 const (
@@ -97,12 +137,12 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 		require.NoError(b, err)
 	case "purge":
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "M", Subjects: []string{"m.*"}, Storage: jetstream.FileStorage, AllowDirect: true,
-			RePublish: &jetstream.RePublish{Source: "m.*", Destination: "rp.{{partition(" + strconv.Itoa(layoutWorkers) + ",1)}}.{{wildcard(1)}}"}})
+			RePublish: &jetstream.RePublish{Source: "m.*", Destination: "rp.{{partition(" + strconv.Itoa(extra.partitions()) + ",1)}}.{{wildcard(1)}}"}})
 		require.NoError(b, err)
 	case "ack":
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "M", Subjects: []string{"m.*"}, Storage: jetstream.FileStorage, AllowDirect: true,
 			Retention:        jetstream.WorkQueuePolicy,
-			SubjectTransform: &jetstream.SubjectTransformConfig{Source: "m.*", Destination: "p.{{partition(" + strconv.Itoa(layoutWorkers) + ",1)}}.{{wildcard(1)}}"}})
+			SubjectTransform: &jetstream.SubjectTransformConfig{Source: "m.*", Destination: "p.{{partition(" + strconv.Itoa(extra.partitions()) + ",1)}}.{{wildcard(1)}}"}})
 		require.NoError(b, err)
 	}
 	if layout != "raw" {
@@ -174,8 +214,10 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 			// Room for every message: a chan subscription drops what
 			// does not fit.
 			in := make(chan *nats.Msg, b.N)
-			_, err := lw.nc.ChanSubscribe("rp."+strconv.Itoa(w)+".*", in)
-			require.NoError(b, err)
+			for _, q := range extra.served(w) {
+				_, err := lw.nc.ChanSubscribe("rp."+strconv.Itoa(q)+".*", in)
+				require.NoError(b, err)
+			}
 			require.NoError(b, lw.nc.Flush())
 			start(func(ctx context.Context) error {
 				for {
@@ -204,29 +246,67 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 		require.NoError(b, err)
 		for w := range layoutWorkers {
 			lw := newWorker()
-			_, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "p" + strconv.Itoa(w), FilterSubject: "p." + strconv.Itoa(w) + ".*",
-				AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: -1, AckWait: time.Minute})
-			require.NoError(b, err)
-			// The consumer as seen through the worker's own connection.
-			wst, err := lw.js.Stream(ctx, "M")
-			require.NoError(b, err)
-			wcons, err := wst.Consumer(ctx, "p"+strconv.Itoa(w))
-			require.NoError(b, err)
+			// The worker's consumers, as seen through its own connection.
+			var conss []jetstream.Consumer
+			for _, q := range extra.served(w) {
+				name := "p" + strconv.Itoa(q)
+				_, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: name, FilterSubject: "p." + strconv.Itoa(q) + ".*",
+					AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: -1, AckWait: time.Minute, MemoryStorage: extra.memState})
+				require.NoError(b, err)
+				wst, err := lw.js.Stream(ctx, "M")
+				require.NoError(b, err)
+				wcons, err := wst.Consumer(ctx, name)
+				require.NoError(b, err)
+				conss = append(conss, wcons)
+			}
+			// One partition: fetch in batches, as with 4 partitions
+			// before; more: each consumer's messages as they come, into
+			// one channel, taken in batches.
+			fetch := func(ctx context.Context) ([]jetstream.Msg, error) {
+				fetched, err := conss[0].Fetch(layoutBatch, jetstream.FetchMaxWait(100*time.Millisecond))
+				if err != nil {
+					return nil, err
+				}
+				var ms []jetstream.Msg
+				for m := range fetched.Messages() {
+					ms = append(ms, m)
+				}
+				return ms, nil
+			}
+			if len(conss) > 1 {
+				in := make(chan jetstream.Msg, b.N)
+				for _, c := range conss {
+					cc, err := c.Consume(func(m jetstream.Msg) { in <- m }, jetstream.PullMaxMessages(layoutBatch))
+					require.NoError(b, err)
+					context.AfterFunc(wctx, cc.Stop)
+				}
+				fetch = func(ctx context.Context) ([]jetstream.Msg, error) {
+					var ms []jetstream.Msg
+					select {
+					case m := <-in:
+						ms = append(ms, m)
+					case <-ctx.Done():
+						return nil, nil
+					}
+					for len(ms) < layoutBatch && len(in) > 0 {
+						ms = append(ms, <-in)
+					}
+					return ms, nil
+				}
+			}
 			start(func(ctx context.Context) error {
 				for ctx.Err() == nil {
-					fetched, err := wcons.Fetch(layoutBatch, jetstream.FetchMaxWait(100*time.Millisecond))
+					fetched, err := fetch(ctx)
 					if err != nil {
 						return err
 					}
 					var batch []layoutMsg
-					var acks []jetstream.Msg
-					for m := range fetched.Messages() {
+					for _, m := range fetched {
 						md, err := m.Metadata()
 						if err != nil {
 							return err
 						}
 						batch = append(batch, layoutMsg{id: lastToken(m.Subject()), seq: md.Sequence.Stream})
-						acks = append(acks, m)
 					}
 					if len(batch) == 0 {
 						continue
@@ -236,7 +316,7 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 					}
 					// Removal: each message acknowledged once the commit
 					// covering it was accepted.
-					for _, m := range acks {
+					for _, m := range fetched {
 						if err := m.Ack(); err != nil {
 							return err
 						}
