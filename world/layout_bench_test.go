@@ -64,11 +64,12 @@ func BenchmarkFanInLayout(b *testing.B) {
 			b.Run(layout+extra.String(), func(b *testing.B) { runFanInLayout(b, layout, extra) })
 		}
 	}
-	// More partitions than workers: 16, or a world's default of 64 (16
-	// served by each worker); on the ack layout a durable consumer per
-	// partition, its state on file (as a stream's own) or in memory
-	// (design 3.19).
-	for _, extra := range []layoutExtra{{parts: 16, memState: true}, {parts: 64}, {parts: 64, memState: true}} {
+	// The partitions' shape (design 3.19): 4 (one a worker, as above, but
+	// each consumer's messages taken as they come, as with more), 16, or
+	// a world's default of 64 (16 served by each worker); on the ack
+	// layout a durable consumer per partition, its state on file (as a
+	// stream's own) or in memory.
+	for _, extra := range []layoutExtra{{parts: 4}, {parts: 4, memState: true}, {parts: 16, memState: true}, {parts: 64}, {parts: 64, memState: true}} {
 		for _, layout := range []string{"purge", "ack"} {
 			if layout == "purge" && extra.memState {
 				continue // no consumers
@@ -259,9 +260,9 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 				require.NoError(b, err)
 				conss = append(conss, wcons)
 			}
-			// One partition: fetch in batches, as with 4 partitions
-			// before; more: each consumer's messages as they come, into
-			// one channel, taken in batches.
+			// The default shape (one partition a worker): fetch in
+			// batches; +partsN (N = 4 too): each consumer's messages as
+			// they come, into one channel, taken in batches.
 			fetch := func(ctx context.Context) ([]jetstream.Msg, error) {
 				fetched, err := conss[0].Fetch(layoutBatch, jetstream.FetchMaxWait(100*time.Millisecond))
 				if err != nil {
@@ -273,7 +274,7 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 				}
 				return ms, nil
 			}
-			if len(conss) > 1 {
+			if extra.parts > 0 {
 				in := make(chan jetstream.Msg, b.N)
 				for _, c := range conss {
 					cc, err := c.Consume(func(m jetstream.Msg) { in <- m }, jetstream.PullMaxMessages(layoutBatch))
