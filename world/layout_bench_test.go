@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,7 +34,12 @@ import (
 //   - ack: removal by acknowledgement: the mailbox stream is a work
 //     queue whose subject transform stores each post under its partition,
 //     read by one pull consumer per partition; a message leaves by its
-//     acknowledgement once the fenced commit that covers it was accepted.
+//     acknowledgement once the fenced commit that covers it was accepted;
+//   - sweep: removal by a sweep of each partition: the subject transform
+//     stores each post under its partition and the stream republishes it,
+//     as purge does; every 20 ms each worker purges each partition it
+//     serves below the first message of it not committed yet (design
+//     3.19).
 //
 // Each worker serves one of 4 partitions (+partsN: N partitions, N/4
 // served by each worker; on the ack layout a consumer per partition,
@@ -56,10 +62,10 @@ import (
 // (30,000 messages: three rounds over the 10,000 ids, as the bench's
 // fan-in at smoke size).
 func BenchmarkFanInLayout(b *testing.B) {
-	for _, layout := range []string{"raw", "purge", "ack"} {
+	for _, layout := range []string{"raw", "purge", "ack", "sweep"} {
 		b.Run(layout, func(b *testing.B) { runFanInLayout(b, layout, layoutExtra{}) })
 	}
-	for _, layout := range []string{"purge", "ack"} {
+	for _, layout := range []string{"purge", "ack", "sweep"} {
 		for _, extra := range []layoutExtra{{watch: true, check: true}, {watch: true}, {check: true}} {
 			b.Run(layout+extra.String(), func(b *testing.B) { runFanInLayout(b, layout, extra) })
 		}
@@ -70,8 +76,8 @@ func BenchmarkFanInLayout(b *testing.B) {
 	// layout a durable consumer per partition, its state on file (as a
 	// stream's own) or in memory.
 	for _, extra := range []layoutExtra{{parts: 4}, {parts: 4, memState: true}, {parts: 16, memState: true}, {parts: 64}, {parts: 64, memState: true}} {
-		for _, layout := range []string{"purge", "ack"} {
-			if layout == "purge" && extra.memState {
+		for _, layout := range []string{"purge", "ack", "sweep"} {
+			if layout != "ack" && extra.memState {
 				continue // no consumers
 			}
 			b.Run(layout+extra.String(), func(b *testing.B) { runFanInLayout(b, layout, extra) })
@@ -146,6 +152,12 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 			SubjectTransform: &jetstream.SubjectTransformConfig{Source: "m.*", Destination: "p.{{partition(" + strconv.Itoa(extra.partitions()) + ",1)}}.{{wildcard(1)}}"}})
 		require.NoError(b, err)
 	}
+	if layout == "sweep" {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "M", Subjects: []string{"m.*"}, Storage: jetstream.FileStorage, AllowDirect: true,
+			SubjectTransform: &jetstream.SubjectTransformConfig{Source: "m.*", Destination: "p.{{partition(" + strconv.Itoa(extra.partitions()) + ",1)}}.{{wildcard(1)}}"},
+			RePublish:        &jetstream.RePublish{Source: "p.*.*", Destination: "rp.{{wildcard(1)}}.{{wildcard(2)}}"}})
+		require.NoError(b, err)
+	}
 	if layout != "raw" {
 		// Records r.<id> and cursors c.<id>, one message each, as a
 		// world's bucket.
@@ -209,12 +221,16 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 			}
 			return nil
 		})
-	case "purge":
+	case "purge", "sweep":
 		for w := range layoutWorkers {
 			lw := newWorker()
 			// Room for every message: a chan subscription drops what
 			// does not fit.
 			in := make(chan *nats.Msg, b.N)
+			sw := &layoutSweep{nc: lw.nc, marks: map[string]uint64{}, swept: map[string]uint64{}}
+			if layout == "sweep" {
+				start(sw.run)
+			}
 			for _, q := range extra.served(w) {
 				_, err := lw.nc.ChanSubscribe("rp."+strconv.Itoa(q)+".*", in)
 				require.NoError(b, err)
@@ -235,7 +251,9 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 					if err := lw.deliver(ctx, batch); err != nil {
 						return err
 					}
-					if err := lw.purge(ctx, batch); err != nil {
+					if layout == "sweep" {
+						sw.committed(batch)
+					} else if err := lw.purge(ctx, batch); err != nil {
 						return err
 					}
 					deliveredN(len(batch))
@@ -362,13 +380,62 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 
 // layoutMsg is a message of an id with its stored sequence.
 type layoutMsg struct {
-	id  string
-	seq uint64
+	id   string
+	seq  uint64
+	subj string // the stored subject (sweep)
 }
 
 func republishedMsg(m *nats.Msg) layoutMsg {
 	seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
-	return layoutMsg{id: lastToken(m.Subject), seq: seq}
+	return layoutMsg{id: lastToken(m.Subject), seq: seq, subj: m.Header.Get(jetstream.SubjectHeader)}
+}
+
+// layoutSweep removes a worker's committed messages on the sweep layout:
+// every 20 ms, one purge of each partition it serves below the first
+// message of it not committed yet. Its partitions' posts reach it alone and
+// in stream order, and each batch is committed before the next is taken,
+// so everything of a partition below the mark is committed.
+type layoutSweep struct {
+	nc    *nats.Conn
+	mu    sync.Mutex
+	marks map[string]uint64 // partition filter -> first sequence not committed
+	swept map[string]uint64 // partition filter -> the mark of its last purge
+}
+
+// committed moves the marks of the partitions of a committed batch.
+func (sw *layoutSweep) committed(batch []layoutMsg) {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	for _, m := range batch {
+		f := m.subj[:strings.LastIndexByte(m.subj, '.')] + ".*"
+		sw.marks[f] = max(sw.marks[f], m.seq+1)
+	}
+}
+
+func (sw *layoutSweep) run(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		sw.mu.Lock()
+		due := map[string]uint64{}
+		for f, mark := range sw.marks {
+			if mark > sw.swept[f] {
+				due[f] = mark
+				sw.swept[f] = mark
+			}
+		}
+		sw.mu.Unlock()
+		for f, mark := range due {
+			if err := jsapi.Purge(ctx, sw.nc, "M", f, mark); err != nil && ctx.Err() == nil {
+				return err
+			}
+		}
+	}
 }
 
 func lastToken(s string) string {
