@@ -146,16 +146,18 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "M", Subjects: []string{"m.*"}, Storage: jetstream.FileStorage, AllowDirect: true,
 			RePublish: &jetstream.RePublish{Source: "m.*", Destination: "rp.{{partition(" + strconv.Itoa(extra.partitions()) + ",1)}}.{{wildcard(1)}}"}})
 		require.NoError(b, err)
-	case "ack":
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "M", Subjects: []string{"m.*"}, Storage: jetstream.FileStorage, AllowDirect: true,
-			Retention:        jetstream.WorkQueuePolicy,
-			SubjectTransform: &jetstream.SubjectTransformConfig{Source: "m.*", Destination: "p.{{partition(" + strconv.Itoa(extra.partitions()) + ",1)}}.{{wildcard(1)}}"}})
-		require.NoError(b, err)
-	}
-	if layout == "sweep" {
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "M", Subjects: []string{"m.*"}, Storage: jetstream.FileStorage, AllowDirect: true,
-			SubjectTransform: &jetstream.SubjectTransformConfig{Source: "m.*", Destination: "p.{{partition(" + strconv.Itoa(extra.partitions()) + ",1)}}.{{wildcard(1)}}"},
-			RePublish:        &jetstream.RePublish{Source: "p.*.*", Destination: "rp.{{wildcard(1)}}.{{wildcard(2)}}"}})
+	case "ack", "sweep":
+		// Each post stored under its partition, p.<k>.<id>: read by a
+		// consumer per partition from a work queue, or republished and
+		// swept.
+		cfg := jetstream.StreamConfig{Name: "M", Subjects: []string{"m.*"}, Storage: jetstream.FileStorage, AllowDirect: true,
+			SubjectTransform: &jetstream.SubjectTransformConfig{Source: "m.*", Destination: "p.{{partition(" + strconv.Itoa(extra.partitions()) + ",1)}}.{{wildcard(1)}}"}}
+		if layout == "ack" {
+			cfg.Retention = jetstream.WorkQueuePolicy
+		} else {
+			cfg.RePublish = &jetstream.RePublish{Source: "p.*.*", Destination: "rp.{{wildcard(1)}}.{{wildcard(2)}}"}
+		}
+		_, err := js.CreateStream(ctx, cfg)
 		require.NoError(b, err)
 	}
 	if layout != "raw" {
@@ -227,8 +229,9 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 			// Room for every message: a chan subscription drops what
 			// does not fit.
 			in := make(chan *nats.Msg, b.N)
-			sw := &layoutSweep{nc: lw.nc, marks: map[string]uint64{}, swept: map[string]uint64{}}
+			var sw *layoutSweep // nil: each message purged by its id
 			if layout == "sweep" {
+				sw = &layoutSweep{nc: lw.nc, marks: map[string]uint64{}, swept: map[string]uint64{}}
 				start(sw.run)
 			}
 			for _, q := range extra.served(w) {
@@ -251,7 +254,7 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 					if err := lw.deliver(ctx, batch); err != nil {
 						return err
 					}
-					if layout == "sweep" {
+					if sw != nil {
 						sw.committed(batch)
 					} else if err := lw.purge(ctx, batch); err != nil {
 						return err
