@@ -22,7 +22,7 @@ import (
 // BenchmarkFanInLayout runs fan-in's shape end to end (producers posting
 // one message per id per round over 10,000 ids, 4 workers draining, the
 // claims, cursor reads and fenced commits of fencepost's protocol) with
-// a minimal client of its own, none of fencepost's code, on two mailbox
+// a minimal client of its own, none of fencepost's code, on four mailbox
 // layouts, beside raw JetStream in the same run (docs/design.md 3.18):
 //
 //   - raw: post, one pull consumer of every subject, batches of 1,000,
@@ -39,7 +39,13 @@ import (
 //     stores each post under its partition and the stream republishes it,
 //     as purge does; every 20 ms each worker purges each partition it
 //     serves below the first message of it not committed yet (design
-//     3.19).
+//     3.19);
+//   - partown: ownership by partition, which fencepost does not have
+//     (design 3.20's verdict): the sweep layout's stream, but each worker
+//     claims the partitions it serves (a record per partition) instead of
+//     ids, and commits one cursor per partition of a batch, the batch's
+//     last message of it, fenced by the partition's record; removal is
+//     the sweep's. No per-id claim, cursor read or commit.
 //
 // Each worker serves one of 4 partitions (+partsN: N partitions, N/4
 // served by each worker; on the ack layout a consumer per partition,
@@ -62,10 +68,10 @@ import (
 // (30,000 messages: three rounds over the 10,000 ids, as the bench's
 // fan-in at smoke size).
 func BenchmarkFanInLayout(b *testing.B) {
-	for _, layout := range []string{"raw", "purge", "ack", "sweep"} {
+	for _, layout := range []string{"raw", "purge", "ack", "sweep", "partown"} {
 		b.Run(layout, func(b *testing.B) { runFanInLayout(b, layout, layoutExtra{}) })
 	}
-	for _, layout := range []string{"purge", "ack", "sweep"} {
+	for _, layout := range []string{"purge", "ack", "sweep", "partown"} {
 		for _, extra := range []layoutExtra{{watch: true, check: true}, {watch: true}, {check: true}} {
 			b.Run(layout+extra.String(), func(b *testing.B) { runFanInLayout(b, layout, extra) })
 		}
@@ -76,7 +82,7 @@ func BenchmarkFanInLayout(b *testing.B) {
 	// layout a durable consumer per partition, its state on file (as a
 	// stream's own) or in memory.
 	for _, extra := range []layoutExtra{{parts: 4}, {parts: 4, memState: true}, {parts: 16, memState: true}, {parts: 64}, {parts: 64, memState: true}} {
-		for _, layout := range []string{"purge", "ack", "sweep"} {
+		for _, layout := range []string{"purge", "ack", "sweep", "partown"} {
 			if layout != "ack" && extra.memState {
 				continue // no consumers
 			}
@@ -146,7 +152,7 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "M", Subjects: []string{"m.*"}, Storage: jetstream.FileStorage, AllowDirect: true,
 			RePublish: &jetstream.RePublish{Source: "m.*", Destination: "rp.{{partition(" + strconv.Itoa(extra.partitions()) + ",1)}}.{{wildcard(1)}}"}})
 		require.NoError(b, err)
-	case "ack", "sweep":
+	case "ack", "sweep", "partown":
 		// Each post stored under its partition, p.<k>.<id>: read by a
 		// consumer per partition from a work queue, or republished and
 		// swept.
@@ -223,14 +229,17 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 			}
 			return nil
 		})
-	case "purge", "sweep":
+	case "purge", "sweep", "partown":
 		for w := range layoutWorkers {
 			lw := newWorker()
+			if layout == "partown" {
+				require.NoError(b, lw.claimPartitions(ctx, extra.served(w)))
+			}
 			// Room for every message: a chan subscription drops what
 			// does not fit.
 			in := make(chan *nats.Msg, b.N)
 			var sw *layoutSweep // nil: each message purged by its id
-			if layout == "sweep" {
+			if layout != "purge" {
 				sw = &layoutSweep{nc: lw.nc, marks: map[string]uint64{}, swept: map[string]uint64{}}
 				start(sw.run)
 			}
@@ -251,7 +260,11 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 					for len(batch) < layoutBatch && len(in) > 0 {
 						batch = append(batch, republishedMsg(<-in))
 					}
-					if err := lw.deliver(ctx, batch); err != nil {
+					deliver := lw.deliver
+					if layout == "partown" {
+						deliver = lw.deliverPartitions
+					}
+					if err := deliver(ctx, batch); err != nil {
 						return err
 					}
 					if sw != nil {
@@ -525,12 +538,24 @@ func (lw *layoutWorker) deliver(ctx context.Context, batch []layoutMsg) error {
 			subjects = subjects[n:]
 		}
 	}
-	commits := make([]jetstream.PubAckFuture, 0, len(batch))
-	for _, m := range batch {
-		msg := nats.NewMsg("c." + m.id)
-		msg.Data = []byte(`{"seq":` + strconv.FormatUint(m.seq, 10) + `}`)
-		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, lw.held[m.id])
-		msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, "r."+m.id)
+	keys := make([]string, len(batch))
+	seqs := make([]uint64, len(batch))
+	for i, m := range batch {
+		keys[i], seqs[i] = m.id, m.seq
+	}
+	return lw.commit(ctx, keys, seqs)
+}
+
+// commit writes each cursor c.<key> = seq, fenced by its record r.<key>
+// as held here, all in flight, and returns once every commit was
+// accepted.
+func (lw *layoutWorker) commit(ctx context.Context, keys []string, seqs []uint64) error {
+	commits := make([]jetstream.PubAckFuture, 0, len(keys))
+	for i, key := range keys {
+		msg := nats.NewMsg("c." + key)
+		msg.Data = []byte(`{"seq":` + strconv.FormatUint(seqs[i], 10) + `}`)
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, lw.held[key])
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, "r."+key)
 		f, err := lw.js.PublishMsgAsync(msg, jetstream.WithStallWait(time.Minute))
 		if err != nil {
 			return err
@@ -543,6 +568,51 @@ func (lw *layoutWorker) deliver(ctx context.Context, batch []layoutMsg) error {
 		}
 	}
 	return nil
+}
+
+// claimPartitions claims the partitions qs: a record r.p<q> each,
+// conditional on there being none (the partown layout).
+func (lw *layoutWorker) claimPartitions(ctx context.Context, qs []int) error {
+	for _, q := range qs {
+		msg := nats.NewMsg("r.p" + strconv.Itoa(q))
+		msg.Data = []byte(`{"node":"w","epoch":1}`)
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		a, err := lw.js.PublishMsg(ctx, msg)
+		if err != nil {
+			return err
+		}
+		lw.held["p"+strconv.Itoa(q)] = strconv.FormatUint(a.Sequence, 10)
+	}
+	return nil
+}
+
+// deliverPartitions is deliver for the partown layout: (check) one read of
+// the batch's partitions' records, then for each partition of the batch
+// one commit of its cursor c.p<q>, the batch's last message of it, fenced
+// by the partition's record (commit). A partition's posts reach its one holder in stream order,
+// so its cursor covers every message of it up to there.
+func (lw *layoutWorker) deliverPartitions(ctx context.Context, batch []layoutMsg) error {
+	last := map[string]uint64{} // p<q> -> the batch's last message of it
+	for _, m := range batch {
+		_, rest, _ := strings.Cut(m.subj, ".")
+		q, _, _ := strings.Cut(rest, ".")
+		last["p"+q] = max(last["p"+q], m.seq)
+	}
+	if lw.check {
+		records := make([]string, 0, len(last))
+		for p := range last {
+			records = append(records, "r."+p)
+		}
+		if _, err := jsapi.DirectGet(ctx, lw.nc, "B", jsapi.GetRequest{MultiLast: records}); err != nil {
+			return err
+		}
+	}
+	keys := make([]string, 0, len(last))
+	seqs := make([]uint64, 0, len(last))
+	for p, seq := range last {
+		keys, seqs = append(keys, p), append(seqs, seq)
+	}
+	return lw.commit(ctx, keys, seqs)
 }
 
 // purge removes each message of the batch by a purge of its id's subject
