@@ -589,8 +589,9 @@ func (lw *layoutWorker) claimPartitions(ctx context.Context, qs []int) error {
 // deliverPartitions is deliver for the partown layout: (check) one read of
 // the batch's partitions' records, then for each partition of the batch
 // one commit of its cursor c.p<q>, the batch's last message of it, fenced
-// by the partition's record (commit). A partition's posts reach its one holder in stream order,
-// so its cursor covers every message of it up to there.
+// by the partition's record (commit). A partition's posts reach its one
+// holder in stream order, so its cursor covers every message of it up to
+// there.
 func (lw *layoutWorker) deliverPartitions(ctx context.Context, batch []layoutMsg) error {
 	last := map[string]uint64{} // p<q> -> the batch's last message of it
 	for _, m := range batch {
