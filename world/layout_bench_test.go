@@ -248,6 +248,10 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 				require.NoError(b, err)
 			}
 			require.NoError(b, lw.nc.Flush())
+			deliver := lw.deliver
+			if layout == "partown" {
+				deliver = lw.deliverPartitions
+			}
 			start(func(ctx context.Context) error {
 				for {
 					var batch []layoutMsg
@@ -259,10 +263,6 @@ func runFanInLayout(b *testing.B, layout string, extra layoutExtra) {
 					}
 					for len(batch) < layoutBatch && len(in) > 0 {
 						batch = append(batch, republishedMsg(<-in))
-					}
-					deliver := lw.deliver
-					if layout == "partown" {
-						deliver = lw.deliverPartitions
 					}
 					if err := deliver(ctx, batch); err != nil {
 						return err
@@ -401,6 +401,13 @@ type layoutMsg struct {
 	subj string // the stored subject (sweep)
 }
 
+// partition is the partition token of the stored subject, p.<k>.<id>.
+func (m layoutMsg) partition() string {
+	_, rest, _ := strings.Cut(m.subj, ".")
+	q, _, _ := strings.Cut(rest, ".")
+	return q
+}
+
 func republishedMsg(m *nats.Msg) layoutMsg {
 	seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 	return layoutMsg{id: lastToken(m.Subject), seq: seq, subj: m.Header.Get(jetstream.SubjectHeader)}
@@ -423,7 +430,7 @@ func (sw *layoutSweep) committed(batch []layoutMsg) {
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
 	for _, m := range batch {
-		f := m.subj[:strings.LastIndexByte(m.subj, '.')] + ".*"
+		f := "p." + m.partition() + ".*"
 		sw.marks[f] = max(sw.marks[f], m.seq+1)
 	}
 }
@@ -595,9 +602,8 @@ func (lw *layoutWorker) claimPartitions(ctx context.Context, qs []int) error {
 func (lw *layoutWorker) deliverPartitions(ctx context.Context, batch []layoutMsg) error {
 	last := map[string]uint64{} // p<q> -> the batch's last message of it
 	for _, m := range batch {
-		_, rest, _ := strings.Cut(m.subj, ".")
-		q, _, _ := strings.Cut(rest, ".")
-		last["p"+q] = max(last["p"+q], m.seq)
+		p := "p" + m.partition()
+		last[p] = max(last[p], m.seq)
 	}
 	if lw.check {
 		records := make([]string, 0, len(last))
