@@ -225,11 +225,19 @@ func TestSession_ManyIDs(t *testing.T) {
 	t.Logf("claimed %d ids through one node lease in %v", n, time.Since(t0).Round(time.Millisecond))
 	require.NoError(t, ss.Err(), "the session survived the claims")
 
-	// Count every write to the bucket over a few renewal periods.
+	// Count every write to the bucket over a few renewal periods. A
+	// renewal is stored before the keeper counts it, so each reading is
+	// taken just after a renewal was counted: the next one is ttl/3 away,
+	// and none is stored but not yet counted while the bucket is read.
 	const periods = 3
-	r0, seq0 := ss.Renewals(), lastSeq(t, w)
+	afterRenewal := func() (uint64, uint64) {
+		r := ss.Renewals()
+		testutil.WaitFor(t, 2*ttl, "a node lease renewal", func() bool { return ss.Renewals() > r })
+		return ss.Renewals(), lastSeq(t, w)
+	}
+	r0, seq0 := afterRenewal()
 	time.Sleep(periods * ttl) // measuring a rate over a fixed span, not synchronising
-	r1, seq1 := ss.Renewals(), lastSeq(t, w)
+	r1, seq1 := afterRenewal()
 	writes := seq1 - seq0
 	t.Logf("%d ids held: %d bucket writes in %d renewal periods of %v (%d node lease renewals)", n, writes, periods, ttl, r1-r0)
 	require.Equal(t, r1-r0, writes, "every write was a node lease renewal")
