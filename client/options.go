@@ -82,6 +82,47 @@ func WithOwnershipOptions(opts ...ownership.Option) Option {
 	}
 }
 
+// Access is how a client is let in and what it trusts: a role's
+// credentials or a user and password, the inbox its replies come to, and
+// TLS. It is what the command line's --creds, --user, --password,
+// --inbox-prefix, --tls-cert, --tls-key and --tls-ca say. The zero value
+// connects in the clear with no credentials.
+type Access struct {
+	Creds       string `json:"creds,omitempty"`        // a NATS credentials file (WithCreds)
+	InboxPrefix string `json:"inbox_prefix,omitempty"` // overrides the credentials' prefix (WithInboxPrefix)
+	User        string `json:"user,omitempty"`
+	Password    string `json:"password,omitempty"`
+	TLSCert     string `json:"tls_cert,omitempty"` // a client certificate, with TLSKey
+	TLSKey      string `json:"tls_key,omitempty"`
+	TLSCA       string `json:"tls_ca,omitempty"` // the CA the server's certificate must chain to
+}
+
+// WithAccess applies what a says, leaving out what it leaves empty.
+func WithAccess(a Access) Option {
+	return func(o *options) error {
+		if a.Creds != "" {
+			if err := WithCreds(a.Creds)(o); err != nil {
+				return err
+			}
+		}
+		if a.InboxPrefix != "" {
+			if err := WithInboxPrefix(a.InboxPrefix)(o); err != nil {
+				return err
+			}
+		}
+		if a.User != "" {
+			o.nats = append(o.nats, nats.UserInfo(a.User, a.Password))
+		}
+		if a.TLSCert != "" || a.TLSKey != "" {
+			o.nats = append(o.nats, nats.ClientCert(a.TLSCert, a.TLSKey))
+		}
+		if a.TLSCA != "" {
+			o.nats = append(o.nats, nats.RootCAs(a.TLSCA))
+		}
+		return nil
+	}
+}
+
 // WithCreds authenticates with a NATS credentials file (nats.UserCredentials)
 // and, when the file's user JWT confines the user's replies to an inbox
 // prefix of its own (fencepostd --auth issues every user one:

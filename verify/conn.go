@@ -19,15 +19,9 @@ import (
 // It is handed to the owner processes too (on their stdin, never in
 // their environment or arguments).
 type Conn struct {
-	URL         string        `json:"url"` // comma-separated for a cluster
-	Creds       string        `json:"creds,omitempty"`
-	InboxPrefix string        `json:"inbox_prefix,omitempty"`
-	User        string        `json:"user,omitempty"`
-	Password    string        `json:"password,omitempty"`
-	TLSCert     string        `json:"tls_cert,omitempty"`
-	TLSKey      string        `json:"tls_key,omitempty"`
-	TLSCA       string        `json:"tls_ca,omitempty"`
-	Timeout     time.Duration `json:"timeout,omitempty"` // request timeout; default 5 s
+	URL string `json:"url"` // comma-separated for a cluster
+	client.Access
+	Timeout time.Duration `json:"timeout,omitempty"` // request timeout; default 5 s
 	// TLSName is the server name TLS verifies when the URL is a local
 	// proxy's (set by Run, not by the caller).
 	TLSName string `json:"tls_name,omitempty"`
@@ -45,22 +39,6 @@ func (c Conn) connect(log *slog.Logger) (*client.Client, error) {
 	}
 	opts := []nats.Option{nats.Timeout(timeout), nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond),
 		nats.ReconnectJitter(10*time.Millisecond, 10*time.Millisecond)}
-	var copts []client.Option
-	if c.Creds != "" {
-		copts = append(copts, client.WithCreds(c.Creds))
-	}
-	if c.InboxPrefix != "" {
-		copts = append(copts, client.WithInboxPrefix(c.InboxPrefix))
-	}
-	if c.User != "" {
-		opts = append(opts, nats.UserInfo(c.User, c.Password))
-	}
-	if c.TLSCert != "" || c.TLSKey != "" {
-		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
-	}
-	if c.TLSCA != "" {
-		opts = append(opts, nats.RootCAs(c.TLSCA))
-	}
 	if c.TLSName != "" {
 		opts = append(opts, func(o *nats.Options) error {
 			if o.TLSConfig == nil {
@@ -73,8 +51,7 @@ func (c Conn) connect(log *slog.Logger) (*client.Client, error) {
 	if c.Proxied {
 		opts = append(opts, nats.IgnoreDiscoveredServers(), nats.DontRandomize())
 	}
-	copts = append(copts, client.WithNATSOptions(opts...), client.WithTimeout(timeout), client.WithLogger(log))
-	return client.Connect(c.URL, copts...)
+	return client.Connect(c.URL, client.WithAccess(c.Access), client.WithNATSOptions(opts...), client.WithTimeout(timeout), client.WithLogger(log))
 }
 
 // proxyTargets are the host:port addresses of the URLs, for the proxies

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/client"
 )
 
 // TestStartProxies_KeepsSchemeAndUser: the clients under test reach every
@@ -11,7 +13,7 @@ import (
 // the servers' advertised URLs ignored; TLS checks the first server's
 // host name.
 func TestStartProxies_KeepsSchemeAndUser(t *testing.T) {
-	ps, c, err := startProxies(Conn{URL: "tls://u:p@db1.example:4443, nats://db2.example", User: "x"})
+	ps, c, err := startProxies(Conn{URL: "tls://u:p@db1.example:4443, nats://db2.example", Access: client.Access{User: "x"}})
 	require.NoError(t, err)
 	defer ps.close()
 	require.Len(t, ps, 2)

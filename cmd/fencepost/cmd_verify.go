@@ -75,8 +75,7 @@ func runVerify(e *env, args []string) int {
 		return e.fail(err)
 	}
 	cfg := verify.Config{
-		Conn: verify.Conn{URL: e.server, Creds: e.creds, InboxPrefix: e.inboxPrefix, User: e.user, Password: e.password,
-			TLSCert: e.tlsCert, TLSKey: e.tlsKey, TLSCA: e.tlsCA, Timeout: e.timeout},
+		Conn:     verify.Conn{URL: e.server, Access: e.access, Timeout: e.timeout},
 		Duration: fl.Duration, IDs: fl.IDs, Faults: faults, Replicas: fl.Replicas, Owners: fl.Owners, TTL: fl.TTL,
 		OwnerCommand: func() *exec.Cmd {
 			cmd := exec.Command(exe, verifyOwnerCommand)

@@ -19,13 +19,12 @@ import (
 // env is what every command gets: its flags' values, the output, and a lazily
 // opened client.
 type env struct {
-	server, creds, user, password, world string
-	inboxPrefix                          string
-	tlsCert, tlsKey, tlsCA               string
-	logLevel                             string
-	json                                 bool
-	timeout                              time.Duration
-	given                                map[string]bool // the flags given on the command line, by name
+	server, world string
+	access        client.Access // --creds, --user, --password, --inbox-prefix, --tls-*
+	logLevel      string
+	json          bool
+	timeout       time.Duration
+	given         map[string]bool // the flags given on the command line, by name
 
 	out io.Writer
 	err io.Writer
@@ -46,8 +45,9 @@ type env struct {
 func newEnv(ln line) (*env, int) {
 	g := cliGlobals
 	e := &env{
-		server: g.Server, creds: g.Creds, user: g.User, password: g.Password, world: g.World,
-		inboxPrefix: g.InboxPrefix, tlsCert: g.TLSCert, tlsKey: g.TLSKey, tlsCA: g.TLSCA,
+		server: g.Server, world: g.World,
+		access: client.Access{Creds: g.Creds, User: g.User, Password: g.Password, InboxPrefix: g.InboxPrefix,
+			TLSCert: g.TLSCert, TLSKey: g.TLSKey, TLSCA: g.TLSCA},
 		logLevel: g.LogLevel, json: g.JSON, timeout: g.Timeout, given: ln.given,
 		out: os.Stdout, err: os.Stderr,
 	}
@@ -112,24 +112,8 @@ func (e *env) client() (*client.Client, error) {
 	if e.c != nil {
 		return e.c, nil
 	}
-	opts := []nats.Option{nats.Timeout(e.timeout)}
-	var copts []client.Option
-	if e.creds != "" {
-		copts = append(copts, client.WithCreds(e.creds))
-	}
-	if e.inboxPrefix != "" {
-		copts = append(copts, client.WithInboxPrefix(e.inboxPrefix))
-	}
-	if e.user != "" {
-		opts = append(opts, nats.UserInfo(e.user, e.password))
-	}
-	if e.tlsCert != "" || e.tlsKey != "" {
-		opts = append(opts, nats.ClientCert(e.tlsCert, e.tlsKey))
-	}
-	if e.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(e.tlsCA))
-	}
-	copts = append(copts, client.WithNATSOptions(opts...), client.WithTimeout(e.timeout), client.WithLogger(e.log))
+	copts := []client.Option{client.WithAccess(e.access), client.WithNATSOptions(nats.Timeout(e.timeout)),
+		client.WithTimeout(e.timeout), client.WithLogger(e.log)}
 	c, err := client.Connect(e.server, append(copts, e.clientOpts...)...)
 	if err != nil {
 		return nil, err
