@@ -34,7 +34,8 @@ FUZZ_TARGETS := \
 	internal/wire:FuzzDecodeCursor internal/wire:FuzzDecodeLock mailbox:FuzzDecodeDeadLetter internal/jsapi:FuzzRawFromDirect \
 	internal/wire:FuzzPlainRecord queue:FuzzUserHeaders \
 	world:FuzzDecodeConfigMeta world:FuzzConfigValidate world:FuzzConfigSizes \
-	daemon:FuzzDecodeConfig daemon:FuzzConfigDuration daemon:FuzzParseFlags bench:FuzzParseOwnerLine
+	daemon:FuzzDecodeConfig daemon:FuzzConfigDuration daemon:FuzzParseFlags bench:FuzzParseOwnerLine \
+	verify:FuzzReadHistory
 
 fuzz:
 	@set -e; for pt in $(FUZZ_TARGETS); do \
