@@ -18,9 +18,9 @@ import (
 // message's expected-last-subject-sequence check is made at the commit,
 // against the stream as it was before the batch.
 //
-// Limits of nats-server v2.15.2 (server/stream.go, jetstream_batching.go;
-// the server's jetstream limits max_batch_size, max_batch_inflight_*,
-// max_batch_timeout change them):
+// Limits of nats-server v2.15.2 and v2.15.3 (server/stream.go,
+// jetstream_batching.go; the server's jetstream limits max_batch_size,
+// max_batch_inflight_*, max_batch_timeout change them):
 //
 //   - at most 1,000 messages in a batch (MaxAtomicBatch);
 //   - at most 50 batches open at once per stream and 1,000 per server (a
