@@ -85,7 +85,7 @@ func WithOwnershipOptions(opts ...ownership.Option) Option {
 // Access is how a client is let in and what it trusts: a role's
 // credentials or a user and password, the inbox its replies come to, and
 // TLS. It is what the command line's --creds, --user, --password,
-// --inbox-prefix, --tls-cert, --tls-key and --tls-ca say. The zero value
+// --inbox-prefix, --tlscert, --tlskey and --tlsca say. The zero value
 // connects in the clear with no credentials.
 type Access struct {
 	Creds       string `json:"creds,omitempty"`        // a NATS credentials file (WithCreds)

@@ -20,7 +20,7 @@ import (
 // opened client.
 type env struct {
 	server, world string
-	access        client.Access // --creds, --user, --password, --inbox-prefix, --tls-*
+	access        client.Access // --creds, --user, --password, --inbox-prefix, --tls*
 	logLevel      string
 	json          bool
 	timeout       time.Duration
