@@ -3,11 +3,9 @@ package client
 import (
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 
 	"github.com/fencepost/fencepost/fencing"
@@ -132,17 +130,9 @@ func WithAccess(a Access) Option {
 // default inbox. A WithInboxPrefix after it overrides the prefix.
 func WithCreds(path string) Option {
 	return func(o *options) error {
-		b, err := os.ReadFile(path)
+		prefix, err := inbox.FromCredsFile(path)
 		if err != nil {
-			return fmt.Errorf("%w: credentials: %v", ErrInvalidOption, err)
-		}
-		tok, err := jwt.ParseDecoratedJWT(b)
-		if err != nil {
-			return fmt.Errorf("%w: credentials %s: %v", ErrInvalidOption, path, err)
-		}
-		prefix, err := InboxPrefix(tok)
-		if err != nil {
-			return fmt.Errorf("%w: credentials %s: %v", ErrInvalidOption, path, err)
+			return fmt.Errorf("%w: %v", ErrInvalidOption, err)
 		}
 		o.nats = append(o.nats, nats.UserCredentials(path))
 		if prefix != "" {

@@ -18,6 +18,7 @@ import (
 	"github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencepost/fencepost/internal/inbox"
 	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/server"
 )
@@ -215,7 +216,17 @@ func (d *Daemon) connect() error {
 		nats.ReconnectHandler(func(nc *nats.Conn) { d.log.Info("NATS connection back", "url", nc.ConnectedUrlRedacted()) }),
 	}
 	if c.Creds != "" {
+		// The inbox the file's user may read its replies from, as
+		// client.WithCreds does: without it every request would go
+		// unanswered.
+		prefix, err := inbox.FromCredsFile(c.Creds)
+		if err != nil {
+			return fmt.Errorf("--creds: %w", err)
+		}
 		opts = append(opts, nats.UserCredentials(c.Creds))
+		if prefix != "" {
+			opts = append(opts, nats.CustomInboxPrefix(prefix))
+		}
 	}
 	if c.User != "" {
 		opts = append(opts, nats.UserInfo(c.User, c.Password))

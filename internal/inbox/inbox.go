@@ -7,6 +7,7 @@ package inbox
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/nats-io/jwt/v2"
@@ -46,4 +47,22 @@ func FromJWT(userJWT string) (string, error) {
 		return "", nil
 	}
 	return found[0], nil
+}
+
+// FromCredsFile is FromJWT of the user JWT in the NATS credentials file
+// at path: the inbox every connection made with that file must use.
+func FromCredsFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("credentials: %w", err)
+	}
+	tok, err := jwt.ParseDecoratedJWT(b)
+	if err != nil {
+		return "", fmt.Errorf("credentials %s: %w", path, err)
+	}
+	prefix, err := FromJWT(tok)
+	if err != nil {
+		return "", fmt.Errorf("credentials %s: %w", path, err)
+	}
+	return prefix, nil
 }

@@ -1,6 +1,8 @@
 package inbox_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/nats-io/jwt/v2"
@@ -44,4 +46,36 @@ func TestFromJWT(t *testing.T) {
 	}
 	_, err = inbox.FromJWT("not a jwt")
 	require.Error(t, err)
+}
+
+// TestFromCredsFile: the prefix of the user in a credentials file; a file
+// that is missing or holds no user JWT is an error that names it.
+func TestFromCredsFile(t *testing.T) {
+	acc, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	user, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	pub, err := user.PublicKey()
+	require.NoError(t, err)
+	uc := jwt.NewUserClaims(pub)
+	uc.Sub.Allow.Add(inbox.ForUser(pub) + ".>")
+	tok, err := uc.Encode(acc)
+	require.NoError(t, err)
+	seed, err := user.Seed()
+	require.NoError(t, err)
+	file, err := jwt.FormatUserConfig(tok, seed)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "u.creds")
+	require.NoError(t, os.WriteFile(good, file, 0o600))
+	got, err := inbox.FromCredsFile(good)
+	require.NoError(t, err)
+	require.Equal(t, inbox.ForUser(pub), got)
+
+	garbage := filepath.Join(dir, "garbage.creds")
+	require.NoError(t, os.WriteFile(garbage, []byte("not a credentials file"), 0o600))
+	for _, path := range []string{garbage, filepath.Join(dir, "missing.creds")} {
+		_, err := inbox.FromCredsFile(path)
+		require.ErrorContains(t, err, path)
+	}
 }
