@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/testkit/testutil"
 )
 
 // TestDaemon_CredsWithPrivateInbox: fencepostd's own connection, given
@@ -23,22 +25,11 @@ func TestDaemon_CredsWithPrivateInbox(t *testing.T) {
 	require.NoError(t, err)
 	account, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
 	require.NoError(t, err)
-	user, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	pub, err := user.PublicKey()
-	require.NoError(t, err)
-	uc := jwt.NewUserClaims(pub)
-	uc.Name = "ops-with-own-inbox"
-	uc.Permissions.Pub.Allow.Add(">")
-	uc.Permissions.Sub.Allow.Add("_INBOX."+pub+".>", "$JS.EVENT.ADVISORY.>")
-	tok, err := uc.Encode(account)
-	require.NoError(t, err)
-	userSeed, err := user.Seed()
-	require.NoError(t, err)
-	file, err := jwt.FormatUserConfig(tok, userSeed)
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "ops.creds")
-	require.NoError(t, os.WriteFile(path, file, 0o600))
+	path, _ := testutil.UserCreds(t, account, func(pub string, uc *jwt.UserClaims) {
+		uc.Name = "ops-with-own-inbox"
+		uc.Permissions.Pub.Allow.Add(">")
+		uc.Permissions.Sub.Allow.Add("_INBOX."+pub+".>", "$JS.EVENT.ADVISORY.>")
+	})
 
 	s := startDaemon(t, t.TempDir(), "--nats", a.d.ClientURL(), "--creds", path, "--world", "inboxed")
 	s.waitReady(t)

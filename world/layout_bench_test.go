@@ -41,7 +41,7 @@ import (
 //     serves below the first message of it not committed yet (design
 //     3.19);
 //   - partown: ownership by partition, which fencepost does not have
-//     (design 3.20's verdict): the sweep layout's stream, but each worker
+//     (design 3.21): the sweep layout's stream, but each worker
 //     claims the partitions it serves (a record per partition) instead of
 //     ids, and commits one cursor per partition of a batch, the batch's
 //     last message of it, fenced by the partition's record; removal is

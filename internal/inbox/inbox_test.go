@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/internal/inbox"
+	"github.com/fencepost/fencepost/testkit/testutil"
 )
 
 // TestFromJWT: the prefix is the one "_INBOX...>" subscribe permission of
@@ -53,25 +54,14 @@ func TestFromJWT(t *testing.T) {
 func TestFromCredsFile(t *testing.T) {
 	acc, err := nkeys.CreateAccount()
 	require.NoError(t, err)
-	user, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	pub, err := user.PublicKey()
-	require.NoError(t, err)
-	uc := jwt.NewUserClaims(pub)
-	uc.Sub.Allow.Add(inbox.ForUser(pub) + ".>")
-	tok, err := uc.Encode(acc)
-	require.NoError(t, err)
-	seed, err := user.Seed()
-	require.NoError(t, err)
-	file, err := jwt.FormatUserConfig(tok, seed)
-	require.NoError(t, err)
-	dir := t.TempDir()
-	good := filepath.Join(dir, "u.creds")
-	require.NoError(t, os.WriteFile(good, file, 0o600))
+	good, pub := testutil.UserCreds(t, acc, func(pub string, uc *jwt.UserClaims) {
+		uc.Sub.Allow.Add(inbox.ForUser(pub) + ".>")
+	})
 	got, err := inbox.FromCredsFile(good)
 	require.NoError(t, err)
 	require.Equal(t, inbox.ForUser(pub), got)
 
+	dir := t.TempDir()
 	garbage := filepath.Join(dir, "garbage.creds")
 	require.NoError(t, os.WriteFile(garbage, []byte("not a credentials file"), 0o600))
 	for _, path := range []string{garbage, filepath.Join(dir, "missing.creds")} {
