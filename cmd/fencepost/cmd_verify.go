@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -20,7 +21,7 @@ var verifyFlags struct {
 	Duration time.Duration `name:"duration" placeholder:"D" default:"60s" help:"how long producers post and faults are injected (5s to 24h)"`
 	IDs      int           `name:"ids" placeholder:"N" default:"8" help:"mailboxes of the scratch world (1 to 1000)"`
 	Faults   string        `name:"faults" placeholder:"LIST" complete:"kill,stop,seize,cut,all,none" default:"kill,stop,seize,cut" help:"faults to inject: kill, stop, seize, cut (comma-separated), all or none"`
-	History  string        `name:"history" placeholder:"FILE" help:"write the history here, JSON lines (default: WORLD.jsonl in the current directory)"`
+	History  string        `name:"history" placeholder:"FILE" help:"write the history here, JSON lines (default: WORLD.jsonl in the OS temp dir, $TMPDIR or /tmp; the verdict names it)"`
 	Replicas int           `name:"replicas" placeholder:"N" help:"replicas of the scratch world: 1, 3 or 5 (default: 3 if the deployment takes it, else 1)"`
 	Owners   int           `name:"owners" placeholder:"N" default:"3" help:"owner processes (2 to 16)"`
 	TTL      time.Duration `name:"ttl" placeholder:"D" default:"2s" help:"the owners' lease (500ms to 1m)"`
@@ -39,7 +40,7 @@ func init() {
 		examples: []string{
 			"fencepost verify --server nats://10.0.0.1:4222 --duration 60s   # scratch world, own owners, kill/stop/seize/cut; exit 0: every invariant held",
 			"fencepost verify --duration 5m --faults kill,stop --json         # one JSON object: outcome, invariants, figures",
-			"fencepost verify --check verify-1a2b3c4d.jsonl                   # check a history file again (no server)",
+			"fencepost verify --check /tmp/verify-1a2b3c4d.jsonl              # check a history file again (no server)",
 		},
 		flags: &verifyFlags,
 		run:   runVerify,
@@ -93,17 +94,22 @@ func runVerify(e *env, args []string) int {
 		return e.usageErr("verify", "%s", configMsg(err))
 	}
 	// The world's name and the history file come first: a history that
-	// cannot be written is known before anything is created.
+	// cannot be written is known before anything is created. Without
+	// --history it goes to the OS temp dir, not the working directory (a
+	// run's history is megabytes), and the verdict line names it.
 	cfg.World = verify.NewWorldName()
 	path := fl.History
 	if path == "" {
-		path = cfg.World + ".jsonl"
+		path = filepath.Join(os.TempDir(), cfg.World+".jsonl")
 	}
 	hf, err := os.Create(path)
 	if err != nil {
 		return e.fail(fmt.Errorf("the history file: %w", err))
 	}
 	defer hf.Close()
+	if cfg.Progress != nil {
+		cfg.Progress("history to %s", path)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := verify.Run(ctx, cfg)

@@ -262,14 +262,14 @@ func TestVerify_UsageErrors_CreateNothing(t *testing.T) {
 
 // TestVerify_Interrupted_RemovesWorld: Ctrl-C (SIGINT) in the middle of a
 // run stops it: exit 1, the scratch world removed, the owners ended, the
-// history so far written (by default to WORLD.jsonl in the current
-// directory).
+// history so far written, by default to WORLD.jsonl in the OS temp dir
+// ($TMPDIR), never into the working directory.
 func TestVerify_Interrupted_RemovesWorld(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	names := streamNames(t, env.Client)
-	dir := t.TempDir()
+	dir, tmp := t.TempDir(), t.TempDir()
 	cmd := exec.Command(bin, "verify", "--duration", "10m", "--ttl", "1s", "--ids", "2")
-	cmd.Env = append(os.Environ(), "NATS_URL="+env.URL)
+	cmd.Env = append(os.Environ(), "NATS_URL="+env.URL, "TMPDIR="+tmp)
 	cmd.Dir = dir
 	stderr := newSyncBuffer()
 	var so strings.Builder
@@ -284,11 +284,15 @@ func TestVerify_Interrupted_RemovesWorld(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "stdout %s\nstderr %s", so.String(), stderr.String())
 	require.Equal(t, 1, ee.ExitCode(), stderr.String())
-	files, err := filepath.Glob(filepath.Join(dir, "verify-*.jsonl"))
+	inDir, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	require.NoError(t, err)
-	require.Len(t, files, 1)
-	hist := filepath.Base(files[0])
-	require.Contains(t, stderr.String(), "interrupted: world "+strings.TrimSuffix(hist, ".jsonl")+" removed; history so far in "+hist)
+	require.Empty(t, inDir, "a history written into the working directory")
+	files, err := filepath.Glob(filepath.Join(tmp, "verify-*.jsonl"))
+	require.NoError(t, err)
+	require.Len(t, files, 1, "no history in the temp dir")
+	hist := files[0]
+	require.Contains(t, stderr.String(), "verify: history to "+hist+"\n", "where the history goes, said at the start")
+	require.Contains(t, stderr.String(), "interrupted: world "+strings.TrimSuffix(filepath.Base(hist), ".jsonl")+" removed; history so far in "+hist)
 	require.ElementsMatch(t, names, streamNames(t, env.Client), "the scratch world is left behind")
 	b, err := os.ReadFile(files[0])
 	require.NoError(t, err)
