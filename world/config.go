@@ -74,7 +74,31 @@ type Config struct {
 	// world (world add, fencepostd, bench, verify) give it PartitionsFor
 	// its replicas unless told otherwise.
 	Partitions int `json:"partitions,omitempty"`
+	// Shards, if not 0, makes the world sharded: its ids are divided into
+	// this many shards (wire.ShardOf) and the unit of ownership is the
+	// shard, one record, epoch and lease each (docs/contract.md, "Sharded
+	// worlds"). Fixed when the world is created; 0, the default, is a
+	// per-id world. A sharded world does not republish (Partitions is 0):
+	// its mailbox stream stores each post under its shard.
+	Shards int `json:"shards,omitempty"`
 }
+
+// Kinds of world (Config.Kind).
+const (
+	KindPerID   = "per-id"
+	KindSharded = "sharded"
+)
+
+// Kind is KindSharded for a world with shards, else KindPerID.
+func (c Config) Kind() string {
+	if c.Shards > 0 {
+		return KindSharded
+	}
+	return KindPerID
+}
+
+// Sharded says whether the unit of ownership is the shard.
+func (c Config) Sharded() bool { return c.Shards > 0 }
 
 // DefaultPartitions is the partitions a new single-replica world gets
 // from the commands when none are asked for (PartitionsFor).
@@ -249,6 +273,12 @@ func (c Config) Validate() error {
 		return bad("purge", "%q is neither %q nor %q", c.Purge, PurgeByOwner, PurgeByServer)
 	case c.Partitions < 0 || c.Partitions > wire.MaxPartitions:
 		return bad("partitions", "%d is outside 0 (none)..%d", c.Partitions, wire.MaxPartitions)
+	case c.Shards < 0 || c.Shards > wire.MaxShards:
+		return bad("shards", "%d is outside 0 (a per-id world)..%d", c.Shards, wire.MaxShards)
+	case c.Shards > 0 && c.Partitions > 0:
+		return bad("partitions", "%d: a sharded world stores each post under its shard and republishes nothing; give shards or partitions, not both", c.Partitions)
+	case c.Shards > 0 && c.Purge == PurgeByServer:
+		return bad("purge", "%q: a sharded world's holders remove their shard's committed mail; purge=server is for per-id worlds", c.Purge)
 	}
 	return nil
 }

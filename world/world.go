@@ -225,6 +225,10 @@ func mailboxConfig(name string, cfg Config, storage jetstream.StorageType) jetst
 	if cfg.Partitions > 0 {
 		republish = &jetstream.RePublish{Source: wire.RepublishSource(name), Destination: wire.RepublishDestination(name, cfg.Partitions)}
 	}
+	var transform *jetstream.SubjectTransformConfig
+	if cfg.Shards > 0 {
+		transform = &jetstream.SubjectTransformConfig{Source: wire.ShardedTransformSource(name), Destination: wire.ShardedTransformDestination(name, cfg.Shards)}
+	}
 	return jetstream.StreamConfig{
 		Name:                 wire.MailboxStream(name),
 		Description:          "fencepost world " + name + ": mailboxes and dead letters",
@@ -241,6 +245,7 @@ func mailboxConfig(name string, cfg Config, storage jetstream.StorageType) jetst
 		AllowDirect:          true,
 		AllowAtomicPublish:   true,
 		RePublish:            republish,
+		SubjectTransform:     transform,
 	}
 }
 
