@@ -609,7 +609,15 @@ func (h *Holding) end(ctx context.Context, r *run, err error, caughtUp bool) (Re
 	// A fence the run refreshed (a refused commit that re-read the record
 	// and found the holding unchanged) carries on to the next one.
 	h.fence = r.a.fence
-	if !h.known || r.stored.Seq > h.cur.Seq {
+	// At the same sequence too: a failure count the run committed (a
+	// failed delivery writes the cursor again at the same sequence, with
+	// the count) is the stored cursor from now on. Kept at the old one,
+	// the next run of the holding counted that delivery again from 1
+	// (issue 46 item 2: max_deliveries+1 calls, delivery 1 twice). The
+	// holding's cursors never go back (ahead), so the run's last stored
+	// one is as new as h.cur when at its sequence; a commit settled during
+	// the run (settle) may be further on.
+	if !h.known || r.stored.Seq >= h.cur.Seq {
 		h.cur = r.stored
 	}
 	h.known = !r.uncertain

@@ -159,6 +159,47 @@ func TestHolding_DeliverFailure(t *testing.T) {
 	require.True(t, h.Live())
 }
 
+// TestHolding_DeliverFailureCounted (issue 46 item 2): a message whose
+// delivery fails as the first after a settled commit (the failure count
+// is written at the cursor's own sequence) is counted on: the holding's
+// next drain hands it out as delivery 2, and a message that always fails
+// gets exactly max_deliveries calls, counted 1, 2, 3..., then one dead
+// letter. The holding kept its old cursor, and counted from 1 again.
+func TestHolding_DeliverFailureCounted(t *testing.T) {
+	ctx, w, _, ss, _, h := holdX(t, drain.WithBackoff(time.Millisecond, time.Millisecond))
+	defer ss.Close()
+	var rec testutil.Recorder
+	rec.Fail = func(m drain.Message) error {
+		if string(m.Body) == "bad" {
+			return errors.New("bad")
+		}
+		return nil
+	}
+	send(t, ctx, w, "x", "ok")
+	_, err := h.Drain(ctx, rec.Handle)
+	require.NoError(t, err)
+	require.NoError(t, h.Flush(ctx)) // nothing in flight: the cursor is at "ok"
+	require.True(t, h.Live())
+
+	send(t, ctx, w, "x", "bad")
+	msgs := mailboxMsgs(t, ctx, w, "x", 0)
+	_, ok, err := h.Deliver(ctx, msgs[len(msgs)-1:], rec.Handle)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.False(t, h.Live(), "a failed delivery ends liveness")
+	res, err := h.Drain(ctx, rec.Handle)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.DeadLettered)
+	var deliveries []int
+	for _, m := range rec.Msgs()[1:] {
+		deliveries = append(deliveries, m.Delivery)
+	}
+	require.Equal(t, []int{1, 2, 3, 4, 5}, deliveries, "max_deliveries calls, counted on")
+	dl, err := w.Mailboxes.DeadLetters(ctx, "x", 10)
+	require.NoError(t, err)
+	require.Len(t, dl, 1)
+}
+
 // sweepFeed feeds sw every mailbox message from the first, as a worker's
 // consumer does, until ctx ends.
 func sweepFeed(t *testing.T, ctx context.Context, w *client.World, sw *drain.Sweeper) {
