@@ -257,15 +257,12 @@ func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.Raw
 		first := append(h.start, msgs...)
 		h.start = nil
 		if h.dropped.Swap(0) == 0 {
-			return h.drains.Start(ctx, first, wk.h)
+			return retryFailed(h)(h.drains.Start(ctx, first, wk.h))
 		}
 	} else if d := h.dropped.Swap(0); d == 0 || h.drains.Covers(d) {
 		if len(msgs) > 0 {
 			if res, ok, err := h.drains.Deliver(ctx, msgs, wk.h); ok {
-				if err == nil && !h.drains.Live() {
-					nudge(h) // a failed delivery, to be tried again from the cursor
-				}
-				return res, err
+				return retryFailed(h)(res, err)
 			}
 		} else if d != 0 {
 			return drain.Result{}, nil // woken by a drop a drain already covered
@@ -273,4 +270,21 @@ func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.Raw
 	}
 	wk.drainRuns.Add(1)
 	return h.drains.Drain(ctx, wk.h)
+}
+
+// retryFailed passes on the outcome of a delivery that handed out
+// messages without reading the mailbox (drain.Holding.Start, Deliver).
+// One that ended without an error and not live failed a message: the
+// holding committed its failure count and waited its backoff, and it is
+// nudged to deliver it again from the cursor at once (a drain). Nothing
+// else would wake it: its message was taken from the inbox, and the idle
+// release and the scan come only after many seconds (issue 46 item 1: the
+// first delivery of a newly claimed id was not nudged so).
+func retryFailed(h *holding) func(drain.Result, error) (drain.Result, error) {
+	return func(res drain.Result, err error) (drain.Result, error) {
+		if err == nil && !h.drains.Live() {
+			nudge(h)
+		}
+		return res, err
+	}
 }
