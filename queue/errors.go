@@ -12,14 +12,15 @@ var (
 	// ErrFull: the mailbox is at a limit: its messages, or the world's
 	// bytes (*FullError says which). Nothing was stored.
 	ErrFull = errors.New("queue: full")
-	// ErrTooLarge: the message is larger than the world allows. Nothing was
-	// sent.
+	// ErrTooLarge: the message is larger than the world or the broker
+	// allows. Nothing was stored.
 	ErrTooLarge = errors.New("queue: message too large")
 	// ErrInvalidMessage: a sender, message id or header is not acceptable.
 	ErrInvalidMessage = errors.New("queue: invalid message")
-	// ErrUnknown: the publish was sent and no acknowledgement came back. It
-	// may have been stored; send again with the same message id to find out
-	// (the retry is answered as a duplicate if the first one landed).
+	// ErrUnknown: the publish was sent and no acknowledgement came back,
+	// or an answer that does not say nothing was stored (*UnknownError).
+	// It may have been stored; send again with the same message id to find
+	// out (the retry is answered as a duplicate if the first one landed).
 	// (fencing.ErrUnknown, shared.)
 	ErrUnknown = fencing.ErrUnknown
 )
@@ -89,19 +90,22 @@ func (e *TooLargeError) Error() string {
 // Is matches ErrTooLarge.
 func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
 
-// UnknownError: the publish was sent and its outcome is not known.
+// UnknownError: the publish was sent and its outcome is not known: no
+// answer came (a timeout, a lost connection, a refused subscription to
+// the reply inbox), or the broker answered with an error that does not
+// mean "nothing was stored" (NothingStored). The message may be stored.
 type UnknownError struct {
 	ID    string
-	MsgID string
-	Err   error
+	MsgID string // the message id of the send, "" if none
+	Err   error  // what ended the wait, or the broker's answer
 }
 
 func (e *UnknownError) Error() string {
-	hint := "run stat to see the mailbox; posting again may store the message twice (give a message id to make retries safe)"
+	hint := "read the mailbox (stat) before posting again: without a message id a retry may store it twice"
 	if e.MsgID != "" {
-		hint = fmt.Sprintf("post again with the same message id %q: a copy that landed is reported as a duplicate", e.MsgID)
+		hint = fmt.Sprintf("post again with the same message id %q: if it was stored, the retry is answered as a duplicate", e.MsgID)
 	}
-	return fmt.Sprintf("queue: send to %q: outcome unknown (%v); %s", e.ID, e.Err, hint)
+	return fmt.Sprintf("queue: send to %q: outcome unknown, the message may be stored (%v); %s", e.ID, e.Err, hint)
 }
 
 // Is matches ErrUnknown.

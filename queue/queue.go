@@ -71,9 +71,12 @@ func (q *Queue) MaxHeaders() int { return q.maxHeaders }
 // Send posts body into id's mailbox and returns once JetStream stored it
 // (Posted), whether or not anyone owns id. It returns *FullError (ErrFull)
 // when the mailbox is at its limit, *TooLargeError (ErrTooLarge) before
-// sending anything too large, ErrInvalidMessage for a bad id, sender,
-// message id or header, and *UnknownError (ErrUnknown) when the publish was
-// sent and no acknowledgement came.
+// sending anything too large (ErrTooLarge also when the broker refused
+// it for its size), ErrInvalidMessage for a bad id, sender, message id or
+// header, an error naming the server's refusal when it stored nothing,
+// and *UnknownError (ErrUnknown) when the publish was sent and no
+// acknowledgement came, or an answer that does not say nothing was
+// stored (docs/wire.md "Limits and errors").
 func (q *Queue) Send(ctx context.Context, id string, body []byte, opts ...SendOption) (Posted, error) {
 	m, o, err := q.message(id, body, opts)
 	if err != nil {
@@ -81,9 +84,22 @@ func (q *Queue) Send(ctx context.Context, id string, body []byte, opts ...SendOp
 	}
 	ack, err := q.js.PublishMsg(ctx, m)
 	if err != nil {
-		return Posted{}, q.refusal(id, o.msgID, err)
+		return Posted{}, q.refusal(id, o.msgID, withCause(ctx, err))
 	}
 	return Posted{ID: id, Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// withCause adds to err the cause of ctx, when ctx ended with one of its
+// own (context.WithCancelCause): a refusal by the server that ended the
+// send says more than "context canceled".
+func withCause(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() && !errors.Is(err, cause) {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }
 
 // Pending is a message posted with SendAsync whose acknowledgement has not
@@ -119,7 +135,7 @@ func (p *Pending) Wait(ctx context.Context) (Posted, error) {
 	case err := <-p.f.Err():
 		return Posted{}, p.q.refusal(p.id, p.msgID, err)
 	case <-ctx.Done():
-		return Posted{}, &UnknownError{ID: p.id, MsgID: p.msgID, Err: ctx.Err()}
+		return Posted{}, &UnknownError{ID: p.id, MsgID: p.msgID, Err: withCause(ctx, ctx.Err())}
 	}
 }
 
@@ -181,24 +197,38 @@ func (q *Queue) checkSize(body, headers int) error {
 }
 
 // refusal turns a publish error into the queue's outcomes, keeping the
-// server's error underneath.
+// server's error underneath. Only an answer known to mean "nothing was
+// stored" is a refusal (docs/wire.md "Limits and errors"); any other
+// failure after the publish was sent leaves the outcome unknown.
 func (q *Queue) refusal(id, msgID string, err error) error {
 	if full := q.AsFull(id, err); full != nil {
 		return full
 	}
 	var apiErr *jetstream.APIError
 	switch {
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum,
-		errors.Is(err, nats.ErrMaxPayload):
-		return fmt.Errorf("%w: %w", ErrTooLarge, err)
 	case errors.As(err, &apiErr):
-		return fmt.Errorf("queue: send to %q refused by the server: %w", id, err)
+		return q.answered(id, msgID, apiErr, err)
+	case errors.Is(err, nats.ErrMaxPayload):
+		return fmt.Errorf("%w: %w", ErrTooLarge, err)
 	case errors.Is(err, jetstream.ErrTooManyStalledMsgs):
 		return fmt.Errorf("queue: send to %q not sent: too many asynchronous sends await their acknowledgement; wait for some: %w", id, err)
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("queue: send to %q: no stream takes subject %s (is world %q there?): %w", id, wire.MailboxSubject(q.world, id), q.world, err)
+		return fmt.Errorf("queue: send to %q: no stream takes subject %s (is world %q there?); nothing was stored: %w", id, wire.MailboxSubject(q.world, id), q.world, err)
 	}
 	return &UnknownError{ID: id, MsgID: msgID, Err: err}
+}
+
+// answered is the outcome of a publish the broker answered with an
+// error: a refusal for the answers that mean nothing was stored
+// (NothingStored), else unknown.
+func (q *Queue) answered(id, msgID string, apiErr *jetstream.APIError, err error) error {
+	switch {
+	case !NothingStored(apiErr):
+		return &UnknownError{ID: id, MsgID: msgID, Err: err}
+	case tooLarge(apiErr):
+		return fmt.Errorf("%w: %w", ErrTooLarge, err)
+	}
+	return fmt.Errorf("queue: send to %q refused by the server, nothing was stored: %w", id, err)
 }
 
 // ErrCodeFull is JetStream's "store failed" error (JSStreamStoreFailedF),
