@@ -105,6 +105,9 @@ type World struct {
 	Mailboxes *mailbox.Admin
 
 	refused *NotPermittedError // open for posting only: the server's refusal of the stream info
+
+	refusals *refusals // the client's, for Send
+	inbox    string    // the connection's reply inbox prefix, with its trailing '.'
 }
 
 // ErrPostOnly is wrapped by Readable's error: the world is open for posting
@@ -160,7 +163,7 @@ func (c *Client) World(ctx context.Context, name string) (*World, error) {
 	if perr != nil {
 		return nil, fmt.Errorf("%w; opening world %q for posting only: %w", refused, name, perr)
 	}
-	return &World{World: pw, Queue: queue.New(pw), refused: refused}, nil
+	return &World{World: pw, Queue: queue.New(pw), refused: refused, refusals: &c.refusals, inbox: c.inbox()}, nil
 }
 
 // CreateWorld creates a world (or opens it, if it exists with the same
@@ -186,7 +189,17 @@ func (c *Client) bind(w *world.World) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &World{World: w, Ownership: own, Queue: queue.New(w), Drainer: dr, Mailboxes: mb}, nil
+	return &World{World: w, Ownership: own, Queue: queue.New(w), Drainer: dr, Mailboxes: mb, refusals: &c.refusals, inbox: c.inbox()}, nil
+}
+
+// inbox is the prefix of the connection's reply subjects, with its
+// trailing '.': every request's answer, a post's acknowledgement too,
+// comes to a subject under it.
+func (c *Client) inbox() string {
+	if p := c.nc.Opts.InboxPrefix; p != "" {
+		return p + "."
+	}
+	return nats.InboxPrefix
 }
 
 // ResetWorld drops every record, epoch and mailbox of a world.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -41,10 +42,14 @@ type refusals struct {
 	expected map[int]*expectation
 }
 
-// expectation is a refusal an operation is ready for: the first refusal of
-// subject goes to it alone, not to the watchers.
+// expectation is a refusal an operation is ready for: the first refusal
+// of a publish to subject goes to it alone, not to the watchers. With
+// inbox set, a refusal of a subscription under that prefix (the reply
+// inbox its answer would come to) goes to it too, and on to the
+// watchers: every request waiting on the inbox is concerned.
 type expectation struct {
 	subject string
+	inbox   string
 	got     *NotPermittedError
 	cancel  context.CancelCauseFunc
 }
@@ -80,6 +85,12 @@ func (r *refusals) refused(e *NotPermittedError) (expected bool) {
 			x.got = e
 			x.cancel(e)
 			return true
+		}
+	}
+	for _, x := range r.expected {
+		if x.got == nil && x.inbox != "" && e.Op == "subscription" && strings.HasPrefix(e.Subject, x.inbox) {
+			x.got = e
+			x.cancel(e)
 		}
 	}
 	for _, fn := range r.watchers {
@@ -137,8 +148,16 @@ func (c *Client) Refusable(ctx context.Context) (_ context.Context, done func(er
 // handed to OnRefusal's watchers (nor ends Refusable contexts), because
 // the operation goes on another way.
 func (r *refusals) expect(ctx context.Context, subject string) (context.Context, func() *NotPermittedError) {
+	return r.expectWithInbox(ctx, subject, "")
+}
+
+// expectWithInbox is expect that also ends the context, with the refusal
+// as its cause, at a refusal of a subscription whose subject starts with
+// inbox (the connection's reply inbox, "_INBOX."): the answer cannot
+// come.
+func (r *refusals) expectWithInbox(ctx context.Context, subject, inbox string) (context.Context, func() *NotPermittedError) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	x := &expectation{subject: subject, cancel: cancel}
+	x := &expectation{subject: subject, inbox: inbox, cancel: cancel}
 	r.mu.Lock()
 	if r.expected == nil {
 		r.expected = map[int]*expectation{}

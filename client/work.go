@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/worker"
 )
@@ -43,9 +45,38 @@ func WithHeader(key, value string) SendOption { return queue.WithHeader(key, val
 
 // Send posts body into id's mailbox and returns once JetStream stored it,
 // whether or not anyone owns id (queue.Queue.Send, with its outcomes).
+// It also sees the server's refusals of this connection, which a publish
+// does not get as its answer (docs/wire.md "Limits and errors"): a
+// refused publish to the mailbox is *NotPermittedError (ErrNotPermitted)
+// at once, and nothing was stored; a refused subscription to the
+// connection's reply inbox, where the acknowledgement would come, is
+// *queue.UnknownError (ErrUnknown) at once, with the refusal as its
+// cause: the post may be stored.
 func (w *World) Send(ctx context.Context, id string, body []byte, opts ...SendOption) (Posted, error) {
-	return w.Queue.Send(ctx, id, body, opts...)
+	if w.refusals == nil {
+		return w.Queue.Send(ctx, id, body, opts...)
+	}
+	sctx, done := w.refusals.expectWithInbox(ctx, wire.MailboxSubject(w.Name, id), w.inbox)
+	p, err := w.Queue.Send(sctx, id, body, opts...)
+	if np := done(); err != nil && np != nil && np.Op == "publish" {
+		return Posted{}, &SendRefusedError{ID: id, Refusal: np}
+	}
+	return p, err
 }
+
+// SendRefusedError: the server refused this user the publish of a post
+// (its permissions): nothing was stored.
+type SendRefusedError struct {
+	ID      string
+	Refusal *NotPermittedError
+}
+
+func (e *SendRefusedError) Error() string {
+	return fmt.Sprintf("send to %q: %v; nothing was stored", e.ID, e.Refusal)
+}
+
+// Unwrap gives the refusal (ErrNotPermitted).
+func (e *SendRefusedError) Unwrap() error { return e.Refusal }
 
 // NewWorker returns a worker of this world as cfg.Node, handing every
 // message of the ids it holds to h (worker.New). Run it with Run(ctx).
