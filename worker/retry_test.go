@@ -27,10 +27,17 @@ import (
 // next message is delivered. The world's other mail keeps flowing.
 // Everything is observed through the handler and the dead letters, so the
 // test holds for any delivery engine.
+//
+// On a sharded world (shards=4) the same holds per id: the failing ids
+// are pending in their shard's cursor while the shard's other ids move on.
 func TestRetry_FailedDeliveries(t *testing.T) {
-	for _, partitions := range []int{0, 4} {
-		t.Run(fmt.Sprintf("partitions=%d", partitions), func(t *testing.T) {
-			failedDeliveries(t, partitions)
+	for _, cfg := range []world.Config{{Partitions: 0}, {Partitions: 4}, {Shards: 4}} {
+		name := fmt.Sprintf("partitions=%d", cfg.Partitions)
+		if cfg.Shards > 0 {
+			name = fmt.Sprintf("shards=%d", cfg.Shards)
+		}
+		t.Run(name, func(t *testing.T) {
+			failedDeliveries(t, cfg)
 		})
 	}
 }
@@ -73,10 +80,11 @@ func (c *calls) of(id, body string) []call {
 	return out
 }
 
-func failedDeliveries(t *testing.T, partitions int) {
+func failedDeliveries(t *testing.T, cfg world.Config) {
 	const maxDeliveries = 5
 	env := testutil.Start(t, testutil.Target{Name: "single"})
-	w := env.World(t, world.Config{Partitions: partitions, MaxDeliveries: maxDeliveries})
+	cfg.MaxDeliveries = maxDeliveries
+	w := env.World(t, cfg)
 	ctx := testutil.Ctx(t, 2*time.Minute)
 	rec := &calls{byID: map[string][]call{}}
 	wk, err := w.NewWorker(worker.Config{

@@ -27,6 +27,7 @@ import (
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/shard"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -140,6 +141,9 @@ type Worker struct {
 	mu      sync.Mutex
 	held    map[string]*holding
 	session *ownership.Session
+
+	// sh serves a sharded world in this worker's place (package shard).
+	sh *shard.Worker
 }
 
 type holding struct {
@@ -217,6 +221,9 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	if err := wire.ValidateNode(cfg.Node); err != nil {
 		return nil, err
 	}
+	if w.Config.Sharded() {
+		return newSharded(w, own, cfg, h)
+	}
 	if cfg.State && !w.AllowsState() {
 		return nil, fmt.Errorf("worker: world %q: %w", w.Name, drain.ErrNoState)
 	}
@@ -280,8 +287,35 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	return wk, nil
 }
 
-// Held lists the ids the worker holds now.
+// newSharded is the worker of a sharded world: package shard serves it,
+// one node lease and the shards assigned to the node.
+func newSharded(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Worker, error) {
+	switch {
+	case len(cfg.IDs) > 0:
+		return nil, fmt.Errorf("%w: worker: world %q is sharded: its workers serve shards, not a list of ids (leave IDs empty)", fencing.ErrInvalidOption, w.Name)
+	case cfg.State:
+		return nil, fmt.Errorf("%w: worker: world %q is sharded: per-id state on sharded worlds is not built yet (docs/design.md, Shards)", fencing.ErrInvalidOption, w.Name)
+	}
+	sw, err := shard.New(w, own, shard.Config{Node: cfg.Node, TTL: cfg.TTL, Parallel: cfg.Parallel, Log: cfg.Log}, h)
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{w: w, own: own, cfg: cfg, h: h, log: cfg.Log, sh: sw}, nil
+}
+
+// Shards is the worker of a sharded world, else nil.
+func (wk *Worker) Shards() *shard.Worker { return wk.sh }
+
+// Held lists the ids the worker holds now; on a sharded world, the units
+// of the shards it holds (wire.ShardUnit).
 func (wk *Worker) Held() []string {
+	if wk.sh != nil {
+		var out []string
+		for _, q := range wk.sh.Held() {
+			out = append(out, wire.ShardUnit(q))
+		}
+		return out
+	}
 	wk.mu.Lock()
 	defer wk.mu.Unlock()
 	out := make([]string, 0, len(wk.held))
@@ -293,6 +327,9 @@ func (wk *Worker) Held() []string {
 
 // Session is the worker's node lease once Run has it, else nil.
 func (wk *Worker) Session() *ownership.Session {
+	if wk.sh != nil {
+		return wk.sh.Session()
+	}
 	wk.mu.Lock()
 	defer wk.mu.Unlock()
 	return wk.session
@@ -304,6 +341,9 @@ func (wk *Worker) Session() *ownership.Session {
 // that every id it held is free at once, and returns nil. On a self-fence
 // it stops every drain and returns the fencing.Cause.
 func (wk *Worker) Run(ctx context.Context) error {
+	if wk.sh != nil {
+		return wk.sh.Run(ctx)
+	}
 	ss, err := wk.own.AcquireSession(ctx, wk.cfg.Node, wk.cfg.TTL)
 	if err != nil {
 		if ctx.Err() != nil {

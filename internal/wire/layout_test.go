@@ -45,6 +45,7 @@ var handlesUsers = map[string]string{
 	"purge":            "fencepostd's purger follows the cursors and purges the mailbox stream",
 	"queue":            "publishes into the mailbox stream",
 	"worker":           "its one consumer of every mailbox (design 3.10)",
+	"shard":            "a held shard's reader of its stored mail, its fenced cursor commits and its removal of committed mail",
 	"daemon":           "fencepostd's audit and node-lease retirement watch the bucket as it is written",
 	"bench":            "the ledger follows the bucket stream's history to check every commit",
 	"testkit/testutil": "test helpers read the mailbox stream and publish into it",

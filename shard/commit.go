@@ -1,0 +1,116 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/internal/store"
+	"github.com/fencepost/fencepost/internal/wire"
+)
+
+// The shard's commits and its removal of committed mail.
+//
+// Who removes what, and why it is safe (the one removal path of a sharded
+// world): the holder of a shard, after the broker accepted a cursor c of
+// the shard under the holder's fence, purges the shard's stored mail below
+// c.Low() with one request. Every message below c.Low() is covered by c
+// (wire.ShardCursor.Low), and c was stored while the shard's record was
+// at the holder's revision, so no later holder starts below it: the next
+// holder reads the last stored cursor, which is c or a later one of a
+// holder that read c (a cursor is only ever written by the shard's current
+// holder, and each holder starts from the one it read). A stale holder
+// (paused, then taken over) purges below a cursor it did commit, which
+// covers only what it handled: a message is never removed unhandled. Dead
+// letters are another subject (fp.<w>.dl.<eid>) and never purged here.
+
+// commitDue commits the book's cursor when it moved, one commit at a time,
+// and removes what the last accepted commit covers when removal is due.
+func (h *holder) commitDue() error {
+	if !h.committing {
+		c := h.b.cursor()
+		if c.Seq != h.committed.Seq || !maps.Equal(c.Pending, h.committed.Pending) {
+			if err := h.commit(c); err != nil {
+				return err
+			}
+		}
+	}
+	h.removeDue(false)
+	return nil
+}
+
+// commit writes c fenced by the shard's record and waits for the answer.
+// A refusal by the fence ends the holding (errLost); another error leaves
+// the cursor uncommitted, to be tried again at the next tick.
+func (h *holder) commit(c wire.ShardCursor) error {
+	data, err := wire.EncodeShardCursor(c)
+	if err != nil {
+		return fmt.Errorf("shard %d: encode cursor: %w", h.q, err)
+	}
+	m := &nats.Msg{Subject: wire.KeySubject(h.wk.w.Name, wire.CursorKey(h.unit)), Data: data}
+	h.lease.Fence.Apply(m)
+	h.committing = true
+	ctx, cancel := jsapi.WithTimeout(context.WithoutCancel(h.ctx))
+	_, err = handles.Of(h.wk.w).JS.PublishMsg(ctx, m)
+	cancel()
+	h.committing = false
+	switch {
+	case err == nil:
+		h.committed = c
+		h.wk.commits.Add(1)
+		return nil
+	case store.WrongLastSequence(err):
+		h.log.Warn("commit refused: the shard was taken over", "event", "fenced", "error", err)
+		return errLost
+	default:
+		h.log.Warn("commit failed; trying again", "error", err)
+		return nil
+	}
+}
+
+// removeDue purges the shard's mail below the last accepted cursor's
+// bound, when it moved and the last removal is RemoveEvery old (or now).
+func (h *holder) removeDue(now bool) {
+	low := h.committed.Low()
+	if low <= h.removedTo || (!now && time.Since(h.lastRemove) < h.wk.cfg.RemoveEvery) {
+		return
+	}
+	ctx, cancel := jsapi.WithTimeout(context.WithoutCancel(h.ctx))
+	defer cancel()
+	err := jsapi.Purge(ctx, handles.Of(h.wk.w).JS.Conn(), wire.MailboxStream(h.wk.w.Name), wire.ShardFilter(h.wk.w.Name, h.q), low)
+	h.lastRemove = time.Now()
+	if err != nil {
+		h.log.Warn("removal of committed mail failed; trying again", "below", low, "error", err)
+		return
+	}
+	h.removedTo = low
+	h.wk.removals.Add(1)
+}
+
+// finish is the end of a graceful stop: what was handled is committed and
+// removed, so the next holder starts after it.
+func (h *holder) finish() error {
+	for try := 0; ; try++ {
+		c := h.b.cursor()
+		if c.Seq == h.committed.Seq && maps.Equal(c.Pending, h.committed.Pending) {
+			break
+		}
+		if err := h.commit(c); err != nil {
+			return err
+		}
+		if try == 3 {
+			return fmt.Errorf("shard %d: the last commit failed %d times", h.q, try+1)
+		}
+	}
+	h.removeDue(true)
+	return errDrained
+}
+
+// errDrained: the holding stopped as asked, its work committed.
+var errDrained = errors.New("shard: drained")

@@ -1,0 +1,352 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/internal/store"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/queue"
+)
+
+// holder delivers one held shard: its reader hands the shard's mail in
+// stream order to the loop, which owns the book, hands each id's first
+// message to the handler, commits the book's cursor fenced by the shard's
+// record, and removes what the commits cover. It never asks an ownership
+// question on its path: the lease says until when it may hand out, and the
+// broker refuses its commits once the record moved.
+type holder struct {
+	wk    *Worker
+	q     int
+	unit  string
+	lease *ownership.Lease
+	log   *slog.Logger
+
+	ctx    context.Context // ends when the holding must stop at once
+	cancel context.CancelCauseFunc
+	// hctx is the handlers' context: h.ctx, also ended when a graceful
+	// stop has waited drainWait for the calls running.
+	hctx      context.Context
+	hcancel   context.CancelCauseFunc
+	drainReq  chan struct{} // closed: hand out nothing more, commit, stop
+	drainOnce sync.Once
+	ended     chan struct{} // closed when run returned
+	err       error         // why it ended (after ended)
+
+	// Loop state (run's goroutine only).
+	b          *book
+	results    chan result
+	retries    chan string
+	committing bool
+	committed  wire.ShardCursor // the last cursor the broker accepted
+	removedTo  uint64           // the last removal bound sent
+	lastRemove time.Time
+	inflight   int // handler calls running
+}
+
+type result struct {
+	eid  string
+	err  error // the handler's (nil: acknowledged)
+	dead bool  // a dead-letter write ended (err: its failure)
+}
+
+func (wk *Worker) newHolder(q int, l *ownership.Lease) *holder {
+	ctx, cancel := context.WithCancelCause(wk.rctx)
+	hctx, hcancel := context.WithCancelCause(ctx)
+	return &holder{
+		wk: wk, q: q, unit: wire.ShardUnit(q), lease: l,
+		log: wk.log.With("shard", q, "epoch", l.Epoch),
+		ctx: ctx, cancel: cancel, hctx: hctx, hcancel: hcancel,
+		drainReq: make(chan struct{}),
+		ended:    make(chan struct{}),
+		results:  make(chan result, 64),
+		retries:  make(chan string, 64),
+	}
+}
+
+// drainWait is how long a graceful stop waits for the handler calls
+// running before it cancels them: a third of the ttl, so that the last
+// commit and the release come well inside the lease.
+func drainWait(ttl time.Duration) time.Duration { return ttl / 3 }
+
+var errDrainTimeout = errors.New("shard: graceful stop: handlers cancelled")
+
+// errLost: the broker refused a commit, the shard's record moved.
+var errLost = errors.New("shard: the shard's record moved: another holder has it")
+
+// run serves the shard until it is told to drain (a handoff, the worker's
+// end) or stopped (lost, fenced).
+func (h *holder) run() {
+	defer close(h.ended)
+	err := h.serve()
+	h.err = err
+	h.cancel(err)
+}
+
+func (h *holder) serve() error {
+	cur, err := h.readCursor()
+	if err != nil {
+		return err
+	}
+	h.b, h.committed = newBook(cur), cur
+	h.removedTo = cur.Low()
+	msgs, stopRead, err := h.read(h.b.from())
+	if err != nil {
+		return err
+	}
+	defer stopRead()
+	h.log.Info("serving shard", "event", "shard_served", "from", h.b.from(), "mark", cur.Seq, "pending", len(cur.Pending))
+
+	commitTick := time.NewTicker(h.wk.cfg.CommitEvery)
+	defer commitTick.Stop()
+	draining, drainReq := false, h.drainReq
+	var drainTimeout <-chan time.Time
+	for {
+		h.dispatch(draining)
+		if draining && h.inflight == 0 {
+			return h.finish()
+		}
+		in := msgs
+		if draining || h.b.queued >= h.wk.cfg.ReadAhead {
+			in = nil
+		}
+		select {
+		case m, ok := <-in:
+			if !ok {
+				return fmt.Errorf("shard %d: the reader ended: %w", h.q, context.Cause(h.ctx))
+			}
+			h.add(m)
+		case r := <-h.results:
+			h.settle(r)
+		case eid := <-h.retries:
+			h.b.retry(eid)
+		case <-commitTick.C:
+			if err := h.commitDue(); err != nil {
+				return err
+			}
+		case <-drainReq:
+			draining, drainReq = true, nil
+			drainTimeout = time.After(drainWait(h.wk.cfg.TTL))
+		case <-drainTimeout:
+			h.log.Warn("handlers still running at the end of a graceful stop; cancelling them", "running", h.inflight)
+			h.hcancel(errDrainTimeout)
+		case <-h.ctx.Done():
+			return context.Cause(h.ctx)
+		}
+	}
+}
+
+// readCursor reads the shard's cursor (none yet: the zero cursor).
+func (h *holder) readCursor() (wire.ShardCursor, error) {
+	ctx, cancel := jsapi.WithTimeout(h.ctx)
+	defer cancel()
+	hd := handles.Of(h.wk.w)
+	m, err := jsapi.LeaderGet(ctx, hd.JS.Conn(), wire.BucketStream(h.wk.w.Name), jsapi.GetRequest{LastFor: wire.KeySubject(h.wk.w.Name, wire.CursorKey(h.unit))})
+	if errors.Is(err, jsapi.ErrNotFound) {
+		return wire.ShardCursor{}, nil
+	}
+	if err != nil {
+		return wire.ShardCursor{}, fmt.Errorf("shard %d: read its cursor: %w", h.q, err)
+	}
+	if op := m.Header.Get("KV-Operation"); op != "" {
+		return wire.ShardCursor{}, nil
+	}
+	c, err := wire.DecodeShardCursor(m.Data)
+	if err != nil {
+		return wire.ShardCursor{}, fmt.Errorf("shard %d: its cursor at revision %d: %w; inspect the key, or reset the world", h.q, m.Sequence, err)
+	}
+	return c, nil
+}
+
+// read starts the shard's reader: an ordered consumer of the shard's
+// stored mail from seq on, which hands out every message in stream order
+// and, when it sees a gap (a lost delivery, a reset consumer), starts
+// again after the last message it handed out. The channel is closed when
+// the reader fails for good.
+func (h *holder) read(from uint64) (<-chan *jetstream.RawStreamMsg, func(), error) {
+	ctx, cancel := jsapi.WithTimeout(h.ctx)
+	defer cancel()
+	hd := handles.Of(h.wk.w)
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{wire.ShardFilter(h.wk.w.Name, h.q)},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    max(from, 1),
+	}
+	cons, err := hd.Mailbox.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("shard %d: its reader: %w", h.q, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(h.wk.cfg.ReadAhead))
+	if err != nil {
+		return nil, nil, fmt.Errorf("shard %d: its reader: %w", h.q, err)
+	}
+	out := make(chan *jetstream.RawStreamMsg, 256)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(out)
+		for {
+			m, err := it.Next()
+			if err != nil {
+				if !errors.Is(err, jetstream.ErrMsgIteratorClosed) && h.ctx.Err() == nil {
+					h.log.Warn("shard reader stopped", "error", err)
+				}
+				return
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				h.log.Warn("shard reader: a message without metadata", "subject", m.Subject(), "error", err)
+				continue
+			}
+			raw := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp}
+			select {
+			case out <- raw:
+			case <-h.ctx.Done():
+				return
+			}
+		}
+	})
+	return out, func() { it.Stop(); wg.Wait() }, nil
+}
+
+// add takes one message of the shard from the reader.
+func (h *holder) add(m *jetstream.RawStreamMsg) {
+	id, eid, q, err := wire.ShardedID(h.wk.w.Name, m.Subject, h.wk.w.Config.Shards)
+	if err != nil || q != h.q {
+		// Not a post of this shard's (the filter makes this impossible
+		// short of a broken stream): never handed out, never excused,
+		// so the mark stops before it and the shard stalls loudly.
+		h.log.Error("shard reader: a message that is not this shard's; delivery of the shard stops here", "seq", m.Sequence, "subject", m.Subject, "error", err)
+		h.cancel(fmt.Errorf("shard %d: message %d on %q is not the shard's", h.q, m.Sequence, m.Subject))
+		return
+	}
+	h.b.add(m, id, eid)
+}
+
+// dispatch hands out the first message of every ready id, while the
+// worker has slots and the lease allows.
+func (h *holder) dispatch(draining bool) {
+	if draining {
+		return
+	}
+	for {
+		if !h.lease.Valid() {
+			// Every route refuses work on a lapsed lease before the fence
+			// runs: the session renews or self-fences; until then, wait.
+			return
+		}
+		select {
+		case h.wk.slots <- struct{}{}:
+		default:
+			return
+		}
+		q, e, delivery, ok := h.b.take()
+		if !ok {
+			<-h.wk.slots
+			return
+		}
+		h.inflight++
+		if delivery > h.wk.w.Config.MaxDeliveries {
+			go h.deadLetter(e, delivery-1, q.lastErr)
+			continue
+		}
+		msg := h.message(e, delivery)
+		go h.call(e.eid, msg)
+	}
+}
+
+func (h *holder) message(e *entry, delivery int) drain.Message {
+	from, ok := queue.Sender(e.m.Header)
+	if !ok {
+		h.log.Warn("message with an invalid sender; delivered without it", "id", e.id, "seq", e.m.Sequence)
+	}
+	return drain.Message{
+		ID: e.id, Seq: e.m.Sequence, From: from, Body: e.m.Data,
+		Headers: queue.UserHeaders(e.m.Header), Posted: e.m.Time,
+		Delivery: delivery, Fence: h.lease.Fence,
+		Redelivered: delivery > 1 || (!h.lease.PriorUntil.IsZero() && !e.m.Time.After(h.lease.PriorUntil)),
+	}
+}
+
+// call runs the handler for one message and reports back.
+func (h *holder) call(eid string, m drain.Message) {
+	defer func() { <-h.wk.slots }()
+	err := h.wk.handle(h.hctx, m)
+	select {
+	case h.results <- result{eid: eid, err: err}:
+	case <-h.ended:
+	}
+}
+
+// deadLetter moves the id's first message to its dead letters after its
+// last failed delivery, then reports back.
+func (h *holder) deadLetter(e *entry, deliveries int, herr string) {
+	defer func() { <-h.wk.slots }()
+	meta := nats.Header{}
+	meta.Set(wire.HeaderDeadDeliveries, strconv.Itoa(deliveries))
+	meta.Set(wire.HeaderDeadNode, h.lease.Node)
+	meta.Set(wire.HeaderDeadEpoch, strconv.FormatUint(h.lease.Epoch, 10))
+	meta.Set(wire.HeaderDeadError, store.Clip(herr))
+	ctx, cancel := jsapi.WithTimeout(h.ctx)
+	err := store.WriteDead(ctx, h.wk.w, wire.DeadLetterSubject(h.wk.w.Name, e.id), e.m, meta)
+	cancel()
+	if err == nil {
+		h.log.Warn("message dead-lettered", "event", "dead_lettered", "id", e.id, "seq", e.m.Sequence, "deliveries", deliveries, "error", store.Clip(herr))
+	}
+	select {
+	case h.results <- result{eid: e.eid, err: err, dead: true}:
+	case <-h.ended:
+	}
+}
+
+// settle takes a handler call's or dead-letter write's end.
+func (h *holder) settle(r result) {
+	h.inflight--
+	q := h.b.ids[r.eid]
+	switch {
+	case r.err == nil:
+		h.b.done(r.eid)
+	case h.hctx.Err() != nil:
+		// Stopped while it ran: not the message's fault.
+		h.b.release(r.eid)
+	case r.dead:
+		h.log.Warn("dead letter not written; retrying", "id", q.id, "error", r.err)
+		h.b.release(r.eid)
+		h.b.hold(r.eid)
+		h.later(r.eid, h.wk.cfg.BackoffMin)
+	default:
+		h.b.failed(r.eid, store.Clip(r.err.Error()))
+		delivery := q.failures
+		if delivery >= h.wk.w.Config.MaxDeliveries {
+			// Its last delivery: dead-letter it at once, no backoff.
+			h.b.makeReady(r.eid, q)
+			h.log.Info("delivery failed", "event", "failed", "id", q.id, "seq", q.msgs[0].m.Sequence, "delivery", delivery, "error", q.lastErr)
+			return
+		}
+		wait := h.wk.backoff(delivery)
+		h.log.Info("delivery failed", "event", "failed", "id", q.id, "seq", q.msgs[0].m.Sequence, "delivery", delivery, "retry_in", wait, "error", q.lastErr)
+		h.b.hold(r.eid)
+		h.later(r.eid, wait)
+	}
+}
+
+// later makes the id ready again after d.
+func (h *holder) later(eid string, d time.Duration) {
+	time.AfterFunc(d, func() {
+		select {
+		case h.retries <- eid:
+		case <-h.ended:
+		}
+	})
+}

@@ -1,0 +1,230 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/world"
+)
+
+// Config is a shard worker's settings. Zero fields take the defaults.
+type Config struct {
+	Node string        // the node name (required)
+	TTL  time.Duration // node lease ttl; 0: the world's default
+	// Parallel bounds the handler calls the worker runs at once, over all
+	// its shards (default 256).
+	Parallel int
+	// ReadAhead bounds the messages a shard's reader hands its holder
+	// before they are handled (default 4096).
+	ReadAhead int
+	// CommitEvery is the period of a shard's commits while it has mail
+	// (default 5 ms); RemoveEvery that of its removals (default 250 ms).
+	CommitEvery, RemoveEvery time.Duration
+	// BackoffMin and BackoffMax bound a failed delivery's wait before the
+	// next (doubling from the min; the drain package's defaults).
+	BackoffMin, BackoffMax time.Duration
+	// Rebalance is the period of the look at the live nodes (default a
+	// third of the ttl).
+	Rebalance time.Duration
+	Log       *slog.Logger
+}
+
+// Worker serves the shards of a sharded world as one node: it holds a node
+// lease, claims the shards whose first choice it is among the live nodes
+// (and, after a wait, any shard left free), hands a shard over when a node
+// that joined is its first choice, and delivers each held shard through a
+// holder.
+type Worker struct {
+	w   *world.World
+	own *ownership.Store
+	cfg Config
+	h   drain.Handler
+	log *slog.Logger
+
+	slots chan struct{} // one per running handler call
+	rctx  context.Context
+
+	mu      sync.Mutex
+	held    map[int]*holder
+	session *ownership.Session
+
+	commits, removals atomic.Int64
+}
+
+// New returns a worker of the sharded world w.
+func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Worker, error) {
+	if !w.Config.Sharded() {
+		return nil, fmt.Errorf("shard: world %q is a per-id world: serve it with package worker", w.Name)
+	}
+	if err := wire.ValidateNode(cfg.Node); err != nil {
+		return nil, err
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: shard: no handler", fencing.ErrInvalidOption)
+	}
+	ttl, err := w.Config.TTL(cfg.TTL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.TTL = ttl
+	cfg.Parallel = cmpOr(cfg.Parallel, 256)
+	cfg.ReadAhead = cmpOr(cfg.ReadAhead, 4096)
+	cfg.CommitEvery = cmpOr(cfg.CommitEvery, 5*time.Millisecond)
+	cfg.RemoveEvery = cmpOr(cfg.RemoveEvery, 250*time.Millisecond)
+	cfg.BackoffMin = cmpOr(cfg.BackoffMin, drain.DefaultBackoffMin)
+	cfg.BackoffMax = cmpOr(cfg.BackoffMax, drain.DefaultBackoffMax)
+	cfg.Rebalance = cmpOr(cfg.Rebalance, ttl/3)
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Worker{
+		w: w, own: own, cfg: cfg, h: h,
+		log:   cfg.Log.With("node", cfg.Node, "world", w.Name),
+		slots: make(chan struct{}, cfg.Parallel),
+		held:  map[int]*holder{},
+	}, nil
+}
+
+func cmpOr[T comparable](v, d T) T {
+	var zero T
+	if v == zero {
+		return d
+	}
+	return v
+}
+
+// Held lists the shards the worker holds now, in order.
+func (wk *Worker) Held() []int {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	out := make([]int, 0, len(wk.held))
+	for q := range wk.held {
+		out = append(out, q)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// Session is the worker's node lease once Run has it, else nil.
+func (wk *Worker) Session() *ownership.Session {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	return wk.session
+}
+
+// Stats are a worker's counts so far.
+type Stats struct {
+	Commits  int64 // cursors the broker accepted
+	Removals int64 // purges of committed mail
+}
+
+// Stats returns the worker's counts.
+func (wk *Worker) Stats() Stats {
+	return Stats{Commits: wk.commits.Load(), Removals: wk.removals.Load()}
+}
+
+// handle runs the handler, turning a panic into an error.
+func (wk *Worker) handle(ctx context.Context, m drain.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return wk.h(ctx, m)
+}
+
+func (wk *Worker) backoff(delivery int) time.Duration {
+	b := wk.cfg.BackoffMin
+	for i := 1; i < delivery && b < wk.cfg.BackoffMax; i++ {
+		b *= 2
+	}
+	return min(b, wk.cfg.BackoffMax)
+}
+
+// Run serves until ctx ends or the node lease self-fences. It waits for
+// the node lease at start. When ctx ends every holder commits what it
+// handled and the node lease is released (every shard free at once), and
+// Run returns nil; on a self-fence it stops every holder and returns the
+// fencing.Cause.
+func (wk *Worker) Run(ctx context.Context) error {
+	ss, err := wk.own.AcquireSession(ctx, wk.cfg.Node, wk.cfg.TTL)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	wk.mu.Lock()
+	wk.session = ss
+	wk.mu.Unlock()
+	wk.log.Info("node lease acquired", "event", "lease_acquired", "epoch", ss.Epoch(), "ttl", wk.cfg.TTL, "shards", wk.w.Config.Shards)
+
+	// Requests are bounded one by one (jsapi's timeout), not by ctx; the
+	// end of ctx or of the session stops everything.
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	stopOnFence := context.AfterFunc(ss.Context(), func() { cancel(context.Cause(ss.Context())) })
+	defer stopOnFence()
+	wk.rctx = rctx
+
+	a := newAssigner(wk, ss)
+	err = a.run(ctx, rctx)
+
+	// Stop: holders drain (commit what they handled) unless fenced.
+	wk.stopAll(ss.Cause() == "")
+	cancel(err)
+	if c := ss.Cause(); c != "" {
+		return c
+	}
+	ectx, ecancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ecancel()
+	if eerr := ss.CloseContext(ectx); eerr != nil && !errors.Is(eerr, ownership.ErrClosed) {
+		if c, ok := eerr.(fencing.Cause); ok {
+			return c
+		}
+		wk.log.Warn("releasing the node lease", "error", eerr)
+	} else if eerr == nil {
+		wk.log.Info("node lease released: its shards are free", "event", "lease_released", "epoch", ss.Epoch())
+	}
+	if err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// stopAll ends every holder: gracefully (drain) or at once.
+func (wk *Worker) stopAll(graceful bool) {
+	wk.mu.Lock()
+	hs := make([]*holder, 0, len(wk.held))
+	for _, h := range wk.held {
+		hs = append(hs, h)
+	}
+	wk.mu.Unlock()
+	for _, h := range hs {
+		if graceful {
+			h.stopDraining()
+		} else {
+			h.cancel(errStopped)
+		}
+	}
+	for _, h := range hs {
+		<-h.ended
+	}
+}
+
+var errStopped = errors.New("shard: the worker stopped")
+
+// stopDraining asks the holder to hand out nothing more, commit and end.
+func (h *holder) stopDraining() {
+	h.drainOnce.Do(func() { close(h.drainReq) })
+}
