@@ -125,7 +125,7 @@ func (a *assigner) readAll(ctx context.Context) error {
 			return err
 		}
 		if !st.Held {
-			a.free[q] = time.Time{} // free for long enough: any rank may claim
+			a.free[q] = time.Now()
 		}
 	}
 	return nil

@@ -193,13 +193,14 @@ func (h *holder) read(from uint64) (<-chan *jetstream.RawStreamMsg, func(), erro
 		return nil, nil, fmt.Errorf("shard %d: its reader: %w", h.q, err)
 	}
 	out := make(chan *jetstream.RawStreamMsg, 256)
+	rctx, rcancel := context.WithCancel(h.ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer close(out)
 		for {
 			m, err := it.Next()
 			if err != nil {
-				if !errors.Is(err, jetstream.ErrMsgIteratorClosed) && h.ctx.Err() == nil {
+				if !errors.Is(err, jetstream.ErrMsgIteratorClosed) && rctx.Err() == nil {
 					h.log.Warn("shard reader stopped", "error", err)
 				}
 				return
@@ -212,12 +213,14 @@ func (h *holder) read(from uint64) (<-chan *jetstream.RawStreamMsg, func(), erro
 			raw := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp}
 			select {
 			case out <- raw:
-			case <-h.ctx.Done():
+			case <-rctx.Done():
 				return
 			}
 		}
 	})
-	return out, func() { it.Stop(); wg.Wait() }, nil
+	// The reader may be blocked handing a message to a loop that no
+	// longer reads (a graceful stop): end it before waiting for it.
+	return out, func() { rcancel(); it.Stop(); wg.Wait() }, nil
 }
 
 // add takes one message of the shard from the reader.

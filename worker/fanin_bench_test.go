@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +29,8 @@ import (
 // per message. parts=0 is a world without partitions (one consumer per
 // worker, a sweep), parts=64 the default of fencepost world add on one
 // replica (republished posts by partition, and each id purges its own).
+// shards=N is a sharded world (package shard: a holder per shard, one
+// fenced cursor per shard, removal by one purge of the shard).
 //
 // Its rounds (about 0.2 s) are shorter than a holding's purge delay, so on
 // parts=64 each purge covers an id's messages of two or three rounds and
@@ -44,6 +47,9 @@ import (
 func BenchmarkWorkerFanIn(b *testing.B) {
 	for _, parts := range []int{0, 64} {
 		b.Run(fmt.Sprint("parts=", parts), func(b *testing.B) { benchFanIn(b, world.Config{Partitions: parts}) })
+	}
+	for _, shards := range []int{4, 16} {
+		b.Run(fmt.Sprint("shards=", shards), func(b *testing.B) { benchFanIn(b, world.Config{Shards: shards}) })
 	}
 }
 
@@ -159,7 +165,7 @@ func startPool(b *testing.B, cfg world.Config, n int) (w *client.World, ctx cont
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, n)
 	for i := range n {
-		wk, err := w.NewWorker(worker.Config{Node: fmt.Sprint("pool-", i), TTL: 10 * time.Second, Idle: time.Hour, Log: slog.New(slog.DiscardHandler)}, h)
+		wk, err := w.NewWorker(worker.Config{Node: fmt.Sprint("pool-", i), TTL: 10 * time.Second, Idle: time.Hour, Log: benchLog()}, h)
 		require.NoError(b, err)
 		go func() { done <- wk.Run(rctx) }()
 	}
@@ -169,4 +175,12 @@ func startPool(b *testing.B, cfg world.Config, n int) (w *client.World, ctx cont
 			require.NoError(b, <-done)
 		}
 	}
+}
+
+// benchLog is the workers' logger: none, unless FENCEPOST_TEST_LOG is set.
+func benchLog() *slog.Logger {
+	if os.Getenv("FENCEPOST_TEST_LOG") != "" {
+		return slog.Default()
+	}
+	return slog.New(slog.DiscardHandler)
 }
