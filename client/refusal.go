@@ -76,7 +76,8 @@ func (r *refusals) hook(nc *nats.Conn) {
 }
 
 // refused hands e to the operation expecting it, or else to the watchers;
-// it says whether an operation expected it.
+// it says whether an operation expected it. A refused reply inbox goes
+// to every operation waiting on it and to the watchers.
 func (r *refusals) refused(e *NotPermittedError) (expected bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -91,12 +92,13 @@ func (r *refusals) refused(e *NotPermittedError) (expected bool) {
 		if x.got == nil && x.inbox != "" && e.Op == "subscription" && strings.HasPrefix(e.Subject, x.inbox) {
 			x.got = e
 			x.cancel(e)
+			expected = true
 		}
 	}
 	for _, fn := range r.watchers {
 		fn(e)
 	}
-	return false
+	return expected
 }
 
 // OnRefusal calls fn with every refusal of a publish or subscription of

@@ -144,13 +144,35 @@ func runSend(e *env, args []string) int {
 	}
 	// A producer may post without reading the world's streams.
 	return e.worldOpWith(e.openWorldToPost, func(ctx context.Context, w *client.World) int {
-		p, err := w.Queue.Send(ctx, id, body, opts...)
+		p, err := w.Send(ctx, id, body, opts...)
 		if err != nil {
-			return e.fail(err)
+			return e.sendFailed(err)
 		}
 		e.emit("posted", f("seq", p.Seq), f("duplicate", p.Duplicate))
 		return exitOK
 	})
+}
+
+// sendFailed reports a send that did not answer posted. Once the world
+// is open, the send's own error says what happened, also when the server
+// refused this client something meanwhile: a refused subscription to the
+// reply inbox leaves the post's outcome unknown, it is no refusal of the
+// post (docs/wire.md "Limits and errors").
+func (e *env) sendFailed(err error) int {
+	var unknown *queue.UnknownError
+	if !errors.As(err, &unknown) {
+		return e.outcome(err)
+	}
+	retry := fmt.Sprintf("see whether it was stored (fencepost stat %s) before you send it again: without --msg-id a retry may store it twice", quoteIfNeeded(unknown.ID))
+	if unknown.MsgID != "" {
+		retry = fmt.Sprintf("retry with the same --msg-id %s: if it was stored, the retry answers posted seq=N duplicate", quoteIfNeeded(unknown.MsgID))
+	}
+	var np *client.NotPermittedError
+	if errors.As(err, &np) && np.Op == "subscription" {
+		retry += "; its answer cannot come to a reply inbox the server refuses: give --creds (its inbox prefix) or --inbox-prefix"
+	}
+	e.errorOut("unknown", fmt.Errorf("send to %q: outcome unknown, the post may be stored (%v); %s", unknown.ID, unknown.Err, retry))
+	return exitError
 }
 
 // runDrain drains until the mailbox is empty (or --max), or until

@@ -22,6 +22,12 @@ func (e *env) fail(err error) int {
 		e.errorOut("error", np)
 		return exitError
 	}
+	return e.outcome(err)
+}
+
+// outcome reports the refusal outcome or error that err is, and returns
+// the exit code.
+func (e *env) outcome(err error) int {
 	for _, m := range outcomeMappers {
 		if code, ok := m(e, err); ok {
 			return code
