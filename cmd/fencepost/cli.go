@@ -5,7 +5,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/fencepost/fencepost/internal/buildinfo"
 )
 
 // globals are the flags of every command, given before or after it
@@ -116,9 +117,7 @@ func run(argv []string) (code int) {
 	case ln.cmd == "bench" && benchExec != nil:
 		return benchExec(argv)
 	case ln.cmd == "" && !ln.help && !ln.given["version"]:
-		fmt.Fprintln(os.Stderr, "fencepost: want a command")
-		printUsage(os.Stderr)
-		return exitUsage
+		return (&usageError{msg: "want a command"}).print(os.Stderr)
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -223,7 +222,10 @@ func (ln *line) flag(known map[string]*kong.Flag, rest []string) (string, int, *
 	}
 	ln.given[f.Name] = true
 	used := 1
-	if !hasVal && !f.IsBool() && len(rest) > 1 {
+	if !hasVal && !f.IsBool() {
+		if len(rest) < 2 {
+			return "", 0, &usageError{cmd: ln.cmd, msg: fmt.Sprintf("flag --%s needs a value: --%s %s", f.Name, f.Name, f.FormatPlaceHolder())}
+		}
 		val, hasVal, used = rest[1], true, 2
 	}
 	if !hasVal {
@@ -259,8 +261,8 @@ type usageError struct {
 func (u *usageError) print(w io.Writer) int {
 	switch {
 	case u.unknown != "":
-		fmt.Fprintf(w, "fencepost: unknown command %q\n\n", u.unknown)
-		printUsage(w)
+		fmt.Fprintf(w, "fencepost: unknown command %q%s\n", u.unknown, didYouMean(u.unknown, commandNames()))
+		fmt.Fprintln(w, "usage: fencepost [GLOBAL FLAGS] COMMAND [ARGS] [FLAGS] (fencepost help lists the commands)")
 	case u.cmd == "":
 		fmt.Fprintf(w, "fencepost: %s%s\n", u.msg, u.hint)
 		fmt.Fprintln(w, "usage: fencepost [GLOBAL FLAGS] COMMAND [ARGS] [FLAGS] (fencepost help lists the commands)")
@@ -268,6 +270,56 @@ func (u *usageError) print(w io.Writer) int {
 		fmt.Fprintf(w, "fencepost %s: %s%s\nusage: fencepost %s\n", u.cmd, u.msg, u.hint, commands[u.cmd].usage)
 	}
 	return exitUsage
+}
+
+// didYouMean names the words of names closest to word, a mistyped one:
+// those it is a prefix of, else those one or two edits away (a letter
+// added, dropped, changed, or two swapped); "" when none is.
+func didYouMean(word string, names []string) string {
+	var near []string
+	for _, n := range names {
+		if len(word) >= 2 && strings.HasPrefix(n, word) {
+			near = append(near, n)
+		}
+	}
+	for d := 1; d <= 2 && len(near) == 0; d++ {
+		for _, n := range names {
+			if editDistance(word, n) == d && d < len(n) {
+				near = append(near, n)
+			}
+		}
+	}
+	if len(near) == 0 {
+		return ""
+	}
+	return "; did you mean " + strings.Join(near, " or ") + "?"
+}
+
+// editDistance is the optimal string alignment distance of a and b: the
+// fewest insertions, deletions, substitutions and swaps of two adjacent
+// bytes that turn one into the other.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }
 
 // dashHint, for a flag the command does not have, says how to pass an
@@ -336,30 +388,6 @@ func printFlags(w io.Writer, flags []*kong.Flag) {
 	}
 }
 
-// version is the module's version this binary was built from, as Go
-// recorded it (a tag, or a pseudo-version from the VCS), else "devel",
-// with the commit when Go recorded one ("devel (0123456789ab, modified)").
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devel"
-	}
-	if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	var rev, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value[:min(len(s.Value), 12)]
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = ", modified"
-			}
-		}
-	}
-	if rev == "" {
-		return "devel"
-	}
-	return "devel (" + rev + modified + ")"
-}
+// version is the module's version this binary was built from
+// (buildinfo.Version).
+func version() string { return buildinfo.Version() }

@@ -6,7 +6,7 @@
 // With no flags: NATS clients on 127.0.0.1:4222, monitoring, /metrics and
 // /healthz on 127.0.0.1:8222, file storage under ./data. SIGINT or SIGTERM
 // stops it cleanly. `fencepostd --help` lists the flags; --config FILE reads
-// them from JSON (docs/operations.md).
+// them from JSON (docs/operations.md); --version prints the version.
 //
 // `fencepostd creds add|ls|revoke` manages the credentials of a
 // fencepostd --auth in its data dir (docs/security.md): an owner bound
@@ -27,9 +27,11 @@ import (
 	"os/signal"
 	"syscall"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/oklog/run"
 
 	"github.com/fencepost/fencepost/daemon"
+	"github.com/fencepost/fencepost/internal/buildinfo"
 	"github.com/fencepost/fencepost/server"
 )
 
@@ -47,6 +49,10 @@ func realMain(argv []string) int {
 	if len(argv) > 0 && argv[0] == "creds" {
 		return credsMain(argv[1:], os.Stdout, os.Stderr)
 	}
+	if wantsVersion(argv) {
+		fmt.Printf("fencepostd %s (nats-server %s)\n", buildinfo.Version(), "v"+natsserver.VERSION)
+		return exitOK
+	}
 	// Catch the signals before anything starts, so that one that comes
 	// while the server starts stops it cleanly once it is up.
 	sigs := make(chan os.Signal, 1)
@@ -54,6 +60,7 @@ func realMain(argv []string) int {
 	defer signal.Stop(sigs)
 	cfg, err := daemon.Parse(argv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "--version prints the version of fencepostd and of its nats-server, and exits")
 		return exitOK
 	}
 	if err != nil {
@@ -88,6 +95,20 @@ func realMain(argv []string) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// wantsVersion: argv asks for the version (-version, --version, alone
+// or among other flags), as fencepost --version does.
+func wantsVersion(argv []string) bool {
+	for _, a := range argv {
+		switch a {
+		case "--":
+			return false
+		case "-version", "--version", "-version=true", "--version=true":
+			return true
+		}
+	}
+	return false
 }
 
 // signalActor is run.SignalHandler on a channel subscribed earlier: it
