@@ -102,3 +102,131 @@ func TestShards_EveryMessageOnceInOrder(t *testing.T) {
 		return info.Mailbox.Msgs == 0
 	})
 }
+
+// TestShards_FailingIDDoesNotHoldBackItsShard: in a world of one shard, an
+// id whose handler always fails gets exactly max_deliveries calls, counted
+// 1 to 5, then one dead letter, and its next message is delivered once;
+// meanwhile every other id of the shard is delivered, all before the
+// failing id's last call (its backoffs add up to 1.5 s). Head-of-line
+// blocking, the classic fault of ownership by partition, would hold the
+// other ids behind it.
+func TestShards_FailingIDDoesNotHoldBackItsShard(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Shards: 1, MaxDeliveries: 5})
+	ctx := testutil.Ctx(t, time.Minute)
+	var mu sync.Mutex
+	var badCalls []int
+	var lastOther, lastBad time.Time
+	others := 0
+	pool(t, w, 1, 2*time.Second, func(_ context.Context, m drain.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.ID == "bad" && string(m.Body) == "poison" {
+			badCalls = append(badCalls, m.Delivery)
+			lastBad = time.Now()
+			return fmt.Errorf("poison")
+		}
+		if m.ID != "bad" {
+			others++
+			lastOther = time.Now()
+		}
+		return nil
+	})
+	_, err := w.Send(ctx, "bad", []byte("poison"))
+	require.NoError(t, err)
+	_, err = w.Send(ctx, "bad", []byte("after"))
+	require.NoError(t, err)
+	const n = 300
+	for i := range n {
+		_, err := w.Send(ctx, fmt.Sprint("ok-", i%50), []byte("x"))
+		require.NoError(t, err)
+	}
+	testutil.WaitFor(t, 30*time.Second, "the dead letter", func() bool {
+		dl, err := w.Mailboxes.DeadLetters(ctx, "bad", 10)
+		require.NoError(t, err)
+		return len(dl) == 1
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 2, 3, 4, 5}, badCalls, "max_deliveries calls, counted")
+	require.Equal(t, n, others, "every other message, once")
+	require.True(t, lastOther.Before(lastBad), "the other ids were delivered while the failing one waited (last other %v, last failing call %v)", lastOther, lastBad)
+}
+
+// TestShards_CrashTakeover: a worker that crashes mid-way (nothing of
+// what it handled after its last commit is committed; its node lease is
+// left to lapse) is replaced by another node within about a ttl, which
+// delivers every message the first did not commit: none is lost, each
+// node hands an id's messages out in order, and the second flags what the
+// first may have handed out (Redelivered).
+func TestShards_CrashTakeover(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Shards: 4})
+	ctx := testutil.Ctx(t, time.Minute)
+	const ttl = time.Second
+	var mu sync.Mutex
+	byNode := map[string]map[string][]uint64{}
+	redelivered := 0
+	delivered := map[uint64]bool{}
+	handler := func(node string) drain.Handler {
+		return func(_ context.Context, m drain.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if byNode[node] == nil {
+				byNode[node] = map[string][]uint64{}
+			}
+			byNode[node][m.ID] = append(byNode[node][m.ID], m.Seq)
+			delivered[m.Seq] = true
+			if m.Redelivered {
+				redelivered++
+			}
+			return nil
+		}
+	}
+	a, err := w.NewWorker(worker.Config{Node: "a", TTL: ttl, Log: testLog()}, handler("a"))
+	require.NoError(t, err)
+	aDone := make(chan error, 1)
+	go func() { aDone <- a.Run(ctx) }()
+	testutil.WaitFor(t, 10*time.Second, "a holds every shard", func() bool { return len(a.Held()) == 4 })
+
+	var posted []uint64
+	for i := range 400 {
+		p, err := w.Send(ctx, fmt.Sprint("id-", i%40), []byte("x"))
+		require.NoError(t, err)
+		posted = append(posted, p.Seq)
+		if i == 200 {
+			a.Shards().Crash()
+			require.NoError(t, <-aDone)
+		}
+	}
+	crashed := time.Now()
+	b, err := w.NewWorker(worker.Config{Node: "b", TTL: ttl, Log: testLog()}, handler("b"))
+	require.NoError(t, err)
+	bctx, bstop := context.WithCancel(ctx)
+	bDone := make(chan error, 1)
+	go func() { bDone <- b.Run(bctx) }()
+	defer func() { bstop(); require.NoError(t, <-bDone) }()
+	testutil.WaitFor(t, 10*time.Second, "b holds every shard", func() bool { return len(b.Held()) == 4 })
+	took := time.Since(crashed)
+	testutil.WaitFor(t, 20*time.Second, "every message delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range posted {
+			if !delivered[s] {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("takeover %v after the crash (ttl %v); %d redelivered", took, ttl, redelivered)
+	require.Less(t, took, 3*ttl, "the shards were taken over about a ttl after the crash")
+	mu.Lock()
+	defer mu.Unlock()
+	for node, ids := range byNode {
+		for id, seqs := range ids {
+			for i := 1; i < len(seqs); i++ {
+				require.Less(t, seqs[i-1], seqs[i], "node %s, id %s: in order", node, id)
+			}
+		}
+	}
+}

@@ -53,6 +53,10 @@ type Worker struct {
 
 	slots chan struct{} // one per running handler call
 	rctx  context.Context
+	// crash (tests only) ends Run as a crash would: holders stopped at
+	// once, nothing committed, the node lease left to lapse.
+	crash  atomic.Bool
+	cancel context.CancelCauseFunc
 
 	mu      sync.Mutex
 	held    map[int]*holder
@@ -175,10 +179,16 @@ func (wk *Worker) Run(ctx context.Context) error {
 	defer cancel(nil)
 	stopOnFence := context.AfterFunc(ss.Context(), func() { cancel(context.Cause(ss.Context())) })
 	defer stopOnFence()
-	wk.rctx = rctx
+	wk.mu.Lock()
+	wk.rctx, wk.cancel = rctx, cancel
+	wk.mu.Unlock()
 
 	a := newAssigner(wk, ss)
 	err = a.run(ctx, rctx)
+	if wk.crash.Load() {
+		wk.stopAll(false)
+		return ss.Orphan()
+	}
 
 	// Stop: holders drain (commit what they handled) unless fenced.
 	wk.stopAll(ss.Cause() == "")

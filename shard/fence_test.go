@@ -1,0 +1,46 @@
+package shard_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/shard"
+	"github.com/fencepost/fencepost/testkit/testutil"
+	"github.com/fencepost/fencepost/world"
+)
+
+// TestHolder_CommitFencedAfterSeize: a holder whose shard was seized (a
+// forced seize, as a paused holder's would be after its lapse) cannot
+// commit: the broker refuses its cursor (errLost), and the stored cursor
+// is the one the holder committed before the seize, whatever the holder's
+// clock says (its session is still live here).
+func TestHolder_CommitFencedAfterSeize(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Shards: 2})
+	ctx := testutil.Ctx(t, 30*time.Second)
+	wk, err := shard.New(w.World, w.Ownership, shard.Config{Node: "a"}, func(context.Context, drain.Message) error { return nil })
+	require.NoError(t, err)
+	ss, err := w.Ownership.AcquireSession(ctx, "a", 10*time.Second)
+	require.NoError(t, err)
+	defer ss.Close()
+	l, err := ss.Claim(ctx, wire.ShardUnit(1))
+	require.NoError(t, err)
+	h := shard.NewTestHolder(ctx, wk, 1, l)
+
+	require.NoError(t, h.Commit(wire.ShardCursor{Seq: 10}))
+	_, err = w.Ownership.Seize(ctx, wire.ShardUnit(1), "b", 10*time.Second, true)
+	require.NoError(t, err)
+	require.True(t, l.Valid(), "the holder's own clock still lets it act")
+	err = h.Commit(wire.ShardCursor{Seq: 20})
+	require.True(t, errors.Is(err, shard.ErrLost), "got %v", err)
+
+	c, err := shard.NewTestHolder(ctx, wk, 1, l).ReadCursor()
+	require.NoError(t, err)
+	require.Equal(t, uint64(10), c.Seq, "the refused commit stored nothing")
+}
