@@ -82,7 +82,7 @@ func (info *Info) mailboxCounts(ctx context.Context, w *World, now time.Time) er
 	// Read with jsapi's direct get: the time is the server's
 	// Nats-Time-Stamp, the last of that name (a publisher may have sent
 	// one of its own, which nats.go's GetMsg would read).
-	b, err := jsapi.DirectGet(ctx, w.h.JS.Conn(), wire.MailboxStream(w.Name), jsapi.GetRequest{Seq: info.Mailbox.FirstSeq, NextFor: wire.MailboxFilter(w.Name), Batch: 1})
+	b, err := jsapi.DirectGet(ctx, w.h.JS.Conn(), wire.MailboxStream(w.Name), jsapi.GetRequest{Seq: info.Mailbox.FirstSeq, NextFor: w.storedMailboxFilter(), Batch: 1})
 	if err != nil {
 		return fmt.Errorf("world %q: oldest mailbox message: %w", w.Name, err)
 	}
@@ -137,13 +137,13 @@ func sub(a, b uint64) uint64 {
 // each holds (committed messages the purger has not removed yet included;
 // dead letters and unroutable subjects excluded).
 func (w *World) MailboxIDs(ctx context.Context) (map[string]uint64, error) {
-	info, err := w.h.Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(w.Name)))
+	info, err := w.h.Mailbox.Info(ctx, jetstream.WithSubjectFilter(w.storedMailboxFilter()))
 	if err != nil {
 		return nil, fmt.Errorf("world %q: mailbox stream: %w", w.Name, err)
 	}
 	ids := make(map[string]uint64, len(info.State.Subjects))
 	for subj, n := range info.State.Subjects {
-		if id, err := wire.MailboxID(w.Name, subj); err == nil && n > 0 {
+		if id, err := w.storedMailboxID(subj); err == nil && n > 0 {
 			ids[id] = n
 		}
 	}
@@ -157,4 +157,24 @@ func (w *World) Created() time.Time {
 		return time.Time{}
 	}
 	return w.h.Bucket.CachedInfo().Created
+}
+
+// storedMailboxFilter matches every mailbox message the world stores: on
+// the subjects posted to in a per-id world; under their shards in a
+// sharded one (the stream's transform: wire.ShardMailboxSubject).
+func (w *World) storedMailboxFilter() string {
+	if w.Config.Shards > 0 {
+		return wire.ShardedMailboxFilter(w.Name)
+	}
+	return wire.MailboxFilter(w.Name)
+}
+
+// storedMailboxID is the id of a stored mailbox subject of the world
+// (storedMailboxFilter).
+func (w *World) storedMailboxID(subj string) (string, error) {
+	if w.Config.Shards > 0 {
+		id, _, _, err := wire.ShardedID(w.Name, subj, w.Config.Shards)
+		return id, err
+	}
+	return wire.MailboxID(w.Name, subj)
 }
