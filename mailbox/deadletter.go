@@ -186,7 +186,8 @@ func (a *Admin) repostOne(ctx context.Context, q *queue.Queue, id string, dl Dea
 			return nil
 		}
 		first, err := jsapi.LeaderGet(ctx, a.nc, wire.MailboxStream(a.world), jsapi.GetRequest{Seq: ack.Sequence})
-		if err == nil && first.Subject == subj && first.Header.Get(HeaderRepostOf) == of {
+		// (Stored under the id's shard in a sharded world: storedSubject.)
+		if err == nil && first.Subject == a.storedSubject(id) && first.Header.Get(HeaderRepostOf) == of {
 			return nil // reposted by an earlier, interrupted run
 		}
 		// Not ours (a producer's message with this key), or gone (drained

@@ -104,6 +104,16 @@ func (a *Admin) List(ctx context.Context, o ListOptions) (ListPage, error) {
 	}
 	sel := &selection{after: o.After, limit: o.Limit, in: make(map[string]bool)}
 	scan := o.HeldBy != "" || !o.WithMail && !o.Dead
+	// A sharded world: its records are its shards' (client.World.
+	// ListShards lists them), its ids those with mail or dead letters,
+	// each owned by its shard's record.
+	owners, err := a.readShardOwners(ctx)
+	if err != nil {
+		return page, err
+	}
+	if owners != nil {
+		scan = false
+	}
 	if scan {
 		st, err := a.own.ScanRecords(ctx, func(l ownership.Listed) error {
 			e := ListEntry{ID: l.ID, Owner: l.Status, Err: l.Err}
@@ -121,12 +131,15 @@ func (a *Admin) List(ctx context.Context, o ListOptions) (ListPage, error) {
 		}
 		page.Skipped += st.Skipped
 	}
-	if o.HeldBy == "" { // ids with mail or dead letters and no record
+	if o.HeldBy == "" || owners != nil { // ids with mail or dead letters and no record
 		for id, c := range counts {
 			if c.record {
 				continue // listed by the scan
 			}
 			e := ListEntry{ID: id, Owner: ownership.Status{ID: id}, Depth: c.depth, DeadLetters: c.dead}
+			if owners != nil {
+				e.Owner, e.Err = owners.of(id)
+			}
 			if pass(e) {
 				sel.offer(e)
 			}
@@ -137,7 +150,7 @@ func (a *Admin) List(ctx context.Context, o ListOptions) (ListPage, error) {
 		page.Entries = page.Entries[:o.Limit]
 		page.More, page.Next = true, page.Entries[o.Limit-1].ID
 	}
-	if !scan {
+	if !scan && owners == nil {
 		if err := a.readOwners(ctx, page.Entries); err != nil {
 			return ListPage{}, err
 		}
@@ -197,7 +210,7 @@ func (a *Admin) mailCounts(ctx context.Context) (map[string]*idCounts, int, erro
 		if n == 0 {
 			continue
 		}
-		if tok, ok := wire.MailboxToken(a.world, subj); ok {
+		if tok, ok := a.mailboxToken(subj); ok {
 			if c := get(tok); c != nil {
 				c.depth += n
 			}

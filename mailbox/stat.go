@@ -8,7 +8,6 @@ import (
 
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
-	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
@@ -35,18 +34,22 @@ type Stat struct {
 // replicated stream.
 func (a *Admin) Stat(ctx context.Context, id string) (Stat, error) {
 	st := Stat{ID: id}
-	owner, err := a.own.Owner(ctx, id)
+	unit, err := a.unit(id) // in a sharded world, the id's shard
+	if err != nil {
+		return st, err
+	}
+	owner, err := a.own.Owner(ctx, unit)
 	if err != nil {
 		return st, err
 	}
 	st.Owner = owner
-	c, _, err := store.ReadCursor(ctx, a.w, id)
+	c, err := a.idCursor(ctx, id)
 	if err != nil {
 		return st, err
 	}
 	st.Cursor = c.Seq
 	stream := wire.MailboxStream(a.world)
-	b, err := jsapi.DirectGet(ctx, a.nc, stream, jsapi.GetRequest{Seq: c.Seq + 1, NextFor: wire.MailboxSubject(a.world, id), Batch: 1})
+	b, err := jsapi.DirectGet(ctx, a.nc, stream, jsapi.GetRequest{Seq: c.Seq + 1, NextFor: a.storedSubject(id), Batch: 1})
 	if err != nil {
 		return st, err
 	}
@@ -104,10 +107,10 @@ func (a *Admin) WorldStat(ctx context.Context) (WorldStat, error) {
 		return ws, err
 	}
 	for subj, n := range info.State.Subjects {
-		_, isMailbox := wire.MailboxToken(a.world, subj)
+		_, isMailbox := a.mailboxToken(subj)
 		_, isDead := wire.DeadLetterToken(a.world, subj)
 		switch {
-		case isUnroutableSubject(a.world, subj), subj == wire.UnroutableSubject(a.world):
+		case a.isUnroutable(subj), subj == wire.UnroutableSubject(a.world):
 			ws.Unroutable += n
 		case isMailbox:
 			ws.IDs++
@@ -129,15 +132,4 @@ func (a *Admin) countedWorldStat(ctx context.Context, st jetstream.StreamState) 
 	var err error
 	ws.Owned, err = a.own.CountHeld(ctx)
 	return ws, err
-}
-
-// isUnroutableSubject says whether subj is a mailbox subject of the world
-// that no id's drain reads.
-func isUnroutableSubject(world, subj string) bool {
-	tok, ok := wire.MailboxToken(world, subj)
-	if !ok {
-		return false
-	}
-	_, err := wire.DecodeID(tok)
-	return err != nil
 }
