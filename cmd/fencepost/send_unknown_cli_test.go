@@ -100,11 +100,11 @@ func TestCLI_Send_UnknownIsNotRefused(t *testing.T) {
 	u.SetPermissions(t, "prod", testutil.Allow([]string{">"}, inboxes))
 
 	// No answer at all: unknown at the timeout, in text and in JSON.
-	r = run(as("prod", "send", "c", "z", "--timeout", "500ms"))
+	r = run(as("prod", "send", "c", "z", "--timeout", "2s"))
 	require.Equal(t, 1, r.code, "%+v", r)
 	require.True(t, strings.HasPrefix(r.err, `unknown: send to "c": outcome unknown, the post may be stored`), r.err)
 	require.Contains(t, r.err, "(fencepost stat c) before you send it again: without --msg-id a retry may store it twice")
-	r = run(as("prod", "send", "c", "z", "--timeout", "500ms", "--msg-id", "k3", "--json"))
+	r = run(as("prod", "send", "c", "z", "--timeout", "2s", "--msg-id", "k3", "--json"))
 	require.Equal(t, 1, r.code, "%+v", r)
 	var m map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.out), &m), r.out)
