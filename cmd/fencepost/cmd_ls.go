@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/mailbox"
@@ -18,17 +19,19 @@ var lsFlags struct {
 	WithMail bool       `name:"with-mail" help:"only ids with messages in their mailbox"`
 	Dead     bool       `name:"dead" help:"only ids with dead letters"`
 	Limit    limitValue `name:"limit" placeholder:"N" default:"${ls_limit}" help:"print at most N ids, N >= 1; a cut list ends with more next=ID"`
-	After    idValue    `name:"after" placeholder:"ID" help:"resume after this id: the next= of the page before (ids sort by their UTF-8 bytes)"`
+	After    idValue    `name:"after" placeholder:"ID" help:"resume after this id: the next= of the page before (ids sort by their UTF-8 bytes); with --shards, after this shard"`
+	Shards   bool       `name:"shards" help:"list the shards of a sharded world (shard=S state=... node=... epoch=...), not its ids"`
 }
 
 func init() {
 	register("ls", &command{
-		usage: "ls [--held-by NODE] [--with-mail] [--dead] [--limit N] [--after ID]",
+		usage: "ls [--held-by NODE] [--with-mail] [--dead] [--limit N] [--after ID] | ls --shards [--held-by NODE] [--limit N] [--after S]",
 		short: "list ids in order, one line each (id ...), then listed count=K [more next=ID]",
 		examples: []string{
 			"fencepost ls --held-by node-a            # id id=order-42 state=held node=node-a epoch=1 ... per id, then listed count=K more=false",
 			"fencepost ls --with-mail --limit 100     # a page of ids with mail; the next: --after the listed next=ID",
 			"fencepost ls --dead --json",
+			"fencepost ls --shards                    # a sharded world's shards: shard shard=S state=held node=... epoch=... per shard, then listed count=K",
 		},
 		flags: &lsFlags,
 		run:   runLs,
@@ -49,6 +52,9 @@ func runLs(e *env, args []string) int {
 	if len(args) != 0 {
 		return e.usageErr("ls", "takes no arguments, got %d (filter with --held-by, --with-mail, --dead)", len(args))
 	}
+	if lsFlags.Shards {
+		return runLsShards(e)
+	}
 	return e.worldOp(func(ctx context.Context, w *client.World) int {
 		page, err := w.Mailboxes.List(ctx, mailbox.ListOptions{
 			HeldBy: string(lsFlags.HeldBy), WithMail: lsFlags.WithMail, Dead: lsFlags.Dead,
@@ -62,6 +68,9 @@ func runLs(e *env, args []string) int {
 		}
 		for _, en := range page.Entries {
 			fields := []field{f("id", en.ID)}
+			if u, err := w.Unit(en.ID); err == nil && u.Sharded() {
+				fields = append(fields, f("shard", u.Shard)) // the shard whose record is the id's
+			}
 			switch {
 			case en.Err != nil:
 				fields = append(fields, f("state", "corrupt"), f("error", en.Err.Error()))
@@ -78,6 +87,61 @@ func runLs(e *env, args []string) int {
 		}
 		if page.Skipped > 0 {
 			fields = append(fields, f("skipped", page.Skipped))
+		}
+		e.emit("listed", fields...)
+		return exitOK
+	})
+}
+
+// runLsShards prints one `shard` line per shard of a sharded world, in
+// order, then `listed` (exit 0), paged as ls pages ids (--limit, and
+// --after the next= of the page before):
+//
+//	shard shard=0 state=held node=n1 epoch=7 expires=...
+//	shard shard=1 state=free epoch=2
+//	listed count=2 more next=1
+//
+// state is held, free (epoch is the last one, 0 for a shard never owned)
+// or corrupt (error says why), as in ls. --held-by keeps the shards whose
+// live record names NODE. A per-id world has no shards: a usage error.
+func runLsShards(e *env) int {
+	if lsFlags.WithMail || lsFlags.Dead {
+		return e.usageErr("ls", "--shards lists shards by their records; --with-mail and --dead filter ids")
+	}
+	from := 0
+	if e.given["after"] {
+		q, err := strconv.Atoi(string(lsFlags.After))
+		if err != nil || q < 0 {
+			return e.usageErr("ls", "--after %q: with --shards, give the shard number the page before ended at (its next=)", string(lsFlags.After))
+		}
+		from = q + 1
+	}
+	return e.worldOp(func(ctx context.Context, w *client.World) int {
+		if w.Shards() == 0 {
+			return e.usageErr("ls", "--shards: world %q is a per-id world (created without shards): list its ids with ls", w.Name)
+		}
+		if from > w.Shards() {
+			return e.usageErr("ls", "--after %d: world %q has shards 0..%d", from-1, w.Name, w.Shards()-1)
+		}
+		page, err := w.ListShards(ctx, client.ShardListOptions{HeldBy: string(lsFlags.HeldBy), From: from, Limit: int(lsFlags.Limit)})
+		if err != nil {
+			return e.fail(err)
+		}
+		for _, en := range page.Entries {
+			fields := []field{f("shard", en.Shard)}
+			switch {
+			case en.Err != nil:
+				fields = append(fields, f("state", "corrupt"), f("error", en.Err.Error()))
+			case en.Owner.Held:
+				fields = append(fields, f("state", "held"), f("node", en.Owner.Node), f("epoch", en.Owner.Epoch), f("expires", en.Owner.Expires))
+			default:
+				fields = append(fields, f("state", "free"), f("epoch", en.Owner.Epoch))
+			}
+			e.emit("shard", fields...)
+		}
+		fields := []field{f("count", len(page.Entries)), f("more", page.More)}
+		if page.More {
+			fields = append(fields, f("next", page.Entries[len(page.Entries)-1].Shard))
 		}
 		e.emit("listed", fields...)
 		return exitOK

@@ -192,6 +192,11 @@ func runDrain(e *env, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
+	if w.Config.Sharded() {
+		// An id's commit in a sharded world is its shard's cursor, fenced
+		// by the shard's record: only the shard's holder writes it.
+		return e.fail(fmt.Errorf("world %q is sharded (%d shards): a sharded world is drained by its workers: fencepost work; nothing was read or written", w.Name, w.Config.Shards))
+	}
 	res, err := w.Drainer.Drain(ctx, args[0], drainFlags.Node, uint64(drainFlags.Epoch), func(_ context.Context, m drain.Message) error {
 		e.emit("message", append([]field{f("seq", m.Seq), f("from", m.From), f("delivery", m.Delivery), f("epoch", m.Fence.Epoch), f("redelivered", m.Redelivered)}, bodyFields(m.Body)...)...)
 		return nil
@@ -217,6 +222,8 @@ func runStat(e *env, args []string) int {
 				return e.fail(err)
 			}
 			fields := []field{f("world", w.Name), f("ids", ws.IDs), f("depth", ws.Depth), f("owned", ws.Owned), f("dead", ws.DeadLetters), f("unroutable", ws.Unroutable)}
+			// The world's kind, and its shards (0: a per-id world).
+			fields = append(fields, f("kind", w.Config.Kind()), f("shards", w.Config.Shards))
 			if ws.Unlisted {
 				// Past 100,000 subjects: counted, not listed (mailbox.WorldStat).
 				fields = append(fields, f("unlisted", true))
@@ -237,6 +244,10 @@ func runStat(e *env, args []string) int {
 		fields = append(fields, f("cursor", st.Cursor), f("failures", st.Failures), f("dead", st.DeadLetters), f("limit", w.Queue.Limit()))
 		if st.Undeliverable {
 			fields = append(fields, f("undeliverable", true))
+		}
+		if u, err := w.Unit(args[0]); err == nil && u.Sharded() {
+			// The owner below is the shard's: its record is the id's.
+			fields = append(fields, f("shard", u.Shard))
 		}
 		if st.Owner.Held {
 			fields = append(fields, f("node", st.Owner.Node), f("epoch", st.Owner.Epoch), f("expires", st.Owner.Expires))

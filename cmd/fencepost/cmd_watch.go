@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 )
 
@@ -52,7 +53,14 @@ func runWatch(e *env, args []string) int {
 	}
 	ctx, cancelWatch := context.WithCancel(ctx)
 	defer cancelWatch()
-	ch, err := w.Ownership.Watch(ctx, id)
+	unit := id
+	if id != "" {
+		// In a sharded world an id's record is its shard's: watch that.
+		if u, err := w.Unit(id); err == nil {
+			unit = u.Name
+		}
+	}
+	ch, err := w.Ownership.Watch(ctx, unit)
 	if err != nil {
 		if ctx.Err() != nil {
 			return exitOK
@@ -63,7 +71,11 @@ func runWatch(e *env, args []string) int {
 	fmt.Fprintf(e.err, "watching world %s%s\n", e.world, map[bool]string{true: " id " + quoteIfNeeded(id)}[id != ""])
 	n := 0
 	for ev := range ch {
-		e.emit(string(ev.Kind), watchFields(ev)...)
+		fields := watchFields(ev)
+		if q, ok := wire.UnitShard(ev.ID, w.Config.Shards); ok {
+			fields = append(fields, f("shard", q)) // a sharded world's change: id is the shard's unit
+		}
+		e.emit(string(ev.Kind), fields...)
 		if n++; watchFlags.Count > 0 && n >= watchFlags.Count {
 			return exitOK
 		}

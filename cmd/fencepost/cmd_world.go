@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
 )
@@ -27,6 +28,7 @@ var worldFlags struct {
 	Storage       string        `name:"storage" placeholder:"KIND" complete:"file,memory" help:"add: file or memory (default file)"`
 	Purge         string        `name:"purge" placeholder:"WHO" complete:"owner,server" help:"add: who removes committed messages: owner (the drain, default) or server (fencepostd; for worlds whose owners may not purge, docs/security.md)"`
 	Partitions    int           `name:"partitions" placeholder:"N" help:"add: republish each post to one of N partitions by its id, so that each worker reads the posts of the partitions it serves, not every post (up to 1024; 0: none, every worker reads every post; default 64 with one replica, 0 with more)"`
+	Shards        int           `name:"shards" placeholder:"N" help:"add: make a sharded world of N shards, 1..1024: each id's ownership record is its shard's (claim, owner, ... act on the id's shard), fixed at creation; no partitions (default: a per-id world)"`
 	Yes           bool          `name:"yes" help:"rm: confirm"`
 }
 
@@ -36,6 +38,7 @@ func init() {
 		short: "manage worlds: created | exists | world name=... | removed",
 		examples: []string{
 			"fencepost world add orders --replicas 3 --default-ttl 30s   # created world=orders ...; exists world=orders ... if it is there with these settings",
+			"fencepost world add events --shards 64                      # created world=events ... kind=sharded shards=64: ownership by shard",
 			"fencepost world ls                                          # world name=orders replicas=3 storage=file, one line each",
 			"fencepost world info orders                                 # its settings, depth, mailboxes, records, ...",
 			"fencepost world rm orders --yes                             # removed world=orders",
@@ -54,6 +57,7 @@ func worldConfig() world.Config {
 		MaxMsgsPerMailbox: wf.MaxMsgs, MaxBytes: wf.MaxBytes, MaxDeliveries: wf.MaxDeliveries,
 		DedupeWindow: wf.DedupeWindow, Replicas: wf.Replicas,
 		Storage: world.Storage(wf.Storage), Purge: world.PurgeMode(wf.Purge), Partitions: wf.Partitions,
+		Shards: wf.Shards,
 	}
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = wf.MaxMsgSize
@@ -101,15 +105,20 @@ func runWorld(e *env, args []string) int {
 // settings asked (an error naming those that differ). Only the settings
 // whose flags were given are compared. An existing world made before
 // per-id state gets its bucket's atomic batches turned on (world.Create).
-// A new world without --partitions gets world.PartitionsFor its replicas.
+// A new world without --partitions gets world.PartitionsFor its replicas,
+// a sharded one (--shards) none. --shards outside 1..1024 is a usage
+// error.
 func worldAdd(e *env, name string, cfg world.Config) int {
+	if e.given["shards"] && (cfg.Shards < 1 || cfg.Shards > wire.MaxShards) {
+		return e.usageErr("world", "--shards %d: a sharded world has 1..%d shards (leave --shards out for a per-id world)", cfg.Shards, wire.MaxShards)
+	}
 	ctx, cancel := e.ctx()
 	defer cancel()
 	c, err := e.client()
 	if err != nil {
 		return e.fail(err)
 	}
-	if !e.given["partitions"] {
+	if !e.given["partitions"] && cfg.Shards == 0 {
 		cfg.Partitions = world.PartitionsFor(cfg.Replicas)
 	}
 	want := cfg.WithDefaults()
@@ -158,7 +167,13 @@ func worldLs(e *env) int {
 			e.emit("world", f("name", n), f("error", err.Error()))
 			continue
 		}
-		e.emit("world", f("name", n), f("replicas", w.Config.Replicas), f("storage", string(w.Config.Storage)))
+		fields := []field{f("name", n), f("replicas", w.Config.Replicas), f("storage", string(w.Config.Storage))}
+		if w.Config.Sharded() || e.json {
+			// A per-id world's line reads as it always has; its object
+			// says the kind too.
+			fields = append(fields, f("kind", w.Config.Kind()), f("shards", w.Config.Shards))
+		}
+		e.emit("world", fields...)
 	}
 	return exitOK
 }
@@ -228,6 +243,7 @@ func settingFields(c world.Config) []field {
 		f("max_body", c.MaxBody), f("max_headers", c.MaxHeaders), f("max_msgs", c.MailboxMsgs()), f("max_bytes", maxBytes),
 		f("max_deliveries", c.MaxDeliveries), f("dedupe_window", c.DedupeWindow.String()),
 		f("replicas", c.Replicas), f("storage", string(c.Storage)), f("purge", string(c.Purge)), f("partitions", c.Partitions),
+		f("kind", c.Kind()), f("shards", c.Shards),
 	}
 }
 

@@ -38,6 +38,11 @@ type env struct {
 	cancels  []context.CancelCauseFunc
 
 	clientOpts []client.Option // extra options for the client, set by a command before it connects
+
+	// The shard an ownership command acts on, in a sharded world: its
+	// outcomes name it (unitFields).
+	sharded bool
+	shard   int
 }
 
 // newEnv makes the environment of a parsed command line (nil and the exit

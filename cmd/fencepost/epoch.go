@@ -25,7 +25,7 @@ func neverIssuedOutcome(e *env, err error) (int, bool) {
 	if !errors.As(err, &fenced) || given <= fenced.Current {
 		return 0, false
 	}
-	e.emit("fenced", f("current", fenced.Current), f("never_issued", true))
+	e.emitUnit("fenced", f("current", fenced.Current), f("never_issued", true)) // shard=S in a sharded world
 	if e.json {
 		return exitFenced, true
 	}

@@ -122,3 +122,20 @@ func (v *idValue) Decode(ctx *kong.DecodeContext) error {
 	*v = idValue(s)
 	return nil
 }
+
+// shardValue is --shard: a shard number, 0 to wire.MaxShards-1 (the
+// world's own number of shards is checked once it is open).
+type shardValue int
+
+func (v *shardValue) Decode(ctx *kong.DecodeContext) error {
+	s, err := popString(ctx, "shard")
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n >= wire.MaxShards {
+		return fmt.Errorf("want a shard number 0..%d (a sharded world of N shards has 0..N-1), got %q", wire.MaxShards-1, s)
+	}
+	*v = shardValue(n)
+	return nil
+}

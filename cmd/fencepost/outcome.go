@@ -41,23 +41,25 @@ func (e *env) outcome(err error) int {
 		live     *ownership.LiveError
 	)
 	switch {
+	// The ownership refusals name the shard in a sharded world
+	// (emitUnit); in a per-id world they print as they always have.
 	case errors.As(err, &held):
-		e.emit("held-by", f("node", held.Node), f("epoch", held.Epoch), f("expires", held.Expires))
+		e.emitUnit("held-by", f("node", held.Node), f("epoch", held.Epoch), f("expires", held.Expires))
 		return exitHeldBy
 	case errors.As(err, &free):
-		e.emit("free", f("epoch", free.LastEpoch))
+		e.emitUnit("free", f("epoch", free.LastEpoch))
 		return exitFree
 	case errors.As(err, &notOwner):
-		e.emit("not-owner", f("node", notOwner.Holder), f("epoch", notOwner.Epoch))
+		e.emitUnit("not-owner", f("node", notOwner.Holder), f("epoch", notOwner.Epoch))
 		return exitNotOwner
 	case errors.As(err, &fenced):
-		e.emit("fenced", f("current", fenced.Current))
+		e.emitUnit("fenced", f("current", fenced.Current))
 		return exitFenced
 	case errors.As(err, &live):
-		e.emit("live", f("node", live.Node), f("epoch", live.Epoch), f("expires", live.Expires))
+		e.emitUnit("live", f("node", live.Node), f("epoch", live.Epoch), f("expires", live.Expires))
 		return exitLive
 	case errors.Is(err, ownership.ErrContended):
-		e.emit("contended")
+		e.emitUnit("contended")
 		return exitContended
 	case errors.Is(err, ownership.ErrUnknown):
 		e.errorOut("unknown", err)
