@@ -46,6 +46,9 @@ func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) er
 		if w.Config.Replicas != replicas && d.cfg.Replicas != 0 {
 			d.log.Warn("world exists with other replicas; keeping them", "world", name, "replicas", w.Config.Replicas, "configured", replicas)
 		}
+		if d.cfg.Shards != 0 && w.Config.Shards != d.cfg.Shards {
+			d.log.Warn("world exists with other shards; keeping them (a world's kind is fixed when it is created)", "world", name, "kind", w.Config.Kind(), "shards", w.Config.Shards, "configured", d.cfg.Shards)
+		}
 		if d.cfg.Partitions != 0 && w.Config.Partitions != d.cfg.partitions() {
 			d.log.Warn("world exists with other partitions; keeping them", "world", name, "partitions", w.Config.Partitions, "configured", d.cfg.partitions())
 		}
@@ -65,7 +68,7 @@ func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) er
 	if !errors.Is(err, world.ErrUnknownWorld) {
 		return err
 	}
-	cfg := world.Config{Replicas: replicas, Partitions: d.cfg.partitions()}
+	cfg := world.Config{Replicas: replicas, Partitions: d.cfg.partitions(), Shards: d.cfg.Shards}
 	if d.cfg.Auth {
 		// Owners may not purge: the server removes what they commit.
 		cfg.Purge = world.PurgeByServer
@@ -75,7 +78,7 @@ func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) er
 		return nil // another member created it first
 	}
 	if err == nil {
-		d.log.Info("world created", "world", name, "replicas", replicas, "partitions", cfg.Partitions)
+		d.log.Info("world created", "world", name, "replicas", replicas, "partitions", cfg.Partitions, "kind", cfg.Kind(), "shards", cfg.Shards)
 	}
 	return err
 }

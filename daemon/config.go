@@ -72,6 +72,12 @@ type Config struct {
 	World      string `json:"world,omitempty"`
 	Replicas   int    `json:"replicas,omitempty"`
 	Partitions int    `json:"partitions,omitempty"`
+	// Shards, if not 0, makes that world sharded when it is created: its
+	// ids divided into Shards shards (1..1024), the shard the unit of
+	// ownership (world.Config.Shards; docs/contract.md, "Sharded
+	// worlds"). 0, the default, makes a per-id world. A sharded world has
+	// no partitions.
+	Shards int `json:"shards,omitempty"`
 
 	// Auth runs the embedded server with one NATS user per role
 	// (producer, owner, operator; docs/security.md) and writes their
@@ -346,6 +352,16 @@ func (c Config) validateWorld() error {
 	if c.Partitions < -1 || c.Partitions > wire.MaxPartitions {
 		return bad("partitions", "%d is outside -1 (none), 0 (the default) and 1..%d", c.Partitions, wire.MaxPartitions)
 	}
+	switch {
+	case c.Shards < 0 || c.Shards > wire.MaxShards:
+		return bad("shards", "%d is outside 0 (a per-id world, the default) and 1..%d", c.Shards, wire.MaxShards)
+	case c.Shards > 0 && c.Partitions > 0:
+		return bad("shards", "a sharded world stores each post under its shard and has no partitions: give shards or partitions, not both")
+	case c.Shards > 0 && c.Auth:
+		// With --auth the world gets purge=server (owners may not purge),
+		// which a sharded world's holders do not leave to the server.
+		return bad("shards", "a sharded world's holders remove their shards' committed mail, and with --auth owners may not purge: run --auth with a per-id world (no --shards)")
+	}
 	if c.ScrapeInterval < Duration(100*time.Millisecond) {
 		return bad("scrape_interval", "%v is below 100ms", time.Duration(c.ScrapeInterval))
 	}
@@ -403,6 +419,9 @@ func (c Config) replicas() int {
 
 // partitions is the default world's partitions when it is created.
 func (c Config) partitions() int {
+	if c.Shards > 0 {
+		return 0 // a sharded world has none
+	}
 	switch c.Partitions {
 	case 0:
 		return world.PartitionsFor(c.replicas())

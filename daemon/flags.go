@@ -94,6 +94,7 @@ func newFlags(out io.Writer) *flags {
 	str(f, "world", func(c *Config) *string { return &c.World }, "world made ready at start")
 	num(f, "replicas", func(c *Config) *int { return &c.Replicas }, "replicas of that world when it is created (0: 3 in a cluster, else 1)")
 	num(f, "partitions", func(c *Config) *int { return &c.Partitions }, "partitions of that world when it is created: each worker reads the posts of the partitions it serves (0: 64 with one replica, none with more; -1: none; up to 1024)")
+	num(f, "shards", func(c *Config) *int { return &c.Shards }, "make that world sharded when it is created, of N shards (1..1024): the shard is the unit of ownership (0: a per-id world, the default; no partitions)")
 	f.fs.BoolVar(&f.auth, "auth", false, "NATS users for the producer, owner and operator roles; credentials written to <data-dir>/<role>.creds (docs/security.md)")
 	dur(f, "creds-ttl", func(c *Config) *Duration { return &c.CredsTTL }, "with --auth: lifetime of the user JWTs written at start (issue them again before: fencepostd creds add)")
 	num(f, "auth-max-conns", func(c *Config) *int { return &c.AuthMaxConns }, "with --auth: connections of all users together (-1: no limit)")
