@@ -118,6 +118,8 @@ func TestDaemon_ExitCodes(t *testing.T) {
 		{[]string{"--replicas", "4"}, 2, "replicas: 4 is not 1, 3 or 5"},
 		{[]string{"--partitions", "1025"}, 2, "partitions: 1025 is outside -1 (none), 0 (the default) and 1..1024"},
 		{[]string{"--partitions", "-2"}, 2, "partitions: -2 is outside"},
+		{[]string{"--shards", "1025"}, 2, "shards: 1025 is outside 0 (a per-id world, the default) and 1..1024"},
+		{[]string{"--shards", "4", "--partitions", "4"}, 2, "shards or partitions, not both"},
 		{[]string{"--nats-config", badNATS, "--port", "-1", "--data", t.TempDir(), "--http", "off"}, 2, "nats.conf:2"},
 		{[]string{"--port", "-1", "--data", t.TempDir(), "--http", busy.Addr().String()}, 1, "address already in use"},
 	} {
