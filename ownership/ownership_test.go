@@ -409,7 +409,7 @@ func TestIDs_RoundTrip(t *testing.T) {
 			"a.b.c", "*", ">", "a.*.>", "with space", "a/b/c", "ünïcødé-日本語", "..", " ",
 			strings.Repeat("é", 128), // 256 bytes
 			strings.Repeat("z", 256),
-			"$KV.x", "\x00\x01",
+			"$KV.x", "\x01\x02",
 		}
 		for i, id := range ids {
 			node := fmt.Sprintf("n%d", i)

@@ -14,4 +14,8 @@ const (
 	HeaderDeadEpoch      = "Fencepost-Dead-Epoch"      // and its epoch
 	HeaderDeadBody       = "Fencepost-Dead-Body"       // the body part's sequence, if stored in two parts
 	HeaderDeadSubject    = "Fencepost-Dead-Subject"    // an unroutable message's subject
+	// HeaderDeadPart marks a body part (PartSubject) with the mailbox
+	// sequence of its message, when it fits: a dead-lettering tried again
+	// takes up the part it stored before instead of storing another.
+	HeaderDeadPart = "Fencepost-Dead-Part"
 )

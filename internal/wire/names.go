@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -28,12 +29,26 @@ var (
 var idCodec = base64.RawURLEncoding.Strict()
 
 // ValidateID checks that id is a non-empty UTF-8 string of at most
-// MaxIDBytes bytes.
+// MaxIDBytes bytes without a NUL byte.
+//
+// NUL is the one character an id may not hold: no process environment
+// or command-line argument can carry it, so `fencepost work --exec` could
+// never hand such an id to its command (FENCEPOST_ID), and no command
+// line could name it. A token that decodes to an id with a NUL is
+// therefore no id's, and its messages are unroutable (docs/wire.md).
 func ValidateID(id string) error {
-	return validateName(ErrInvalidID, "id", id, MaxIDBytes)
+	if err := validateName(ErrInvalidID, "id", id, MaxIDBytes); err != nil {
+		return err
+	}
+	if strings.IndexByte(id, 0) >= 0 {
+		return fmt.Errorf("%w: the id %q holds a NUL byte (0x00), which no environment variable or command-line argument can carry (fencepost work --exec passes the id in FENCEPOST_ID): use another character", ErrInvalidID, id)
+	}
+	return nil
 }
 
-// ValidateNode checks a node name with the same rules as an id.
+// ValidateNode checks a node name with the rules of an id but one: a
+// node name may hold a NUL byte (ownership records written with one stay
+// readable).
 func ValidateNode(node string) error {
 	return validateName(ErrInvalidNode, "node", node, MaxNodeBytes)
 }
@@ -244,6 +259,16 @@ func MailboxSubject(world, id string) string {
 // MailboxFilter matches every mailbox of a world.
 func MailboxFilter(world string) string { return "fp." + world + ".mb.*" }
 
+// MailboxSweepFilter matches every subject stored on the world's mailbox
+// subjects, as a consumer's filter: MailboxFilter's, and also those whose
+// last token is a literal wildcard. The stream takes a post to the literal
+// subject fp.<world>.mb.> (its "fp.<world>.mb.*" matches any one token),
+// but a consumer filtered on "fp.<world>.mb.*" is never given it: the
+// server does not take a stored ">" for a token the filter's "*" matches.
+// The stream holds no longer subject under fp.<world>.mb., so this filter
+// matches nothing more.
+func MailboxSweepFilter(world string) string { return "fp." + world + ".mb.>" }
+
 // DeadLetterSubject is the subject of id's dead letters.
 func DeadLetterSubject(world, id string) string { return "fp." + world + ".dl." + EncodeID(id) }
 
@@ -259,6 +284,35 @@ const UnroutableToken = "=unroutable"
 // UnroutableSubject is where a world keeps its unroutable messages, with
 // the reason each was moved (docs/wire.md "Unroutable messages").
 func UnroutableSubject(world string) string { return "fp." + world + ".dl." + UnroutableToken }
+
+// PartSuffix ends the token of the subject that holds the body parts of
+// a dead-letter store (PartSubject).
+const PartSuffix = "="
+
+// PartSubject is the subject of the body parts of the dead letters stored
+// on deadSubject (an id's, or the unroutable messages'): the dead letters
+// too big to carry their metadata in one message keep the message there
+// and a record on deadSubject (docs/wire.md "Two-part form"). So a
+// dead-letter subject counts dead letters only, one message each. '='
+// never occurs in unpadded base64url and never ends UnroutableToken, so
+// no store's letters share a body-part subject.
+func PartSubject(deadSubject string) string { return deadSubject + PartSuffix }
+
+// IsPartToken says whether a dead-letter token (DeadLetterToken) is that
+// of a body-part subject (PartSubject).
+func IsPartToken(token string) bool { return strings.HasSuffix(token, PartSuffix) }
+
+// RepostMsgID is the Nats-Msg-Id a repost of dead letter deadSeq of id
+// carries (mailbox.Admin.Repost): "=re:<eid>:<deadSeq>:<died>", died the
+// dead letter's stored time in Unix nanoseconds. No producer that follows
+// docs/wire.md sends it: its keys are "<eid>:<key>", and no token holds
+// '='. And none can send it first: it names the server's timestamp of a
+// message in the dead letters, which a producer cannot read (fencepostd
+// --auth gives producers no read of the mailbox stream). So a duplicate
+// answer to it is an earlier post of this repost, never a producer's.
+func RepostMsgID(id string, deadSeq uint64, died int64) string {
+	return "=re:" + EncodeID(id) + ":" + strconv.FormatUint(deadSeq, 10) + ":" + strconv.FormatInt(died, 10)
+}
 
 // MailboxToken returns the token of a subject of the world's mailboxes
 // (fp.<world>.mb.<token>), and false for any other subject.
