@@ -148,6 +148,15 @@ var Defaults = Config{
 // bodies it took before.
 const LegacyHeaderRoom = 1024
 
+// MaxStoredHeaders is the most header bytes the broker stores with one
+// message (as HeaderSize in package queue counts them): nats-server
+// refuses a message with more (JetStream error 10097, "header size
+// exceeds maximum allowed of 64k"), whatever the stream's max_msg_size.
+// A new world's MaxHeaders is at most this (Create), so that every post
+// the Go client accepts is stored, and every stored message's dead letter
+// fits (docs/wire.md "Dead letters").
+const MaxStoredHeaders = 1<<16 - 1
+
 // Hard limits on settings, whatever a world asks for.
 const (
 	floorTTL      = time.Millisecond // tests use short ttls; production worlds keep the 1 s default

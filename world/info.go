@@ -22,9 +22,13 @@ type Info struct {
 	Bucket  jetstream.StreamState // ownership records, cursors, locks, node leases
 	Mailbox jetstream.StreamState // mailboxes and dead letters
 
-	Depth       uint64        // messages in mailboxes (dead letters excluded)
+	// Depth counts the messages stored in mailboxes (dead letters
+	// excluded), as the stream's counts give it: committed messages whose
+	// purge has not run yet included. mailbox.Admin.WorldStat counts from
+	// each id's cursor instead.
+	Depth       uint64
 	Mailboxes   uint64        // ids whose mailbox holds messages
-	DeadLetters uint64        // messages in dead-letter stores
+	DeadLetters uint64        // dead letters in dead-letter stores (a two-part one once)
 	DeadIDs     uint64        // ids with dead letters
 	Unroutable  uint64        // messages moved to the unroutable dead letters (purge.Purger.FollowUnroutable)
 	Oldest      time.Time     // posting time of the oldest mailbox message; zero when empty
@@ -100,29 +104,41 @@ func (info *Info) mailboxCounts(ctx context.Context, w *World, now time.Time) er
 type MailboxCounts struct {
 	Depth       uint64 // messages in mailboxes (dead letters excluded)
 	Mailboxes   uint64 // subjects with messages that are not dead letters
-	DeadLetters uint64 // messages in the ids' dead-letter stores
+	DeadLetters uint64 // dead letters in the ids' dead-letter stores
 	DeadIDs     uint64 // ids with dead letters
 	Unroutable  uint64 // messages moved to the unroutable dead letters
+	// DeadParts counts the body parts of dead letters stored in two
+	// parts (wire.PartSubject): each belongs to a dead letter counted
+	// above, and is neither a dead letter nor mail.
+	DeadParts uint64
 }
 
 // CountMailboxes counts from the mailbox stream's state read with the
 // dead-letter subjects listed (WithSubjectFilter(wire.DeadLetterFilter)):
-// the stream's message and subject totals, less the dead letters. A message
-// waiting on a subject no id can drain counts as a mailbox's.
+// the stream's message and subject totals, less the dead letters and
+// their body parts. A message waiting on a subject no id can drain counts
+// as a mailbox's. Depth counts every message stored in a mailbox, the
+// committed ones whose purge has not run included: the stream's counts
+// cannot tell them apart (mailbox.Admin.WorldStat can).
 func CountMailboxes(world string, st jetstream.StreamState) MailboxCounts {
 	var c MailboxCounts
-	var unroutableSubjects uint64
+	var other uint64 // subjects that are not mailboxes or ids' dead letters
 	for subj, n := range st.Subjects {
-		if subj == wire.UnroutableSubject(world) {
+		tok, _ := wire.DeadLetterToken(world, subj)
+		switch {
+		case wire.IsPartToken(tok):
+			c.DeadParts += n
+			other++
+		case tok == wire.UnroutableToken:
 			c.Unroutable += n
-			unroutableSubjects++
-			continue
+			other++
+		default:
+			c.DeadLetters += n
+			c.DeadIDs++
 		}
-		c.DeadLetters += n
-		c.DeadIDs++
 	}
-	c.Depth = sub(st.Msgs, c.DeadLetters+c.Unroutable)
-	c.Mailboxes = sub(uint64(st.NumSubjects), c.DeadIDs+unroutableSubjects)
+	c.Depth = sub(st.Msgs, c.DeadLetters+c.Unroutable+c.DeadParts)
+	c.Mailboxes = sub(uint64(st.NumSubjects), c.DeadIDs+other)
 	return c
 }
 

@@ -85,6 +85,12 @@ func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config
 	} else if !errors.Is(err, ErrUnknownWorld) {
 		return nil, err
 	}
+	if cfg.MaxHeaders > MaxStoredHeaders {
+		// Checked for new worlds only: a world made before this check
+		// opens as it is (the broker never stored more anyway).
+		return nil, fmt.Errorf("%w: max_headers %d is over %d bytes, the most headers the broker stores with one message (JetStream error 10097): lower --max-headers",
+			ErrInvalidConfig, cfg.MaxHeaders, MaxStoredHeaders)
+	}
 	if mp := js.Conn().MaxPayload(); mp > 0 && int64(cfg.MaxMsgSize) > mp {
 		// The server would refuse a post of max_body with max_headers
 		// before the stream sees it: the world's limits would not be its.

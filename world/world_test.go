@@ -130,3 +130,22 @@ func TestCreate_RightAfterTheLastWorldIsRemoved(t *testing.T) {
 		require.NoError(t, env.Client.RemoveWorld(ctx, "again2"))
 	}
 }
+
+// TestCreate_MaxHeadersOverBroker: the broker never stores more than 64
+// KiB of headers with a message (10097), so a world that accepted more
+// (world add --max-headers 100000) promised posts it could not store, and
+// its mailboxes messages they could not dead-letter (a newcomer's report).
+// It is refused, naming the limit, and nothing is created.
+func TestCreate_MaxHeadersOverBroker(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	ctx := testutil.Ctx(t, 10*time.Second)
+	js := env.Client.JetStream()
+	_, err := world.Create(ctx, js, "hdrs", world.Config{MaxBody: 1000, MaxHeaders: 100_000})
+	require.ErrorIs(t, err, world.ErrInvalidConfig)
+	require.ErrorContains(t, err, "max_headers 100000 is over 65535 bytes")
+	_, err = world.Open(ctx, js, "hdrs")
+	require.ErrorIs(t, err, world.ErrUnknownWorld, "a refused world was created")
+	w, err := world.Create(ctx, js, "hdrs", world.Config{MaxBody: 1000, MaxHeaders: world.MaxStoredHeaders})
+	require.NoError(t, err)
+	require.EqualValues(t, world.MaxStoredHeaders, w.Config.MaxHeaders)
+}
