@@ -15,6 +15,7 @@ import (
 	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/queue"
+	"github.com/fencepost/fencepost/world"
 )
 
 // DeadLetter is a message that ran out of deliveries.
@@ -127,11 +128,15 @@ func orZero[T any](v T, err error) T {
 // message twice, so without that right it refuses and writes nothing.
 //
 // Each repost carries a message id derived from the dead letter
-// ("fp-re-<seq>" in the id's scope) and HeaderRepostOf, so that a repost
-// interrupted between the post and the removal and run again inside the
-// dedupe window does not post twice. A duplicate answer is believed only
-// if the stored message it names is that repost: a producer's message that
-// happens to use the same key is never taken for it.
+// (wire.RepostMsgID: outside every mailbox's key scope, and naming the
+// dead letter's stored time, which no producer can read), so that a
+// repost interrupted between the post and the removal and run again
+// inside the dedupe window does not post twice. Nothing a producer can
+// write is trusted: no producer can send that message id first, so a
+// duplicate answer is this repost's earlier post (unless the message it
+// names is on another subject, when it posts again without the id: at
+// worst a duplicate, never a loss). HeaderRepostOf marks the repost for
+// readers of the stream; it is never read back.
 func (a *Admin) Repost(ctx context.Context, q *queue.Queue, id string) (int, error) {
 	if err := wire.ValidateID(id); err != nil {
 		return 0, err
@@ -162,7 +167,8 @@ func (a *Admin) Repost(ctx context.Context, q *queue.Queue, id string) (int, err
 }
 
 // HeaderRepostOf marks a reposted message with the sequence of the dead
-// letter it came from.
+// letter it came from. It is information for readers of the stream:
+// Repost never trusts it (a producer may send it too).
 const HeaderRepostOf = "Fencepost-Repost-Of"
 
 // repostOne posts one dead letter back into id's mailbox (Repost).
@@ -173,11 +179,11 @@ func (a *Admin) repostOne(ctx context.Context, q *queue.Queue, id string, dl Dea
 		h.Set(queue.HeaderFrom, dl.From)
 	}
 	marked := store.CloneHeader(h)
-	marked.Set(queue.HeaderMsgID, wire.ScopedMsgID(id, "fp-re-"+of))
+	marked.Set(queue.HeaderMsgID, wire.RepostMsgID(id, dl.Seq, dl.Died.UnixNano()))
 	marked.Set(HeaderRepostOf, of)
 	subj := wire.MailboxSubject(a.world, id)
 	limit := int(a.cfg.MaxMsgSize)
-	if len(dl.Body)+queue.HeaderSize(marked) <= limit {
+	if hs := queue.HeaderSize(marked); len(dl.Body)+hs <= limit && hs <= world.MaxStoredHeaders {
 		ack, err := a.js.PublishMsg(ctx, &nats.Msg{Subject: subj, Header: marked, Data: dl.Body})
 		if err != nil {
 			return repostRefusal(q, id, err)
@@ -185,13 +191,18 @@ func (a *Admin) repostOne(ctx context.Context, q *queue.Queue, id string, dl Dea
 		if !ack.Duplicate {
 			return nil
 		}
+		// An earlier, interrupted run posted it: nobody else knows the
+		// id. Its post may have been delivered and purged since.
 		first, err := jsapi.LeaderGet(ctx, a.nc, wire.MailboxStream(a.world), jsapi.GetRequest{Seq: ack.Sequence})
 		// (Stored under the id's shard in a sharded world: storedSubject.)
-		if err == nil && first.Subject == a.storedSubject(id) && first.Header.Get(HeaderRepostOf) == of {
-			return nil // reposted by an earlier, interrupted run
+		if errors.Is(err, jsapi.ErrNotFound) || err == nil && first.Subject == a.storedSubject(id) {
+			return nil
 		}
-		// Not ours (a producer's message with this key), or gone (drained
-		// since): post again without the key; at worst a duplicate.
+		if err != nil {
+			return fmt.Errorf("mailbox: repost of dead letter %d of %q: read the message its key names: %w", dl.Seq, id, err)
+		}
+		// On another subject: not this repost's. Post again without the
+		// key; at worst a duplicate.
 	}
 	if len(h) == 0 {
 		h = nil
@@ -224,20 +235,112 @@ func (a *Admin) mayDelete(ctx context.Context) error {
 	return nil
 }
 
-// PurgeDeadLetters drops all of id's dead letters and says how many there
-// were.
+// PurgeDeadLetters drops all of id's dead letters, with the body parts of
+// those stored in two parts, and says how many dead letters there were.
 func (a *Admin) PurgeDeadLetters(ctx context.Context, id string) (uint64, error) {
 	if err := wire.ValidateID(id); err != nil {
 		return 0, err
 	}
-	subj := wire.DeadLetterSubject(a.world, id)
-	info, err := handles.Of(a.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(subj))
+	n, err := a.purgeDead(ctx, wire.DeadLetterSubject(a.world, id))
+	if err != nil {
+		return n, fmt.Errorf("mailbox: purge dead letters of %q: %w", id, err)
+	}
+	return n, nil
+}
+
+// PurgeUnroutable drops all of the world's unroutable messages that were
+// moved aside (Unroutable lists them), and says how many there were. The
+// ones still waiting on their subject are moved there by fencepostd
+// after this, and stay until purged again.
+func (a *Admin) PurgeUnroutable(ctx context.Context) (uint64, error) {
+	n, err := a.purgeDead(ctx, wire.UnroutableSubject(a.world))
+	if err != nil {
+		return n, fmt.Errorf("mailbox: purge the unroutable messages of world %q: %w", a.world, err)
+	}
+	return n, nil
+}
+
+// purgeDead purges the dead letters on subj, the records first, then
+// their body parts (a part without its record is a leftover), and returns
+// how many records there were (legacy body parts on subj, from before
+// wire.PartSubject, included).
+func (a *Admin) purgeDead(ctx context.Context, subj string) (uint64, error) {
+	mb := handles.Of(a.w).Mailbox
+	info, err := mb.Info(ctx, jetstream.WithSubjectFilter(subj))
 	if err != nil {
 		return 0, err
 	}
 	n := info.State.Subjects[subj]
-	if err := handles.Of(a.w).Mailbox.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
-		return 0, fmt.Errorf("mailbox: purge dead letters of %q: %w", id, err)
+	for _, s := range []string{subj, wire.PartSubject(subj)} {
+		if err := mb.Purge(ctx, jetstream.WithPurgeSubject(s)); err != nil {
+			return n, err
+		}
 	}
 	return n, nil
+}
+
+// Skip moves message seq of id's mailbox to id's dead letters at once,
+// whatever its deliveries, and says so in its dead letter's error
+// ("skipped by an operator"): the way to unblock an id whose next
+// message cannot be delivered or dead-lettered by its drains (stat says
+// undeliverable, and a WARN why), or that an operator wants out of the
+// way. The message is dead-lettered like any (store.WriteDead, at most
+// once, in two parts if it must be) and then removed from the mailbox;
+// dlq repost brings it back. It is an operator's command: like Repost it
+// first checks that this connection may remove messages, and without
+// that right refuses and writes nothing.
+//
+// It refuses (ErrNotWaiting) a message that is not in id's mailbox or is
+// committed already (at or below the cursor), and any skip on a sharded
+// world (ErrInvalidOption). A holder that is delivering
+// the message as it is skipped may still deliver it once more, and
+// commits past it as usual: the dead letter then holds a copy of a
+// message that was also delivered.
+func (a *Admin) Skip(ctx context.Context, id string, seq uint64) error {
+	if err := wire.ValidateID(id); err != nil {
+		return err
+	}
+	if seq == 0 {
+		return fmt.Errorf("%w: skip of %q: give the sequence of the message to skip (stat %s shows the next one's)", ErrInvalidOption, id, id)
+	}
+	if a.cfg.Shards > 0 {
+		// A shard's holder keeps its ids' progress in the shard's cursor;
+		// a message removed under it is not argued for yet.
+		return fmt.Errorf("%w: skip of %q: world %q is sharded, where dlq skip is not available yet", ErrInvalidOption, id, a.world)
+	}
+	if err := a.mayDelete(ctx); err != nil {
+		return fmt.Errorf("mailbox: skip of %q refused, nothing written: %w", id, err)
+	}
+	m, err := jsapi.LeaderGet(ctx, a.nc, wire.MailboxStream(a.world), jsapi.GetRequest{Seq: seq})
+	if errors.Is(err, jsapi.ErrNotFound) {
+		return fmt.Errorf("%w: message %d is not stored (delivered and removed, or never posted)", ErrNotWaiting, seq)
+	}
+	if err != nil {
+		return fmt.Errorf("mailbox: skip: read message %d: %w", seq, err)
+	}
+	if m.Subject != a.storedSubject(id) {
+		return fmt.Errorf("%w: message %d is not in the mailbox of %q", ErrNotWaiting, seq, id)
+	}
+	c, err := a.idCursor(ctx, id)
+	if err != nil {
+		return err
+	}
+	if seq <= c.Seq {
+		return fmt.Errorf("%w: message %d of %q is committed (cursor %d): nothing to skip", ErrNotWaiting, seq, id, c.Seq)
+	}
+	why := "skipped by an operator (dlq skip)"
+	if f := c.FailuresOf(seq); f > 0 {
+		why += fmt.Sprintf(" after %d failed deliveries; last error: %s", f, c.Error)
+	}
+	meta := nats.Header{}
+	meta.Set(wire.HeaderDeadDeliveries, strconv.Itoa(c.FailuresOf(seq)))
+	meta.Set(wire.HeaderDeadError, store.Clip(why))
+	if err := store.WriteDead(ctx, a.w, wire.DeadLetterSubject(a.world, id), m, meta); err != nil {
+		return fmt.Errorf("mailbox: skip message %d of %q: its dead letter could not be stored, the message stays (list or purge the dead letters with dlq): %w", seq, id, err)
+	}
+	if err := handles.Of(a.w).Mailbox.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("mailbox: dead-lettered message %d of %q but could not remove it from the mailbox: %w", seq, id, err)
+	}
+	a.log.Info("mailbox: message skipped to the dead letters by an operator", "world", a.world, "id", id, "seq", seq)
+	return nil
 }

@@ -1,9 +1,10 @@
 // Package mailbox administers the mailboxes of one world: what an
 // operator or a program reads and repairs beside delivery. Admin reads an
-// id's mailbox (Stat) and the world's totals (WorldStat), lists the ids
-// (List), lists, reposts and purges dead letters (DeadLetters, Unroutable,
-// Repost, PurgeDeadLetters), and reads and deletes an id's state
-// (ReadState, DeleteState).
+// id's mailbox (Stat) and the world's totals (WorldStat, MailTotals), each
+// mailbox's depth counted from its cursor; lists the ids (List); lists,
+// reposts and purges dead letters (DeadLetters, Unroutable, Repost,
+// PurgeDeadLetters, PurgeUnroutable), moves a stuck message to them
+// (Skip); and reads and deletes an id's state (ReadState, DeleteState).
 //
 // Delivery is package drain's, and the server's purging (committed
 // messages, unroutable messages) package purge's; the three share only the

@@ -1,6 +1,8 @@
 package mailbox
 
 import (
+	"errors"
+
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/world"
 )
@@ -14,4 +16,7 @@ var (
 	// world created before per-id state; `fencepost world add` again
 	// turns them on). (world.ErrNoState, shared.)
 	ErrNoState = world.ErrNoState
+	// ErrNotWaiting: Skip was given a message that is not waiting in the
+	// id's mailbox (not stored, another id's, or committed already).
+	ErrNotWaiting = errors.New("mailbox: no such message waiting")
 )

@@ -20,9 +20,11 @@ import (
 // returns every id the world knows: each id with an ownership record,
 // messages in its mailbox or dead letters.
 type ListOptions struct {
-	HeldBy   string // only ids whose live ownership record names this node
-	WithMail bool   // only ids with messages stored in their mailbox
-	Dead     bool   // only ids with dead letters
+	HeldBy string // only ids whose live ownership record names this node
+	// WithMail: only ids with messages waiting in their mailbox (after
+	// the id's cursor; committed messages not yet purged do not count).
+	WithMail bool
+	Dead     bool // only ids with dead letters
 	// After resumes a listing: only ids sorted after this one (ids sort
 	// by their UTF-8 bytes). Empty starts at the first id.
 	After string
@@ -35,11 +37,14 @@ type ListEntry struct {
 	// Owner is the id's ownership: Held with the holder, node and expiry,
 	// or not held with the last epoch (0: the id has no record).
 	Owner ownership.Status
-	// Depth is the number of messages stored in the id's mailbox, as
-	// WorldStat counts them: it can include committed messages whose purge
-	// has not run yet (Stat of the id is exact).
-	Depth       uint64
-	DeadLetters uint64
+	// Depth is the number of messages waiting in the id's mailbox after
+	// its cursor, as Stat and WorldStat count them.
+	Depth uint64
+	// CommittedStored is the number of committed messages (at or below
+	// the cursor) still stored in the id's mailbox, waiting for their
+	// purge.
+	CommittedStored uint64
+	DeadLetters     uint64
 	// Err is set when the id's ownership record (or the node lease that
 	// backs it) does not decode: Owner holds only ID and Revision.
 	Err error
@@ -71,6 +76,10 @@ type ListPage struct {
 // with every id. With WithMail or Dead and no HeldBy, the records are not
 // scanned at all: each listed id's record is read alone.
 //
+// Depth counts from each id's cursor (splitAtCursors): for the listed ids
+// only, unless WithMail, which reads the cursors of the ids with stored
+// mail in id order until the page is full.
+//
 // Every page reads the world again, so a listing paged with After sees
 // ids added or removed between pages, never one id twice.
 func (a *Admin) List(ctx context.Context, o ListOptions) (ListPage, error) {
@@ -93,6 +102,8 @@ func (a *Admin) List(ctx context.Context, o ListOptions) (ListPage, error) {
 		return page, err
 	}
 	page.Skipped = skipped
+	// Until the cursors are read, an entry's Depth is what its mailbox
+	// stores: WithMail passes it when that is not 0, and split decides.
 	pass := func(e ListEntry) bool {
 		switch {
 		case o.HeldBy != "" && (e.Err != nil || !e.Owner.Held || e.Owner.Node != o.HeldBy):
@@ -102,7 +113,11 @@ func (a *Admin) List(ctx context.Context, o ListOptions) (ListPage, error) {
 		}
 		return true
 	}
-	sel := &selection{after: o.After, limit: o.Limit, in: make(map[string]bool)}
+	keep := o.Limit
+	if o.WithMail {
+		keep = len(counts) // every candidate: ids with stored mail
+	}
+	sel := &selection{after: o.After, limit: keep, in: make(map[string]bool)}
 	scan := o.HeldBy != "" || !o.WithMail && !o.Dead
 	// A sharded world: its records are its shards' (client.World.
 	// ListShards lists them), its ids those with mail or dead letters,
@@ -145,7 +160,9 @@ func (a *Admin) List(ctx context.Context, o ListOptions) (ListPage, error) {
 			}
 		}
 	}
-	page.Entries = sel.sorted()
+	if page.Entries, err = a.splitPage(ctx, sel.sorted(), o); err != nil {
+		return ListPage{}, err
+	}
 	if len(page.Entries) > o.Limit {
 		page.Entries = page.Entries[:o.Limit]
 		page.More, page.Next = true, page.Entries[o.Limit-1].ID
@@ -156,6 +173,41 @@ func (a *Admin) List(ctx context.Context, o ListOptions) (ListPage, error) {
 		}
 	}
 	return page, nil
+}
+
+// splitPage counts the depth of the entries from their cursors
+// (splitAtCursors) and returns the first Limit+1 of them, the extra one
+// telling whether the listing was cut. With WithMail, entries holds every
+// candidate in id order, and those with nothing waiting are dropped: the
+// cursors are read a page's worth at a time until Limit+1 are left or no
+// candidate is.
+func (a *Admin) splitPage(ctx context.Context, entries []ListEntry, o ListOptions) ([]ListEntry, error) {
+	out := make([]ListEntry, 0, min(len(entries), o.Limit+1))
+	for len(entries) > 0 && len(out) <= o.Limit {
+		n := len(entries)
+		if o.WithMail {
+			n = min(n, o.Limit+1-len(out))
+		}
+		chunk := entries[:n]
+		entries = entries[n:]
+		stored := make(map[string]uint64, len(chunk))
+		for _, e := range chunk {
+			stored[e.ID] = e.Depth
+		}
+		split, err := a.splitAtCursors(ctx, stored)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range chunk {
+			sp := split[e.ID]
+			e.Depth, e.CommittedStored = sp.waiting, sp.committed
+			if o.WithMail && e.Depth == 0 {
+				continue
+			}
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // readOwners reads the ownership record of each entry: one leader read
@@ -176,7 +228,8 @@ func (a *Admin) readOwners(ctx context.Context, entries []ListEntry) error {
 	return nil
 }
 
-// idCounts is what the mailbox stream holds for one id.
+// idCounts is what the mailbox stream holds for one id: messages in its
+// mailbox (depth, committed ones included), dead letters.
 type idCounts struct {
 	depth, dead uint64
 	record      bool // the record scan listed the id
@@ -185,7 +238,8 @@ type idCounts struct {
 // mailCounts reads the number of messages on every mailbox and
 // dead-letter subject of the world, by id, and how many subjects name no
 // id (the world's unroutable dead letters are not counted: they are the
-// world's, not an id's).
+// world's, not an id's; nor are the body parts of two-part dead letters,
+// counted with their records).
 func (a *Admin) mailCounts(ctx context.Context) (map[string]*idCounts, int, error) {
 	info, err := handles.Of(a.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.WorldFilter(a.world)))
 	if err != nil {
@@ -214,7 +268,7 @@ func (a *Admin) mailCounts(ctx context.Context) (map[string]*idCounts, int, erro
 			if c := get(tok); c != nil {
 				c.depth += n
 			}
-		} else if tok, ok := wire.DeadLetterToken(a.world, subj); ok && tok != wire.UnroutableToken {
+		} else if tok, ok := wire.DeadLetterToken(a.world, subj); ok && tok != wire.UnroutableToken && !wire.IsPartToken(tok) {
 			if c := get(tok); c != nil {
 				c.dead += n
 			}
