@@ -3,6 +3,7 @@ package purge
 import (
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -20,11 +21,12 @@ type Purger struct {
 	w       *world.World
 	log     *slog.Logger
 	metrics Observer
+	retry   time.Duration // FollowUnroutable's retry of what it could not move
 }
 
 // New returns the purger of an open world.
 func New(w *world.World, opts ...Option) (*Purger, error) {
-	p := &Purger{world: w.Name, nc: handles.Of(w).JS.Conn(), w: w, log: slog.Default(), metrics: nopObserver{}}
+	p := &Purger{world: w.Name, nc: handles.Of(w).JS.Conn(), w: w, log: slog.Default(), metrics: nopObserver{}, retry: defaultRetry}
 	for _, o := range opts {
 		if err := o(p); err != nil {
 			return nil, err
@@ -47,6 +49,23 @@ func WithLogger(l *slog.Logger) Option {
 			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 		}
 		p.log = l
+		return nil
+	}
+}
+
+// defaultRetry is how often FollowUnroutable tries again to move the
+// unroutable messages it could not (WithRetry).
+const defaultRetry = 10 * time.Second
+
+// WithRetry sets how often FollowUnroutable tries again to move the
+// unroutable messages it could not move aside (their store was full, the
+// server refused): 10 s unless set.
+func WithRetry(d time.Duration) Option {
+	return func(p *Purger) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: retry interval %v: give a positive duration", ErrInvalidOption, d)
+		}
+		p.retry = d
 		return nil
 	}
 }

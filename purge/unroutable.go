@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,7 +38,7 @@ type Sweep struct {
 // in proportion to the ids with mail.
 func (p *Purger) SweepUnroutable(ctx context.Context) (Sweep, error) {
 	var res Sweep
-	info, err := handles.Of(p.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxFilter(p.world)))
+	info, err := handles.Of(p.w).Mailbox.Info(ctx, jetstream.WithSubjectFilter(wire.MailboxSweepFilter(p.world)))
 	if err != nil {
 		return res, fmt.Errorf("purge: list the mailboxes of %q: %w", p.world, err)
 	}
@@ -116,22 +117,25 @@ func (p *Purger) moveAside(ctx context.Context, m *jetstream.RawStreamMsg, reaso
 // mailbox subject each time it runs (fencepostd swept every world every
 // 10 s: with 200,000 ids with mail, a 200,000-entry listing). Each start
 // reads every stored message's headers, about 1.1 KB of garbage per
-// message, which fencepostd returns once quiet (docs/design.md 3.11). A
-// message it cannot move is logged and left; the next start of the
-// follower tries again.
+// message, which fencepostd returns once quiet (docs/design.md 3.11).
+//
+// Its filter is wire.MailboxSweepFilter: a consumer filtered on the
+// mailboxes' own "fp.<world>.mb.*" is never given a post to the literal
+// subject fp.<world>.mb.>, which the stream stores.
+//
+// A message it cannot move (the unroutable store is full, the server
+// refused) is logged and tried again every retry interval (WithRetry,
+// 10 s by default) until it moves: up to maxLeft such messages by their
+// sequence, and past that by a SweepUnroutable at each interval.
 func (p *Purger) FollowUnroutable(ctx context.Context) error {
 	cons, err := handles.Of(p.w).Mailbox.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{wire.MailboxFilter(p.world)},
+		FilterSubjects: []string{wire.MailboxSweepFilter(p.world)},
 		HeadersOnly:    true,
 	})
 	if err != nil {
 		return fmt.Errorf("purge: follow the mailboxes of %q: %w", p.world, err)
 	}
-	type bad struct {
-		seq    uint64
-		reason string
-	}
-	found := make(chan bad, 1024)
+	found := make(chan leftMsg, 1024)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		tok, _ := wire.MailboxToken(p.world, m.Subject())
 		_, why := wire.DecodeID(tok)
@@ -143,7 +147,7 @@ func (p *Purger) FollowUnroutable(ctx context.Context) error {
 			return
 		}
 		select {
-		case found <- bad{meta.Sequence.Stream, why.Error()}:
+		case found <- leftMsg{meta.Sequence.Stream, why.Error()}:
 		case <-ctx.Done():
 		}
 	})
@@ -151,6 +155,9 @@ func (p *Purger) FollowUnroutable(ctx context.Context) error {
 		return fmt.Errorf("purge: follow the mailboxes of %q: %w", p.world, err)
 	}
 	defer cc.Stop()
+	retry := time.NewTicker(p.retry)
+	defer retry.Stop()
+	l := &leftover{seqs: map[uint64]string{}}
 	for {
 		select {
 		case <-ctx.Done():
@@ -158,25 +165,89 @@ func (p *Purger) FollowUnroutable(ctx context.Context) error {
 		case <-cc.Closed():
 			return fmt.Errorf("purge: following the mailboxes of %q stopped", p.world)
 		case b := <-found:
-			// Read with the server's headers last (jsapi.RawFromDirect):
-			// a producer's own Nats-Sequence on an unroutable post named
-			// the message this removed (nats.go's GetMsg reads the first).
-			got, err := jsapi.DirectGet(ctx, p.nc, wire.MailboxStream(p.world), jsapi.GetRequest{Seq: b.seq, Batch: 1})
-			if err == nil && (len(got.Msgs) == 0 || got.Msgs[0].Sequence != b.seq) {
-				continue // moved or removed already
+			if err := p.moveSeq(ctx, b.seq, b.reason); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				l.add(b)
+				p.log.Warn("purge: cannot move an unroutable message aside; it stays where it is and is tried again",
+					"world", p.world, "seq", b.seq, "retry_in", p.retry, "error", err)
 			}
-			if err == nil {
-				err = p.moveAside(ctx, got.Msgs[0], b.reason)
-			}
-			if err == nil {
-				p.metrics.UnroutableMoved(p.world, 1)
-				continue
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			p.log.Warn("purge: cannot move an unroutable message aside; it stays where it is",
-				"world", p.world, "seq", b.seq, "error", err)
+		case <-retry.C:
+			p.retryLeft(ctx, l)
 		}
 	}
+}
+
+// leftMsg is an unroutable message found by the follower, by its
+// sequence, and why it is unroutable.
+type leftMsg struct {
+	seq    uint64
+	reason string
+}
+
+// leftover is what the follower could not move yet: the messages by
+// sequence, or, past maxLeft of them, a sweep to run.
+type leftover struct {
+	seqs  map[uint64]string
+	sweep bool
+}
+
+// maxLeft is how many unroutable messages the follower keeps to try again
+// by their sequence; past that it sweeps.
+const maxLeft = 10_000
+
+func (l *leftover) add(m leftMsg) {
+	if len(l.seqs) >= maxLeft {
+		l.sweep = true
+		return
+	}
+	l.seqs[m.seq] = m.reason
+}
+
+// retryLeft tries once more to move what the follower could not.
+func (p *Purger) retryLeft(ctx context.Context, l *leftover) {
+	if l.sweep {
+		res, err := p.SweepUnroutable(ctx)
+		if err == nil && res.Left == 0 {
+			l.sweep = false
+			clear(l.seqs) // moved by the sweep
+		}
+		return
+	}
+	var last error
+	for seq, reason := range l.seqs {
+		if err := p.moveSeq(ctx, seq, reason); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			last = err
+			continue
+		}
+		delete(l.seqs, seq)
+	}
+	if last != nil {
+		p.log.Warn("purge: unroutable messages still cannot be moved aside; they stay where they are and are tried again",
+			"world", p.world, "messages", len(l.seqs), "retry_in", p.retry, "error", last)
+	}
+}
+
+// moveSeq moves the unroutable message at seq aside (moveAside), unless it
+// is gone already (moved or removed).
+func (p *Purger) moveSeq(ctx context.Context, seq uint64, reason string) error {
+	// Read with the server's headers last (jsapi.RawFromDirect): a
+	// producer's own Nats-Sequence on an unroutable post named the message
+	// this removed (nats.go's GetMsg reads the first).
+	got, err := jsapi.DirectGet(ctx, p.nc, wire.MailboxStream(p.world), jsapi.GetRequest{Seq: seq, Batch: 1})
+	if err != nil {
+		return err
+	}
+	if len(got.Msgs) == 0 || got.Msgs[0].Sequence != seq {
+		return nil // moved or removed already
+	}
+	if err := p.moveAside(ctx, got.Msgs[0], reason); err != nil {
+		return err
+	}
+	p.metrics.UnroutableMoved(p.world, 1)
+	return nil
 }

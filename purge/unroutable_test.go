@@ -11,11 +11,12 @@ import (
 
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/purge"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
 
-// The unroutable tests of the wire issue (drain's TestWire): what a
+// The unroutable tests of the wire contract (drain's TestWire): what a
 // producer in another language stores on a subject no id encodes to must
 // be surfaced and moved aside, never lost. They run on the single node:
 // they are about what the broker stores, not about replication.
@@ -27,6 +28,8 @@ var unroutableCases = []struct {
 	{"UnroutableStoreFull_StaysCounted", testUnroutableFull},
 	{"Unroutable_MovedAsPosted", testFollowUnroutable},
 	{"Unroutable_ForgedSequence_MovesItself", testFollowUnroutableForged},
+	{"LiteralWildcardSubjects_Moved", testFollowLiteralWildcards},
+	{"UnroutableLeft_TriedAgain", testFollowRetries},
 }
 
 func TestUnroutable(t *testing.T) {
@@ -44,7 +47,13 @@ func testUnroutable(t *testing.T, env *testutil.Env) {
 	w, _ := newWorld(t, env, world.Config{})
 	p := newPurger(t, w)
 	send(t, ctx, w, "order.42", "routable")
-	bad := []string{"b3JkZXIuNDK", "b3JkZXIuNDI=", "w7w+Pw", "__8", "*", strings.Repeat("eHh4", 90)}
+	// "AA" decodes to a NUL byte, which no id holds (a newcomer's report):
+	// the Go client refuses such an id and stores nothing.
+	_, err := w.Queue.Send(ctx, "\x00", []byte("x"))
+	require.ErrorIs(t, err, wire.ErrInvalidID)
+	require.ErrorContains(t, err, "NUL")
+	require.Zero(t, stored(t, w, "fp."+w.Name+".mb.AA"), "stored for a refused id")
+	bad := []string{"b3JkZXIuNDK", "b3JkZXIuNDI=", "w7w+Pw", "__8", "*", strings.Repeat("eHh4", 90), "AA"}
 	for _, tok := range bad {
 		raw(t, ctx, w, "fp."+w.Name+".mb."+tok, "lost? "+tok[:min(len(tok), 12)], "Fencepost-From", "js")
 	}
@@ -182,4 +191,83 @@ func testUnroutableFull(t *testing.T, env *testutil.Env) {
 	require.NoError(t, err)
 	require.Equal(t, 1, sw.Moved)
 	require.Zero(t, sw.Left)
+}
+
+// A post to the literal subject fp.<w>.mb.> was stranded (a newcomer's
+// report): the stream stores it, but the follower's consumer, filtered on
+// fp.<w>.mb.*, was never given it, so while other mailboxes held mail it
+// was never moved, not after a restart either: stat counted unroutable=1,
+// dlq ls --unroutable listed nothing. It is moved like any unroutable
+// message, posted before the follower starts or while it runs.
+func testFollowLiteralWildcards(t *testing.T, env *testutil.Env) {
+	ctx := testutil.Ctx(t, time.Minute)
+	w, _ := newWorld(t, env, world.Config{})
+	p := newPurger(t, w)
+	gt, star := "fp."+w.Name+".mb.>", "fp."+w.Name+".mb.*"
+	send(t, ctx, w, "order.42", "routable")
+	raw(t, ctx, w, gt, "before", "Fencepost-From", "js")
+	send(t, ctx, w, "order.43", "routable")
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.FollowUnroutable(fctx) }()
+	raw(t, ctx, w, star, "while")
+	raw(t, ctx, w, gt, "while")
+	send(t, ctx, w, "order.44", "routable")
+	testutil.WaitFor(t, 30*time.Second, "the literal wildcard posts moved", func() bool {
+		return stored(t, w, gt) == 0 && stored(t, w, star) == 0
+	})
+	cancel()
+	require.NoError(t, <-done)
+	for _, id := range []string{"order.42", "order.43", "order.44"} {
+		require.Equal(t, uint64(1), stored(t, w, wire.MailboxSubject(w.Name, id)), "the follower touched a routable mailbox")
+	}
+	un, err := w.Mailboxes.Unroutable(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, un, 3)
+	subjects := map[string]int{}
+	for _, dl := range un {
+		subjects[dl.Subject]++
+	}
+	require.Equal(t, map[string]int{gt: 2, star: 1}, subjects)
+	ws, err := w.Mailboxes.WorldStat(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, ws.Unroutable)
+	require.EqualValues(t, 3, ws.Depth)
+}
+
+// Unroutable messages that did not fit in their store (full) were tried
+// again only at fencepostd's next start (a newcomer's report): the follower
+// tries again every retry interval, and moves them once there is room
+// (here: after dlq purge --unroutable).
+func testFollowRetries(t *testing.T, env *testutil.Env) {
+	ctx := testutil.Ctx(t, time.Minute)
+	w, _ := newWorld(t, env, world.Config{MaxMsgsPerMailbox: 2})
+	p, err := purge.New(w.World, purge.WithRetry(50*time.Millisecond))
+	require.NoError(t, err)
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.FollowUnroutable(fctx) }()
+	bad := []string{"b3JkZXIuNDK", "w7w+Pw", "__8"}
+	for _, tok := range bad {
+		raw(t, ctx, w, "fp."+w.Name+".mb."+tok, "stray "+tok)
+	}
+	testutil.WaitFor(t, 30*time.Second, "two moved, the store full", func() bool {
+		return stored(t, w, wire.UnroutableSubject(w.Name)) == 2
+	})
+	n, err := w.Mailboxes.PurgeUnroutable(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	testutil.WaitFor(t, 30*time.Second, "the one left moved without a restart", func() bool {
+		for _, tok := range bad {
+			if stored(t, w, "fp."+w.Name+".mb."+tok) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	require.NoError(t, <-done)
+	un, err := w.Mailboxes.Unroutable(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, un, 1)
 }
