@@ -16,7 +16,7 @@ const defaultLsLimit = 1000
 // The flags of ls (one command runs per process).
 var lsFlags struct {
 	HeldBy   nodeValue  `name:"held-by" placeholder:"NODE" help:"only ids whose live record names NODE"`
-	WithMail bool       `name:"with-mail" help:"only ids with messages in their mailbox"`
+	WithMail bool       `name:"with-mail" help:"only ids with messages waiting in their mailbox (after the cursor: committed ones not yet removed do not count)"`
 	Dead     bool       `name:"dead" help:"only ids with dead letters"`
 	Limit    limitValue `name:"limit" placeholder:"N" default:"${ls_limit}" help:"print at most N ids, N >= 1; a cut list ends with more next=ID"`
 	After    idValue    `name:"after" placeholder:"ID" help:"resume after this id: the next= of the page before (ids sort by their UTF-8 bytes); with --shards, after this shard"`
@@ -79,7 +79,12 @@ func runLs(e *env, args []string) int {
 			default:
 				fields = append(fields, f("state", "free"), f("epoch", en.Owner.Epoch))
 			}
-			e.emit("id", append(fields, f("depth", en.Depth), f("dead", en.DeadLetters))...)
+			fields = append(fields, f("depth", en.Depth), f("dead", en.DeadLetters))
+			if en.CommittedStored > 0 {
+				// Committed, not yet purged: stored, not waiting.
+				fields = append(fields, f("committed_stored", en.CommittedStored))
+			}
+			e.emit("id", fields...)
 		}
 		fields := []field{f("count", len(page.Entries)), f("more", page.More)}
 		if page.More {

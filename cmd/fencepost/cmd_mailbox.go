@@ -30,8 +30,11 @@ var (
 	}
 	dlqFlags struct {
 		Limit int `name:"limit" placeholder:"N" help:"ls: list at most N (default all)"`
-		// Unroutable: dlq ls lists the world's unroutable messages.
-		Unroutable bool `name:"unroutable" help:"ls: the world's unroutable messages (posted to a subject no id encodes to), without ID"`
+		// Unroutable: dlq ls and purge act on the world's unroutable
+		// messages.
+		Unroutable bool `name:"unroutable" help:"ls, purge: the world's unroutable messages (posted to a subject no id encodes to), without ID"`
+		// Seq: the message dlq skip moves to the dead letters.
+		Seq uint64 `name:"seq" placeholder:"N" help:"skip: the sequence of the mailbox message to move to the dead letters (stat ID shows the next one's as next_seq)"`
 	}
 )
 
@@ -69,12 +72,14 @@ func init() {
 		run: runStat,
 	})
 	register("dlq", &command{
-		usage: "dlq ls|repost|purge ID [--limit N] | dlq ls --unroutable",
-		short: "dead letters: list them, post them back into the mailbox, or drop them",
+		usage: "dlq ls|repost|purge ID [--limit N] | dlq skip ID --seq N | dlq ls|purge --unroutable",
+		short: "dead letters: list them, post them back into the mailbox, drop them, or move a stuck message there (skip)",
 		examples: []string{
-			"fencepost dlq ls order-42       # dead-letter seq=... deliveries=5 error=... per letter, then listed count=K",
-			"fencepost dlq repost order-42   # reposted count=K: back into the mailbox, in order",
-			"fencepost dlq ls --unroutable   # messages posted to a subject no id encodes to",
+			"fencepost dlq ls order-42                # dead-letter seq=... deliveries=5 error=... per letter, then listed count=K",
+			"fencepost dlq repost order-42            # reposted count=K: back into the mailbox, in order",
+			"fencepost dlq skip order-42 --seq 1041   # skipped seq=1041: the message moves to the dead letters now (operator)",
+			"fencepost dlq ls --unroutable            # messages posted to a subject no id encodes to",
+			"fencepost dlq purge --unroutable         # purged count=K",
 		},
 		flags: &dlqFlags,
 		run:   runDLQ,
@@ -221,7 +226,8 @@ func runStat(e *env, args []string) int {
 			if err != nil {
 				return e.fail(err)
 			}
-			fields := []field{f("world", w.Name), f("ids", ws.IDs), f("depth", ws.Depth), f("owned", ws.Owned), f("dead", ws.DeadLetters), f("unroutable", ws.Unroutable)}
+			fields := []field{f("world", w.Name), f("ids", ws.IDs), f("depth", ws.Depth), f("owned", ws.Owned), f("dead", ws.DeadLetters), f("unroutable", ws.Unroutable),
+				f("committed_stored", ws.CommittedStored)}
 			// The world's kind, and its shards (0: a per-id world).
 			fields = append(fields, f("kind", w.Config.Kind()), f("shards", w.Config.Shards))
 			if ws.Unlisted {
@@ -237,7 +243,7 @@ func runStat(e *env, args []string) int {
 		}
 		fields := []field{f("depth", st.Depth)}
 		if !st.Oldest.IsZero() {
-			// The oldest message's timestamp, and its age (SPEC section 2:
+			// The oldest message's timestamp, and its age (docs/contract.md section 2:
 			// "oldest message age") under world info's name for it.
 			fields = append(fields, f("oldest", st.Oldest), f("oldest_age", ageOf(st.Oldest, time.Now())))
 		}
@@ -254,15 +260,34 @@ func runStat(e *env, args []string) int {
 		} else {
 			fields = append(fields, f("free", true), f("epoch", st.Owner.Epoch))
 		}
+		// The committed messages not yet purged (not depth), and the next
+		// message's sequence (dlq skip's --seq).
+		fields = append(fields, f("committed_stored", st.CommittedStored))
+		if st.NextSeq != 0 {
+			fields = append(fields, f("next_seq", st.NextSeq))
+		}
 		e.emit("stat", fields...)
 		return exitOK
 	})
 }
 
 func runDLQ(e *env, args []string) int {
+	if dlqFlags.Seq != 0 && (len(args) == 0 || args[0] != "skip") {
+		return e.usageErr("dlq", "--seq goes with skip")
+	}
 	if dlqFlags.Unroutable {
-		if len(args) != 1 || args[0] != "ls" {
-			return e.usageErr("dlq", "--unroutable goes with ls and no ID")
+		if len(args) != 1 || args[0] != "ls" && args[0] != "purge" {
+			return e.usageErr("dlq", "--unroutable goes with ls or purge and no ID")
+		}
+		if args[0] == "purge" {
+			return e.worldOp(func(ctx context.Context, w *client.World) int {
+				n, err := w.Mailboxes.PurgeUnroutable(ctx)
+				if err != nil {
+					return e.fail(err)
+				}
+				e.emit("purged", f("count", n))
+				return exitOK
+			})
 		}
 		return e.worldOp(func(ctx context.Context, w *client.World) int {
 			dls, err := w.Mailboxes.Unroutable(ctx, dlqFlags.Limit)
@@ -278,9 +303,12 @@ func runDLQ(e *env, args []string) int {
 		})
 	}
 	if len(args) != 2 {
-		return e.usageErr("dlq", "want ls, repost or purge and an ID, got %d arguments", len(args))
+		return e.usageErr("dlq", "want ls, repost, purge or skip and an ID, got %d arguments", len(args))
 	}
 	op, id := args[0], args[1]
+	if op == "skip" && dlqFlags.Seq == 0 {
+		return e.usageErr("dlq", "skip wants --seq N, the message to move to the dead letters (stat %s shows the next one's as next_seq)", id)
+	}
 	return e.worldOp(func(ctx context.Context, w *client.World) int {
 		switch op {
 		case "ls":
@@ -308,8 +336,13 @@ func runDLQ(e *env, args []string) int {
 				return e.fail(err)
 			}
 			e.emit("purged", f("count", n))
+		case "skip":
+			if err := w.Mailboxes.Skip(ctx, id, dlqFlags.Seq); err != nil {
+				return e.fail(err)
+			}
+			e.emit("skipped", f("seq", dlqFlags.Seq))
 		default:
-			return e.usageErr("dlq", "unknown operation %q: use ls, repost or purge", op)
+			return e.usageErr("dlq", "unknown operation %q: use ls, repost, purge or skip", op)
 		}
 		return exitOK
 	})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/mailbox"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
 )
@@ -18,7 +19,7 @@ var worldFlags struct {
 	MaxTTL        time.Duration `name:"max-ttl" placeholder:"D" help:"add: longest lease (default 1h)"`
 	DefaultTTL    time.Duration `name:"default-ttl" placeholder:"D" help:"add: lease when none is asked for (default 10s)"`
 	MaxBody       int32         `name:"max-body" placeholder:"BYTES" help:"add: largest body a post accepts, in bytes (default 1040384: with the headers, 1 MiB)"`
-	MaxMsgSize    int32         `name:"max-msg-size" placeholder:"BYTES" help:"add: the old name of --max-body"`
+	MaxMsgSize    int32         `name:"max-msg-size" placeholder:"BYTES" hidden:"" help:"add: deprecated, the old name of --max-body: the largest body (the setting max_msg_size is max_body + max_headers)"`
 	MaxHeaders    int32         `name:"max-headers" placeholder:"BYTES" help:"add: most header bytes a post may carry, sender and message id included (default 8192)"`
 	MaxMsgs       int64         `name:"max-msgs" placeholder:"N" help:"add: messages one mailbox holds before full (default 100000)"`
 	MaxBytes      int64         `name:"max-bytes" placeholder:"BYTES" help:"add: bytes the world's mailboxes and dead letters hold together before full, as the server stores them (default: no limit)"`
@@ -121,6 +122,14 @@ func worldAdd(e *env, name string, cfg world.Config) int {
 	if !e.given["partitions"] && cfg.Shards == 0 {
 		cfg.Partitions = world.PartitionsFor(cfg.Replicas)
 	}
+	if e.given["max-msg-size"] {
+		// The flag's old meaning is kept; the setting of that name is
+		// another (world.Config.MaxMsgSize): say which is which.
+		if e.given["max-body"] && worldFlags.MaxBody != worldFlags.MaxMsgSize {
+			return e.usageErr("world", "--max-msg-size is the old name of --max-body: give one of them")
+		}
+		fmt.Fprintf(e.err, "world: --max-msg-size %d is the old name of --max-body: it sets the largest body (max_body); the world's max_msg_size is max_body + max_headers\n", worldFlags.MaxMsgSize)
+	}
 	want := cfg.WithDefaults()
 	if err := want.Validate(); err != nil {
 		return e.fail(err)
@@ -201,9 +210,26 @@ func worldInfo(e *env, name string) int {
 	if err != nil {
 		return e.fail(err)
 	}
+	// Depth and mailboxes count from each id's cursor, as stat does: the
+	// stream's own counts include the committed messages not yet purged.
+	mb, err := mailbox.New(w, own)
+	if err != nil {
+		return e.fail(err)
+	}
+	mail, err := mb.MailTotals(ctx)
+	if err != nil {
+		return e.fail(err)
+	}
+	depth, mailboxes, oldest := info.Depth, info.Mailboxes, info.OldestAge
+	if !mail.Unlisted {
+		depth, mailboxes = mail.Depth, uint64(mail.IDs)
+	}
+	if depth == 0 {
+		oldest = 0 // what is stored is committed, not waiting
+	}
 	fields := append([]field{f("name", name)}, settingFields(info.Config)...)
 	fields = append(fields,
-		f("depth", info.Depth), f("mailboxes", info.Mailboxes), f("oldest_age", info.OldestAge.Round(time.Millisecond).String()),
+		f("depth", depth), f("mailboxes", mailboxes), f("committed_stored", mail.CommittedStored), f("oldest_age", oldest.Round(time.Millisecond).String()),
 		f("dead_letters", info.DeadLetters), f("records", rc.Records), f("owned", rc.Owned),
 		f("acquisitions", rc.Acquisitions),
 		f("mailbox_msgs", info.Mailbox.Msgs), f("mailbox_bytes", info.Mailbox.Bytes), f("mailbox_last_seq", info.Mailbox.LastSeq),
@@ -244,6 +270,9 @@ func settingFields(c world.Config) []field {
 		f("max_deliveries", c.MaxDeliveries), f("dedupe_window", c.DedupeWindow.String()),
 		f("replicas", c.Replicas), f("storage", string(c.Storage)), f("purge", string(c.Purge)), f("partitions", c.Partitions),
 		f("kind", c.Kind()), f("shards", c.Shards),
+		// The broker's limit on one message, max_body + max_headers: the
+		// settings field of that name (docs/wire.md "Worlds").
+		f("max_msg_size", c.MaxMsgSize),
 	}
 }
 
