@@ -68,7 +68,7 @@ type Config struct {
 	// (0: Go's own choice, the machine's cores unless the bench's
 	// environment sets GOMAXPROCS). The owners share the machine with the
 	// server, the producers and each other; raw's consumers are goroutines
-	// of the bench's own process (docs/design.md 3.17).
+	// of the bench's own process (docs/experiments/owner-gomaxprocs.md).
 	OwnerGOMAXPROCS int
 	// Workers is the pool size of fan-in (in-process workers).
 	Workers int

@@ -12,7 +12,7 @@ import (
 	"github.com/fencepost/fencepost/ownership"
 )
 
-// The counter scenario (issue 17): the takeover scenario's owner
+// The counter scenario (docs/design.md 3.12): the takeover scenario's owner
 // processes and faults (kill, stop, forced seize), each running a state
 // handler that adds one to its id's "count" for every measured message
 // (not the warm-up's), in the id's state, committed with the message. At

@@ -17,7 +17,7 @@ import (
 )
 
 // BenchmarkFeedShapes measures the JetStream primitives a worker's feed
-// could be made of (docs/design.md 3.10, "Every owner reads every post"):
+// could be made of (docs/experiments/owners-read-every-post.md):
 // messages of 128 bytes posted over 1,000 subjects, each op one message,
 // read by
 //
@@ -31,7 +31,7 @@ import (
 //   - ingest=N: the stream's own subject transform stores each message
 //     under its partition, and N ordered consumers each read a third of
 //     the partitions (filtered): nothing republished, every message read
-//     once (docs/design.md 3.13, "What splitting the read costs").
+//     once (docs/experiments/partitions.md).
 //
 // cpu-us/op is the process's CPU (the embedded server and every client),
 // the figure to compare: go test -run '^$' -bench FeedShapes -benchtime

@@ -36,7 +36,7 @@ func storedOn(t *testing.T, w *client.World, id string) uint64 {
 	return info.State.Subjects[subj]
 }
 
-// TestSend_ServerRefusals (issue 46 item 8): a publish the server refuses
+// TestSend_ServerRefusals: a publish the server refuses
 // is answered at once as not permitted, and nothing was stored; a refused
 // subscription to the reply inbox while a post waits for its
 // acknowledgement is answered at once as unknown, never as a refusal: the

@@ -31,7 +31,7 @@ import (
 //     lapsed, as a reader should have judged it;
 //   - a record whose epoch is below the highest the id had since
 //     fencepostd started or the world was last reset (epochs never go
-//     back, SPEC section 1): freed likewise, so that the next claim gets a
+//     back, docs/contract.md section 1): freed likewise, so that the next claim gets a
 //     new epoch above every earlier one;
 //   - a drain lock whose term is above the world's max_ttl: deleted at its
 //     revision, so the holder's drains are no longer refused as contended.

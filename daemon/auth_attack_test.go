@@ -30,7 +30,7 @@ import (
 	"github.com/fencepost/fencepost/testkit/testutil"
 )
 
-// The attack suite of what a role can read (issue 16): raw nats.go
+// The attack suite of what a role can read (docs/security.md): raw nats.go
 // programs with a role's credentials against a real fencepostd --auth, and
 // the monitoring port. docs/security.md's trust model names these tests.
 

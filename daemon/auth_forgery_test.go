@@ -18,7 +18,8 @@ import (
 	"github.com/fencepost/fencepost/testkit/testutil"
 )
 
-// The forgeries subject permissions cannot refuse an owner (issue 16):
+// The forgeries subject permissions cannot refuse an owner (docs/security.md,
+// "The attacks the roles were built against"):
 // writes of keys every owner needs (o.*, l.*, c.*, fp.<w>.dl.*), with
 // contents no honest owner writes, against a real fencepostd --auth. Each
 // test is a row of docs/security.md's trust model: what fencepostd

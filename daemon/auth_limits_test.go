@@ -25,7 +25,7 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// The limits and lifetimes of fencepostd --auth's JWTs (issue 16), each
+// The limits and lifetimes of fencepostd --auth's JWTs (docs/security.md), each
 // reached against a real server.
 
 func startAuthedWith(t *testing.T, args ...string) *authed {

@@ -22,7 +22,7 @@ import (
 	"github.com/fencepost/fencepost/worker"
 )
 
-// The attack suite of per-node identities (issue 16): owners bound to
+// The attack suite of per-node identities (docs/security.md): owners bound to
 // their node by `fencepostd creds add --role owner --node N`, against a
 // real fencepostd --auth.
 

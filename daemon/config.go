@@ -135,7 +135,8 @@ type Config struct {
 	ReleaseMemory *bool `json:"release_memory,omitempty"`
 }
 
-// Defaults are the values of fencepostd with no flags (SPEC section 6).
+// Defaults are the values of fencepostd with no flags (docs/contract.md
+// section 6).
 var Defaults = Config{
 	Host:            "127.0.0.1",
 	Port:            4222,

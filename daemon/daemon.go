@@ -296,7 +296,7 @@ const (
 var ErrServerStopped = errors.New("fencepostd: NATS stopped unexpectedly")
 
 // ErrSelfFence is the error of an actor that gave up a lease because its
-// authority lapsed (SPEC section 5); fencepostd exits with code 3. No actor
+// authority lapsed (docs/contract.md section 5); fencepostd exits with code 3. No actor
 // of this package holds leases yet: the code is reserved for those that
 // will.
 var ErrSelfFence = errors.New("fencepostd: self-fence")

@@ -24,8 +24,8 @@ import (
 // revision it read. That is the write a taker would have made, with the
 // same safety (a renewal in flight is refused; a lease renewed meanwhile
 // is left alone), and a takeover then finds the lease free and writes
-// only the id's record (docs/design.md 5, "Who retires a lapsed node
-// lease").
+// only the id's record (docs/design.md section 5, "Under --auth, fencepostd
+// retires lapsed node leases").
 
 // nodeLease is a held node lease as the retirer last saw it.
 type nodeLease struct {

@@ -303,7 +303,7 @@ func (r *run) finishAll(ctx context.Context, scanErr error) (Result, error) {
 // mailboxes below the first message that is not committed: a message of an
 // id that was not drained, or the first message of a drained id past its
 // stored cursor. Every message it removes is covered by a stored cursor,
-// as with a per-id purge (design.md 3.4 step 1); new messages get higher
+// as with a per-id purge (design.md 3.4); new messages get higher
 // sequences than any the scan saw. Ids whose cursor lies beyond the sweep
 // are purged one by one.
 func (d *Drainer) sweep(ctx context.Context, runs []*run, g sweep) {

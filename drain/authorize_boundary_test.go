@@ -67,7 +67,7 @@ func ownershipBoundary(f *ast.File) []crossing {
 }
 
 // TestDrain_WritesNoOwnershipRecord: drain never parses or writes an
-// ownership record or node lease itself (issue 13): every such read and
+// ownership record or node lease itself (docs/design.md, the map): every such read and
 // write is ownership's. It fails the build when a file of drain builds a
 // record, node lease or force key, names the record codec or its states,
 // or imports encoding/json. The packages split out of drain (mailbox,

@@ -13,8 +13,8 @@ import (
 	"github.com/fencepost/fencepost/server/servertest"
 )
 
-// BenchmarkFencedCursorWrites measures the two ways the pipeline issue
-// names to send many ids' fenced cursor writes (docs/design.md 3.10 point
+// BenchmarkFencedCursorWrites measures the two ways there
+// are to send many ids' fenced cursor writes (docs/design.md 3.10 point
 // 3): each one an asynchronous publish with its own expected-revision
 // headers, many in flight ("async"), or up to 1,000 in one JetStream atomic
 // batch whose commit checks every message's expectation ("atomic-batch").

@@ -24,6 +24,6 @@
 // worlds, unroutable messages) is package purge's. A worker's Sweeper,
 // which removes what its holdings committed, is delivery's and stays here.
 //
-// docs/design.md section 3 gives the safety argument, docs/wire.md
-// "Mailboxes" the layout.
+// docs/design.md section 2 gives the safety argument and section 3 the
+// mechanisms, docs/wire.md "Mailboxes" the layout.
 package drain

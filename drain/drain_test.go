@@ -461,7 +461,7 @@ func testStaleEpochLock(t *testing.T, env *testutil.Env) {
 	require.ErrorIs(t, err, drain.ErrContended)
 }
 
-// Seed 003's schedule with a paused holder: drain A stops renewing its lock
+// The reaper's schedule (docs/design.md 3.5) with a paused holder: drain A stops renewing its lock
 // (a GC pause, a partition) in the middle of a handler. Drain B takes the
 // lapsed lock over and delivers. When A wakes, its commit is refused by the
 // broker, it learns it lost the lock, and removes nothing.

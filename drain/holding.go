@@ -613,7 +613,7 @@ func (h *Holding) end(ctx context.Context, r *run, err error, caughtUp bool) (Re
 	// failed delivery writes the cursor again at the same sequence, with
 	// the count) is the stored cursor from now on. Kept at the old one,
 	// the next run of the holding counted that delivery again from 1
-	// (issue 46 item 2: max_deliveries+1 calls, delivery 1 twice). The
+	// (max_deliveries+1 calls, delivery 1 twice). The
 	// holding's cursors never go back (ahead), so the run's last stored
 	// one is as new as h.cur when at its sequence; a commit settled during
 	// the run (settle) may be further on.

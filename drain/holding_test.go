@@ -83,7 +83,7 @@ func TestHolding(t *testing.T) {
 // TestDrain_CommitsWithinABatch: a drain commits what was acknowledged
 // every n messages (or every interval) within a batch, not only at its
 // end: a crash in the middle of a long batch hands out again at most
-// that much (issue 19 item 5). Here: commit every 2, the handler blocks
+// that much. Here: commit every 2, the handler blocks
 // on the 4th message, and the stored cursor already covers the 2nd.
 func TestDrain_CommitsWithinABatch(t *testing.T) {
 	env := testutil.Start(t, testutil.Target{Name: "single"})

@@ -159,7 +159,7 @@ func TestHolding_DeliverFailure(t *testing.T) {
 	require.True(t, h.Live())
 }
 
-// TestHolding_DeliverFailureCounted (issue 46 item 2): a message whose
+// TestHolding_DeliverFailureCounted: a message whose
 // delivery fails as the first after a settled commit (the failure count
 // is written at the cursor's own sequence) is counted on: the holding's
 // next drain hands it out as delivery 2, and a message that always fails

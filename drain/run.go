@@ -177,7 +177,7 @@ func (r *run) end(ctx context.Context, err error) (Result, error) {
 // by compare-and-swap; holders and keepers see a renewal by no one). If
 // the swap loses, the record moved anyway. Either way every commit the
 // previous drain sends from now on is refused, and its retry finds out it
-// lost the lock (design.md section 3). The fence is then read fresh.
+// lost the lock (design.md 3.5). The fence is then read fresh.
 func (r *run) fenceTakeover(ctx context.Context) error {
 	return r.a.take(r.d.own.Touch(ctx, r.a.id, r.a.node, r.a.epoch))
 }
@@ -356,7 +356,7 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 		// Hand out nothing once the drain was stopped (a self-fence
 		// cancels it) or its authority ran out while it worked through
 		// the batch: a holder paused or cut off mid-batch would otherwise
-		// deliver the rest after a newer holder did (SPEC section 5: every
+		// deliver the rest after a newer holder did (docs/contract.md section 5: every
 		// route refuses work on a lapsed lease). What was acknowledged is
 		// committed if the holding still allows. The check comes right
 		// before the call, so that a pause between the two is as unlikely

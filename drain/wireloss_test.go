@@ -20,7 +20,7 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// The tests of the wire issue: what a producer in another language can
+// The tests of the wire contract (docs/wire.md): what a producer in another language can
 // store must be delivered, dead-lettered or surfaced, never lost. Each
 // posts with plain JetStream publishes where the issue did. They run on
 // the single node: they are about what the broker stores, not about

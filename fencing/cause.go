@@ -1,7 +1,7 @@
 package fencing
 
-// Cause says why a holder stopped acting: the self-fence causes of SPEC
-// section 5. It is an error so that it can close a lease's Done channel and
+// Cause says why a holder stopped acting: the self-fence causes of
+// docs/contract.md section 5. It is an error so that it can close a lease's Done channel and
 // travel through errors.Is.
 type Cause string
 

@@ -15,7 +15,8 @@ import (
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
-// Records backed by a node lease (seed 001, SPEC section 5).
+// Records backed by a node lease (docs/contract.md section 5,
+// docs/design.md 4.2).
 //
 // An id claimed through a Session names the session's node lease epoch in
 // its record (wire.Record.NodeLease). It is live iff the node lease record

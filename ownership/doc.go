@@ -1,4 +1,5 @@
-// Package ownership implements the ownership operations of SPEC section 2 -
+// Package ownership implements the ownership operations of docs/contract.md
+// section 2 -
 // claim, owner, release, guard, renew and seize - on a world's KV bucket.
 //
 // Every change to a record is a conditional write on the record's revision
@@ -18,7 +19,7 @@
 // A write whose reply was lost returns an *UnknownError (ErrUnknown): it may
 // or may not have happened; read with Owner to find out.
 //
-// Leases that take care of themselves (SPEC section 5): Keep renews a held
+// Leases that take care of themselves (docs/contract.md section 5): Keep renews a held
 // lease at ttl/3 and self-fences (Keeper.Done, Keeper.Cause) when its
 // authority is lost; OpenSession takes a node lease that backs every id
 // claimed through it, so a node pays one renewal per period whatever it

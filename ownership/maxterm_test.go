@@ -16,7 +16,7 @@ import (
 // TestOwnership_TermAboveMaxTTL_IsLapsed: a held record whose expiry lies
 // further from now than the world's max ttl (plus MaxTermSlack), which
 // no claim, renew or seize writes but a compromised owner writing the
-// bucket directly can (issue 16: "expiry in 2027"), is read as lapsed:
+// bucket directly can (docs/security.md's attacks: "expiry in 2027"), is read as lapsed:
 // Owner says not held, the forger's fence is not authorized, and another
 // node claims the id at the next epoch. The same for a record backed by a
 // node lease with such a term: the claim retires that node lease first.

@@ -15,8 +15,8 @@ var ErrInvalidOption = fencing.ErrInvalidOption
 // Option configures a Store.
 type Option func(*Store) error
 
-// Clock bounds the lease arithmetic assumes (SPEC invariant 7; see
-// docs/design.md "Clocks"): any two nodes' wall clocks differ by at most
+// Clock bounds the lease arithmetic assumes (docs/contract.md and
+// docs/design.md, invariant 7): any two nodes' wall clocks differ by at most
 // DefaultMaxSkew, and any clock's rate is off by at most DefaultMaxDrift.
 const (
 	DefaultMaxSkew  = 100 * time.Millisecond

@@ -12,7 +12,7 @@ import (
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
-// Session is a node lease (seed 001): one record per node, under
+// Session is a node lease (docs/design.md 4.2): one record per node, under
 // wire.NodeKey(node), renewed at ttl/3 by a Keeper. Every id claimed
 // through the session names the session's epoch in its record and is live
 // exactly as long as the node lease is live at that epoch, so a node

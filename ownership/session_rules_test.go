@@ -39,7 +39,7 @@ var forcers = map[string]func(t *testing.T, ctx context.Context, w *client.World
 
 // TestSeize_EveryForcedPathWritesTheForceKey: every API path that can
 // force a seize writes the id's force key first, naming the node, and an
-// unforced one does not (issue 13 item 4, issue 16: the server keeps
+// unforced one does not (docs/security.md: the server keeps
 // forcing to operators by refusing that key to everyone else).
 func TestSeize_EveryForcedPathWritesTheForceKey(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])

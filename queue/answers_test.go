@@ -65,7 +65,7 @@ func wireAnswers(t *testing.T) []wireAnswer {
 
 // TestAnswers_AsTheWireContractSays: every broker error of docs/wire.md's
 // table is what Send reports: a refusal where the table says nothing was
-// stored, ErrUnknown where it says unknown (issue 46 item 8: 10158
+// stored, ErrUnknown where it says unknown (a newcomer's report: 10158
 // "duplicate message id is in process" read "refused by the server"); an
 // answer the table does not name is unknown; and every refusal the code
 // knows is in the table.

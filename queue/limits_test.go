@@ -17,8 +17,8 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// TestLimits: each limit a world shows is the one it enforces (issue 19
-// item 9), on one node and on an R3 cluster.
+// TestLimits: each limit a world shows is the one it enforces
+// (docs/design.md section 5, "Limits say what they enforce"), on one node and on an R3 cluster.
 func TestLimits(t *testing.T) {
 	for _, tg := range testutil.Targets() {
 		t.Run(tg.Name, func(t *testing.T) {

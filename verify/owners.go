@@ -141,7 +141,7 @@ func (o *owners) read(p *ownerProc, out io.Reader) {
 }
 
 // causeKind shortens a stop cause to its kind (the self-fence causes of
-// SPEC section 5, or the first words of an error).
+// docs/contract.md section 5, or the first words of an error).
 func causeKind(c string) string {
 	for _, k := range []string{"lease_watchdog_fence", "lease_record_missing_fence", "lease_record_mismatch_fence"} {
 		if strings.Contains(c, k) {

@@ -28,7 +28,7 @@ type committedMail struct {
 // holding purges its committed messages a while after each commit
 // (drain.purgeDelay), so a scan lists ids whose every stored message is
 // committed; each would become a claim (not held here) or a drain (held)
-// that finds nothing to deliver and purges (design 3.15, "The scan's
+// that finds nothing to deliver and purges (design 3.13, "The scan's
 // filter"). Per MaxMultiLast ids, two requests tell them apart: a
 // multi-last direct get of their mailbox subjects (each one's last stored
 // message), then one of their cursors. An id whose cursor is at or after

@@ -36,7 +36,7 @@ import (
 // parts=64 each purge covers an id's messages of two or three rounds and
 // the server walks every message between them; the bench's fan-in rounds
 // (10,000 ids, about 1 s) are longer, and each of its purges removes one
-// message. So the purges weigh more here than there (docs/design.md 3.15,
+// message. So the purges weigh more here than there (docs/experiments/global-sweep.md,
 // "What a purge of one subject costs the server"): a change to them is
 // measured in the bench, not here alone. cpu-us/op stops at the last
 // delivery; cpu-us/op-removed at the moment the mailboxes were empty
@@ -93,8 +93,7 @@ func benchFanIn(b *testing.B, cfg world.Config) {
 // removed); stored-after-wait, those still stored at the end of the wait;
 // and cpu-us/op-removed, the process's CPU per message until the
 // mailboxes were empty (or the wait ended). A path that removes messages
-// later, or not at all, looks cheaper in cpu-us/op alone (docs/design.md
-// 3.20).
+// later, or not at all, looks cheaper in cpu-us/op alone (docs/experiments/confirmed-sweep.md).
 func reportRemoval(b *testing.B, ctx context.Context, w *client.World, cpu0 time.Duration) {
 	const removalWait = 20 * time.Second
 	stored := func() uint64 {

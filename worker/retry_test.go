@@ -17,7 +17,7 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// TestRetry_FailedDeliveries (issue 46 items 1 and 2): a worker of every
+// TestRetry_FailedDeliveries (a newcomer's report): a worker of every
 // id, on a world with partitions and on one without. A message whose
 // first delivery fails is delivered again after the backoff, whether its
 // id was claimed for it (a new id) or already held: well within 3 s, far

@@ -278,7 +278,7 @@ func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.Raw
 // holding committed its failure count and waited its backoff, and it is
 // nudged to deliver it again from the cursor at once (a drain). Nothing
 // else would wake it: its message was taken from the inbox, and the idle
-// release and the scan come only after many seconds (issue 46 item 1: the
+// release and the scan come only after many seconds (a newcomer found the
 // first delivery of a newly claimed id was not nudged so).
 func retryFailed(h *holding) func(drain.Result, error) (drain.Result, error) {
 	return func(res drain.Result, err error) (drain.Result, error) {

@@ -23,7 +23,7 @@ import (
 // one message per id per round over 10,000 ids, 4 workers draining, the
 // claims, cursor reads and fenced commits of fencepost's protocol) with
 // a minimal client of its own, none of fencepost's code, on four mailbox
-// layouts, beside raw JetStream in the same run (docs/design.md 3.18):
+// layouts, beside raw JetStream in the same run (docs/experiments/ack-removal.md):
 //
 //   - raw: post, one pull consumer of every subject, batches of 1,000,
 //     one acknowledgement per batch (the bench's raw side in fan-in);
@@ -38,10 +38,10 @@ import (
 //   - sweep: removal by a sweep of each partition: the subject transform
 //     stores each post under its partition and the stream republishes it,
 //     as purge does; every 20 ms each worker purges each partition it
-//     serves below the first message of it not committed yet (design
-//     3.19);
+//     serves below the first message of it not committed yet
+//     (docs/experiments/sweep-per-partition.md);
 //   - partown: ownership by partition, which fencepost does not have
-//     (design 3.21): the sweep layout's stream, but each worker
+//     (docs/experiments/partition-ownership.md): the sweep layout's stream, but each worker
 //     claims the partitions it serves (a record per partition) instead of
 //     ids, and commits one cursor per partition of a batch, the batch's
 //     last message of it, fenced by the partition's record; removal is
@@ -49,7 +49,7 @@ import (
 //
 // Each worker serves one of 4 partitions (+partsN: N partitions, N/4
 // served by each worker; on the ack layout a consumer per partition,
-// +memstate with its state in memory, design 3.19) and takes its messages
+// +memstate with its state in memory, docs/experiments/ack-removal.md) and takes its messages
 // in batches of up to 1,000: it claims the ids it does not hold (a record
 // write conditional on there being none) and reads their cursors (one
 // multi-last direct get), commits each message's cursor conditional on
@@ -76,7 +76,7 @@ func BenchmarkFanInLayout(b *testing.B) {
 			b.Run(layout+extra.String(), func(b *testing.B) { runFanInLayout(b, layout, extra) })
 		}
 	}
-	// The partitions' shape (design 3.19): 4 (one a worker, as above, but
+	// The partitions' shape (docs/experiments/ack-removal.md): 4 (one a worker, as above, but
 	// each consumer's messages taken as they come, as with more), 16, or
 	// a world's default of 64 (16 served by each worker); on the ack
 	// layout a durable consumer per partition, its state on file (as a

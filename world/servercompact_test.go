@@ -15,7 +15,7 @@ import (
 
 // emptiedThenRefilled runs, on a new stream S (subjects s.>) of a new
 // server, the sequence under which nats-server's compaction loses
-// messages (docs/design.md 3.15, "The cause"), each removal below a
+// messages (docs/experiments/global-sweep.md, "The cause"), each removal below a
 // sequence being a purge of the subject filter subjectFor(below) names
 // ("": every message, a compaction). It returns what S stores at the end
 // (its sequences, read by subject from the first) and the server's
@@ -97,12 +97,13 @@ func TestServer_PurgesAfterAnEmptiedBlock(t *testing.T) {
 // (here the compaction below 16 leaves none of 16 to 20, and the server
 // warns that its state is inconsistent and rebuilds it). It is why the
 // partitioned-sweep experiment's compaction variant lost messages
-// (docs/design.md 3.15). fencepost never compacts a mailbox stream (its
+// (docs/experiments/global-sweep.md). fencepost never compacts a mailbox stream (its
 // purges name one id's subject or the mailbox filter:
 // TestServer_PurgesAfterAnEmptiedBlock). When this test fails, the
 // server's compaction changed: if it now keeps 16 to 20 without a
 // warning, move the compaction case into
-// TestServer_PurgesAfterAnEmptiedBlock and update design 3.15.
+// TestServer_PurgesAfterAnEmptiedBlock and update
+// docs/experiments/global-sweep.md.
 func TestServer_CompactionAfterAnEmptiedBlockLoses(t *testing.T) {
 	stored, warnings := emptiedThenRefilled(t, jetstream.FileStorage, func(uint64) string { return "" })
 	require.Empty(t, stored, "nats-server's compaction no longer loses 16 to 20 (the fault pinned here is fixed, or changed)")

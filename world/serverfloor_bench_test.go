@@ -21,7 +21,7 @@ import (
 // BenchmarkFanInFloor measures the process CPU (an in-process server and
 // its clients) of each broker request a fan-in message costs, one request
 // shape per sub-benchmark, over 10,000 ids, with none of fencepost's code
-// (docs/design.md 3.16, "The floor under fan-in"):
+// (docs/experiments/fan-in-floor.md):
 //
 //   - post: an asynchronous publish to the id's subject (both sides);
 //   - post+republish: the same on a stream that republishes every message

@@ -16,7 +16,7 @@ import (
 // BenchmarkServerPurgeSpan measures what a purge of one subject below a
 // sequence costs the server as a function of the span it covers: the
 // distance between the first and the last message of the subject it
-// removes, filled with other subjects' messages (docs/design.md 3.15,
+// removes, filled with other subjects' messages (docs/experiments/global-sweep.md,
 // "What a purge of one subject costs the server"). Each op purges one
 // subject that stores two messages, span messages of other subjects and
 // the other ops' first messages apart (span=0: one message); ns/op is the

@@ -15,7 +15,7 @@ import (
 )
 
 // TestServer_WorkQueueLayout pins what nats-server does that the layout
-// of docs/design.md 3.18 (removal by acknowledgement, not built) would
+// of docs/experiments/ack-removal.md (removal by acknowledgement, not built) would
 // rest on, so that whoever builds it starts from facts, and a server
 // upgrade that changes one of them fails here first:
 //

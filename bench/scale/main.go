@@ -1,4 +1,4 @@
-// Command scale measures what idle mailboxes cost (issue 18, section 1):
+// Command scale measures what idle mailboxes cost (docs/design.md 3.11):
 // N ids with one message each, posted to fencepostd's default world, beside
 // a plain JetStream server (the same embedded nats-server, no fencepost)
 // holding the same messages in one stream. For each side it reports the
@@ -56,7 +56,7 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the workers) during fencepost's drain to FILE")
 	daemonFlags := flag.String("fencepostd-flags", "", "more flags for fencepostd, space-separated (e.g. --scrape-records=false)")
 	noDrain := flag.Bool("no-drain", false, "skip the drains")
-	hold := flag.Int("hold", 0, "after posting, hold this many of the ids (the first ones) through the node leases of --workers sessions, until the drain (issue 18's variant: 100,000 ids held by 4 workers); RSS, disk and restart are then measured with them held")
+	hold := flag.Int("hold", 0, "after posting, hold this many of the ids (the first ones) through the node leases of --workers sessions, until the drain (the variant of docs/experiments/scale.md: 100,000 ids held by 4 workers); RSS, disk and restart are then measured with them held")
 	bare := flag.Bool("bare", false, "run fencepost's side on a plain server too (no fencepostd: the world made by the client), to profile the server (FP_SCALE_SERVER_PROFILE=FILE)")
 	daemonEnv := flag.String("fencepostd-env", "", "more environment for fencepostd, space-separated (e.g. GOMEMLIMIT=100MiB)")
 	late := flag.Duration("late", 0, "also read RSS this long after the restart's reading (after the stat), to see what stays")

@@ -15,7 +15,7 @@ import (
 
 // TestCLI_DrainJSON_BinaryBody: a body that is not valid UTF-8 comes out
 // of drain --json whole, as body_b64 beside the lossy body text; a text
-// body has no body_b64 (SPEC section 6's fields, extended).
+// body has no body_b64 (docs/contract.md section 6's fields, extended).
 func TestCLI_DrainJSON_BinaryBody(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	w := env.World(t, world.Config{MinTTL: time.Second})

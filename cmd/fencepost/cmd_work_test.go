@@ -342,7 +342,7 @@ func TestCLI_Work_Pool(t *testing.T) {
 }
 
 // TestCLI_Work_CommitsAsItGoes: a worker whose handler takes a while
-// commits while it works (the newcomer issue, item 5: the cursor stayed at
+// commits while it works (a newcomer's report: the cursor stayed at
 // 0 until the end of a batch, so a crash redelivered up to 1,000 handled
 // messages). Here 10 messages take 3 s to handle; the cursor moves past
 // the first ones long before the last is handled.

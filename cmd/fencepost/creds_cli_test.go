@@ -13,7 +13,7 @@ import (
 	"github.com/fencepost/fencepost/testkit/testutil"
 )
 
-// TestCLI_GlobalFlags_Creds: issue 19's "done when": `fencepost --world W
+// TestCLI_GlobalFlags_Creds: `fencepost --world W
 // --server URL --creds F COMMAND ...` and the same flags after the command
 // both work, against fencepostd --auth with the credentials it wrote (the
 // environment points nowhere: the flags are what was used).

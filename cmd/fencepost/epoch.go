@@ -14,7 +14,7 @@ func init() { outcomeMappers = append(outcomeMappers, neverIssuedOutcome) }
 func givenEpoch() uint64 { return max(uint64(guardFlags.Epoch), uint64(drainFlags.Epoch)) }
 
 // neverIssuedOutcome: a fenced answer to an epoch above the current one,
-// which was never issued (epochs only grow, SPEC section 1), keeps its
+// which was never issued (epochs only grow, docs/contract.md section 1), keeps its
 // word and code and says so: never_issued beside current, and on stderr
 // what the current epoch is. An epoch below the current one is the
 // ordinary fenced of a holding that was taken over. With --json the

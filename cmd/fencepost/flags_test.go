@@ -11,7 +11,7 @@ import (
 )
 
 // TestCLI_FlagValuesRefused: values that used to mean something else are
-// usage errors that say what to give (issue 19 item 10): --ttl 0s (it
+// usage errors that say what to give: --ttl 0s (it
 // silently meant the world default), --epoch 0 (it said "required"),
 // --max 0 and negatives (-1 meant no limit, -5 drained nothing).
 func TestCLI_FlagValuesRefused(t *testing.T) {

@@ -26,7 +26,7 @@ const (
 )
 
 // TestCLI_GlobalFlags_BeforeAndAfter: --server, --world, --json, --timeout
-// and --log-level work before the command and after it (issue 19 item 6:
+// and --log-level work before the command and after it (before kong,
 // `fencepost --server URL owner x` was an unknown command, exit 2).
 func TestCLI_GlobalFlags_BeforeAndAfter(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])

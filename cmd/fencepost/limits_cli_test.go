@@ -14,7 +14,7 @@ import (
 )
 
 // TestCLI_Limits: each limit `world add` shows is what a post meets
-// (issue 19 item 9): a body of exactly max_body is posted and one byte
+// (docs/design.md section 5, "Limits say what they enforce"): a body of exactly max_body is posted and one byte
 // more is refused naming max_body; --max-msg-size (the old name of
 // --max-body) 10 takes 10 bytes; --max-bytes limits the world's bytes and
 // `full` says which limit it hit (kind=messages or kind=bytes).

@@ -47,7 +47,7 @@ func idsOf(objs []map[string]any) []string {
 }
 
 // TestCLI_Ls: each filter and their intersection, text and --json, an odd
-// id, paging with --limit and --after, and bad input (issue 19 item 7).
+// id, paging with --limit and --after, and bad input (docs/design.md section 5, "Listing ids").
 func TestCLI_Ls(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	w := env.World(t, world.Config{MinTTL: time.Second, MaxDeliveries: 1})

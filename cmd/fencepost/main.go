@@ -1,6 +1,6 @@
 // Command fencepost is the client of a fencepost deployment: ownership
 // operations, mailboxes, worlds. Every outcome prints its word first and
-// exits with the code of SPEC section 6; --json prints one object per
+// exits with the code of docs/contract.md section 6; --json prints one object per
 // outcome. The command line is parsed by kong (cli.go); the global flags
 // go before or after the command.
 package main
@@ -12,7 +12,7 @@ import (
 	"sort"
 )
 
-// Exit codes (SPEC section 6). Public contract: never change one.
+// Exit codes (docs/contract.md section 6). Public contract: never change one.
 const (
 	exitOK        = 0
 	exitError     = 1

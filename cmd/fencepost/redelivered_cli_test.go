@@ -15,7 +15,7 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// TestCLI_Work_RedeliveredLabel: FENCEPOST_REDELIVERED (issue 19 item 5)
+// TestCLI_Work_RedeliveredLabel: FENCEPOST_REDELIVERED (docs/design.md 3.6)
 // across graceful stops. A first delivery says 0. A worker stopped with
 // SIGINT after its handlers finished releases its ids: the next worker's
 // deliveries say 0 (a clean handoff). A worker stopped with SIGINT while a

@@ -21,7 +21,7 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// TestCLI_Send_UnknownIsNotRefused (issue 46 item 8): a post whose
+// TestCLI_Send_UnknownIsNotRefused: a post whose
 // acknowledgement cannot come, because the server refused the client's
 // reply inbox while it waited, was stored: send says unknown (exit 1),
 // that the post may be stored and to retry with the same --msg-id, never

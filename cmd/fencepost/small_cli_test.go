@@ -91,7 +91,7 @@ func TestCLI_WorldAdd_DefaultPartitions(t *testing.T) {
 }
 
 // TestCLI_Stat_OldestAge: stat prints the oldest message's timestamp
-// (oldest, as before) and its age (oldest_age, SPEC section 2's "oldest
+// (oldest, as before) and its age (oldest_age, docs/contract.md section 2's "oldest
 // message age"), in text and in --json; an empty mailbox has neither.
 func TestCLI_Stat_OldestAge(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
@@ -173,8 +173,8 @@ func TestCLI_World_NonASCIIName(t *testing.T) {
 }
 
 // TestCLI_Seize_Lapsed: seize of an id whose lease lapsed answers seized
-// with the next epoch, without --force (SPEC section 2: the takeover of a
-// crashed owner; docs/design.md 5), and the old holder is fenced.
+// with the next epoch, without --force (docs/contract.md section 2: the takeover of a
+// crashed owner; docs/design.md section 5), and the old holder is fenced.
 func TestCLI_Seize_Lapsed(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	w := env.World(t, world.Config{MinTTL: 10 * time.Millisecond})

@@ -12,7 +12,7 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// TestCLI_UsageErrorsSayWhat (issue 46 item 10): a flag without its value
+// TestCLI_UsageErrorsSayWhat: a flag without its value
 // says that it needs one (not `expected string value but got "--"`, a
 // "--" nobody typed); no command, or a global flag alone, is a short
 // error, not the whole usage; an unknown command gets a "did you mean".
@@ -45,7 +45,7 @@ func TestCLI_UsageErrorsSayWhat(t *testing.T) {
 	}
 }
 
-// TestCLI_NeverIssuedEpoch (issue 46 item 10): guard and drain with an
+// TestCLI_NeverIssuedEpoch: guard and drain with an
 // epoch above the current one, which was never issued, answer fenced
 // (exit 13) with never_issued beside current, and say on stderr what the
 // current epoch is; an epoch that was taken over is the plain fenced.

@@ -15,8 +15,8 @@ import (
 )
 
 // TestCLI_Watch_Reset: `fencepost reset` shows in `fencepost watch` (issue
-// 19 item 10): every id the watch knew is reported deleted (SPEC section
-// 6's word), in id order, and a claim after the reset starts again at
+// 19 item 10): every id the watch knew is reported deleted
+// (docs/contract.md section 6's word), in id order, and a claim after the reset starts again at
 // epoch 1.
 func TestCLI_Watch_Reset(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])

@@ -15,7 +15,7 @@
 // Exit codes: 0 clean shutdown (a signal), 1 runtime error (the server
 // could not start or stopped by itself), 2 bad flag or config file (its own
 // or nats-server's), 3 self-fence
-// (reserved for lease-holding work, SPEC section 5).
+// (reserved for lease-holding work, docs/contract.md section 5).
 package main
 
 import (

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestDaemon_Version (issue 46 item 10): --version prints the version of
+// TestDaemon_Version: --version prints the version of
 // fencepostd, as fencepost --version does, and of the nats-server it
 // embeds, and exits 0 without starting anything, also among other flags;
 // --help names it.

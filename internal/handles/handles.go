@@ -7,8 +7,8 @@
 // and never reaches into the streams behind them. The packages that are
 // the storage layer get them here: Of(w).KV. A program outside this module
 // cannot import this package, so it can neither name a Key nor call
-// World.Handles (issue 13: world exposes typed operations, not JetStream
-// handles).
+// World.Handles (world exposes typed operations, not JetStream handles:
+// docs/design.md, the map).
 package handles
 
 import "github.com/nats-io/nats.go/jetstream"

@@ -35,8 +35,8 @@ var ownershipOnly = []string{"RecordKey", "RecordSubject", "NodeKey", "ForceKey"
 
 // handlesUsers are the packages whose non-test files may take a world's
 // JetStream handles (internal/handles), and why. Every other package
-// works through their typed operations (issue 13: world exposes typed
-// operations, not JetStream handles).
+// works through their typed operations (world exposes typed
+// operations, not JetStream handles: docs/design.md, the map).
 var handlesUsers = map[string]string{
 	"world":            "opens the streams and keeps the handles",
 	"ownership":        "writes the ownership records and node leases",

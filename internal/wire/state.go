@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Per-id state (issue 17): keys of the world's bucket, next to the id's
+// Per-id state (docs/design.md 3.12): keys of the world's bucket, next to the id's
 // ownership record and cursor, so that a holder's state writes and its
 // cursor commit can be one atomic batch fenced on the record
 // (docs/design.md 3.12).

@@ -17,7 +17,7 @@ import (
 	"github.com/fencepost/fencepost/testkit/history"
 )
 
-// Counter rounds (issue 17, docs/design.md 3.12): the owners and the
+// Counter rounds (docs/design.md 3.12): the owners and the
 // final drain run a state handler that adds one to its id's counter (the
 // state key counterKey) for every message, committed with the message in
 // one fenced atomic batch. At the end every id's counter must equal the

@@ -35,7 +35,7 @@ func ciScenarios() []scenario {
 	partMinority := part("partition-minority", 0, PartMinority, PartMinority)
 	flapLeader := part("partition-flap-leader", 5*time.Second, PartFlap, PartFlap)
 	flapLeader.FlapLeader = true
-	// Per-id state (issue 17): owners counting each id's messages in its
+	// Per-id state (docs/design.md 3.12): owners counting each id's messages in its
 	// state, killed, stopped past their ttl, their ids force-seized while
 	// live, and the server crashed once; every counter must end exact.
 	counter := mk("counter", ServerInterval, false, OwnerKill, OwnerSeize, OwnerStop, OwnerSeize, ServerCrash, OwnerKill, OwnerStop, OwnerSeize, OwnerKill, OwnerStop)

@@ -30,7 +30,7 @@ func soakScenarios(round time.Duration) []scenario {
 		mk("cluster", Cluster, false, NodeKill, OwnerKill, OwnerStop, NodeKill, OwnerKill),
 		mk("mixed-always", ServerAlways, true, OwnerStop, ProxyCut, OwnerKill, ServerCrash, ProxyLatency, OwnerStop, ProxyRefuse, OwnerKill),
 	}
-	// Per-id state (issue 17): the owners and the final drain count each
+	// Per-id state (docs/design.md 3.12): the owners and the final drain count each
 	// id's messages in its state; every counter must end exact.
 	counter := mk("counter", ServerInterval, true, OwnerKill, OwnerSeize, OwnerStop, ProxyCut, OwnerSeize, ServerCrash, OwnerKill, OwnerStop, OwnerSeize, ProxyRefuse)
 	counter.Counter = true

@@ -25,7 +25,7 @@ import (
 // B seizes the id and drains the whole mailbox. When A's handler returns,
 // A's drain must not hand the rest of its batch to the handler: its
 // authority ran out long ago and a newer holder has delivered those
-// messages already (SPEC section 3 invariant 4, section 5 "every route
+// messages already (docs/contract.md invariant 4, section 5 "every route
 // refuses work on a lapsed lease"). The fence keeps A from committing
 // either way; this is about deliveries.
 func TestStaleHolderHandsOutNothingAfterTakeover(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package history records what a fault test did to fencepost (every send,
 // delivery and commit, and every ownership operation with its call and
-// return times) and checks the record against the invariants of SPEC
-// section 3 once a final full drain has run:
+// return times) and checks the record against the invariants of
+// docs/contract.md section 3 once a final full drain has run:
 //
 //   - lost: a send acknowledged as posted whose message no handler ever
 //     received (a send whose outcome is unknown may or may not be
@@ -276,7 +276,7 @@ func (rep Report) String() string {
 //     at time t, proves e was superseded by t. A delivery under e whose
 //     handler was entered after t is a stale delivery: a drain handed a
 //     message to a holder after a newer holder had already started
-//     (invariant 4 together with the self-fence of SPEC section 5: a
+//     (invariant 4 together with the self-fence of docs/contract.md section 5: a
 //     holder stops acting before anyone can take over).
 func Check(h History) Report {
 	var rep Report
