@@ -39,7 +39,7 @@ func TestAuth_TrustModelNamesItsTests(t *testing.T) {
 	doc := string(b)
 	start := strings.Index(doc, "## Trust model")
 	require.GreaterOrEqual(t, start, 0)
-	model, _, _ := strings.Cut(doc[start:], "### The attacks of issue 16")
+	model, _, _ := strings.Cut(doc[start:], "### The attacks the roles were built against")
 	named := map[string]bool{}
 	for _, m := range regexp.MustCompile("`(Test[A-Za-z0-9_]*[A-Za-z0-9])`").FindAllStringSubmatch(model, -1) {
 		named[m[1]] = true
