@@ -246,11 +246,20 @@ func (wk *Worker) claim(ctx context.Context, wg *sync.WaitGroup, ss *ownership.S
 	wk.mu.Lock()
 	h.start, h.whole = wk.kept.takeSince(id, ends)
 	wk.held[id] = h
+	many := len(wk.held) == shardHint && wk.ids == nil
 	wk.startHolding(hctx, wg, ss, id, h)
 	wk.mu.Unlock()
 	wk.log.Info("claimed", "event", "claimed", "id", id, "epoch", l.Epoch)
+	if many && wk.hinted.CompareAndSwap(false, true) {
+		wk.log.Info("this worker holds many ids of a per-id world: a sharded world serves many small mailboxes several times faster (fencepost world add W --shards N; docs/design.md, Shards)", "event", "shard_hint", "held", shardHint)
+	}
 	return false
 }
+
+// shardHint is the number of ids held at once past which a worker of every
+// id of a per-id world says, once, that a sharded world would serve it
+// faster.
+const shardHint = 1000
 
 // claimFallback is how long, at least, a worker that is not a new id's
 // first choice waits before it tries the id itself (the first choice may

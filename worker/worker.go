@@ -144,6 +144,8 @@ type Worker struct {
 
 	// sh serves a sharded world in this worker's place (package shard).
 	sh *shard.Worker
+	// hinted: the shard hint was logged (order.go).
+	hinted atomic.Bool
 }
 
 type holding struct {
