@@ -236,14 +236,17 @@ func keyPair(path string, create func() (nkeys.KeyPair, error)) (nkeys.KeyPair, 
 	return kp, nil
 }
 
-// trust is fencepostd's NATS decentralized auth: an operator, the account
-// the worlds live in, the system account, one user per role, and
-// fencepostd's own user.
+// trust is fencepostd's NATS decentralized auth: an operator, the store
+// account the worlds live in, the producers' and the owners' accounts
+// (accounts.go), the system account, one user per role, and fencepostd's
+// own user.
 type trust struct {
-	operator, account, system nkeys.KeyPair
-	creds                     map[string]Creds
-	own                       Creds  // fencepostd's own connection: in memory only, no expiry
-	accountJWT                string // with the limits and the revocations of the data dir
+	operator, system nkeys.KeyPair
+	accounts         accountKeys
+	creds            map[string]Creds
+	own              Creds             // fencepostd's own connection: in memory only, no expiry
+	accountJWTs      map[string]string // by account name, with the limits and the revocations of the data dir
+	notes            []string          // what the start changed in the data dir, for the log
 }
 
 // loadOrCreateTrust returns the operator, the accounts and every role's
@@ -251,9 +254,11 @@ type trust struct {
 // that a restart keeps clients working, and so that the members of a
 // cluster can share them: copy the first member's auth directory to the
 // others), and made there otherwise. Every start issues each role's user
-// JWT again from the role's seed, valid for l.TTL, so that the creds files
-// always carry the permissions of this version; the seed, and so the
-// user, stays. The account JWT carries l and the data dir's revocations.
+// JWT again from the role's seed, in the role's account, valid for l.TTL,
+// so that the creds files always carry the permissions of this version;
+// the seed, and so the user, stays. The account JWTs carry l, world's
+// imports and exports, and the data dir's revocations. A data dir of the
+// single account is moved to the accounts (migrateToAccounts).
 func loadOrCreateTrust(dataDir, world string, l Limits) (*trust, error) {
 	dir := authDir(dataDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -268,7 +273,9 @@ func loadOrCreateTrust(dataDir, world string, l Limits) (*trust, error) {
 	if t.operator, err = keyPair(filepath.Join(dir, "operator.nk"), nkeys.CreateOperator); err != nil {
 		return nil, err
 	}
-	if t.account, err = keyPair(filepath.Join(dir, "account.nk"), nkeys.CreateAccount); err != nil {
+	_, err = os.Stat(filepath.Join(dir, storeAcct.seed))
+	hadStore := err == nil
+	if t.accounts, err = loadAccountKeys(dir, true); err != nil {
 		return nil, err
 	}
 	if t.system, err = keyPair(filepath.Join(dir, "system.nk"), nkeys.CreateAccount); err != nil {
@@ -278,6 +285,11 @@ func loadOrCreateTrust(dataDir, world string, l Limits) (*trust, error) {
 	if err != nil {
 		return nil, err
 	}
+	if hadStore {
+		if t.notes, err = migrateToAccounts(dataDir, t.accounts, rev); err != nil {
+			return nil, fmt.Errorf("move the data dir's users to the accounts: %w", err)
+		}
+	}
 	t.creds = map[string]Creds{}
 	for _, role := range Roles {
 		path := CredsFile(dataDir, role)
@@ -285,7 +297,7 @@ func loadOrCreateTrust(dataDir, world string, l Limits) (*trust, error) {
 		if err != nil {
 			return nil, err
 		}
-		c, err := issueUser(t.account, user, role, "", world, l.Payload, l.TTL)
+		c, err := issueUser(t.accounts[accountOf(role).name], user, role, "", world, l.Payload, l.TTL)
 		if err != nil {
 			return nil, err
 		}
@@ -298,29 +310,25 @@ func loadOrCreateTrust(dataDir, world string, l Limits) (*trust, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t.own, err = issueUser(t.account, own, RoleOperator, "", world, 0, 0); err != nil {
+	if t.own, err = issueUser(t.accounts[storeAcct.name], own, RoleOperator, "", world, 0, 0); err != nil {
 		return nil, err
 	}
-	if t.accountJWT, err = signAccount(dataDir, t.operator, t.account, l); err != nil {
+	if t.accountJWTs, err = signAccounts(dataDir, t.operator, t.accounts, world, l); err != nil {
 		return nil, err
 	}
 	return &t, nil
 }
 
-// configure turns auth on in opts: the operator is trusted, and the two
+// configure turns auth on in opts: the operator is trusted, and the
 // accounts are served from memory. Every client then needs a user JWT
-// signed by the account (a creds file); the account has the limits and
-// revocations of t.accountJWT. A nats-server config file that configures
+// signed by one of them (a creds file); each has the limits and
+// revocations of t.accountJWTs. A nats-server config file that configures
 // authentication itself is refused: the two would not combine.
 func (t *trust) configure(opts *natsserver.Options) error {
 	if len(opts.Users) > 0 || len(opts.Nkeys) > 0 || opts.Username != "" || opts.Authorization != "" || len(opts.TrustedOperators) > 0 || len(opts.TrustedKeys) > 0 || opts.NoAuthUser != "" || len(opts.Accounts) > 0 {
 		return fmt.Errorf("%w: auth: the nats-server config file configures authentication or accounts itself; use --auth or the file's, not both", server.ErrConfig)
 	}
 	opPub, err := t.operator.PublicKey()
-	if err != nil {
-		return err
-	}
-	accPub, err := t.account.PublicKey()
 	if err != nil {
 		return err
 	}
@@ -345,8 +353,10 @@ func (t *trust) configure(opts *natsserver.Options) error {
 		return fmt.Errorf("auth: system account JWT: %w", err)
 	}
 	res := &natsserver.MemAccResolver{}
-	if err := res.Store(accPub, t.accountJWT); err != nil {
-		return err
+	for _, a := range allAccts {
+		if err := res.Store(t.accounts.pub(a), t.accountJWTs[a.name]); err != nil {
+			return err
+		}
 	}
 	if err := res.Store(sysPub, sysJWT); err != nil {
 		return err

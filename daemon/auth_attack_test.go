@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -54,6 +56,31 @@ func (a *authed) spy(t *testing.T, role string, opts ...nats.Option) *spy {
 		s.errs = append(s.errs, err.Error())
 		s.mu.Unlock()
 	})}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(s.nc.Close)
+	return s
+}
+
+// accountSpy connects as a user of the account whose seed is seed in the
+// data dir's auth directory, allowed to publish and subscribe to
+// everything: not a user fencepostd issues (a control of what there is
+// to see in that account).
+func (a *authed) accountSpy(t *testing.T, seed string) *spy {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(a.dir, "auth", seed))
+	require.NoError(t, err)
+	account, err := nkeys.FromSeed(bytes.TrimSpace(b))
+	require.NoError(t, err)
+	path, _ := testutil.UserCreds(t, account, func(_ string, uc *jwt.UserClaims) {
+		uc.Pub.Allow.Add(">")
+		uc.Sub.Allow.Add(">")
+	})
+	s := &spy{}
+	s.nc, err = nats.Connect(a.d.ClientURL(), nats.UserCredentials(path), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		s.mu.Lock()
+		s.errs = append(s.errs, err.Error())
+		s.mu.Unlock()
+	}))
 	require.NoError(t, err)
 	t.Cleanup(s.nc.Close)
 	return s
@@ -107,8 +134,9 @@ func (s *spy) got(t *testing.T) []*nats.Msg {
 // subjects is refused by the server, and while owners claim, watch and
 // drain and producers post, it receives nothing: no mailbox body, no
 // ownership record, no acknowledgement of another user. An owner is
-// likewise confined to its own inbox. The operator (subscribe ">") sees
-// the same traffic: there was something to steal. What stays: the users
+// likewise confined to its own inbox. A user of the owners' account that
+// may subscribe to ">" sees the same traffic: there was something to
+// steal. What stays: the users
 // of one role are one user, so a producer's own prefix carries the other
 // producers' publish acknowledgements (sequence numbers, no bodies).
 func TestAttack_InboxesArePrivate(t *testing.T) {
@@ -141,7 +169,11 @@ func TestAttack_InboxesArePrivate(t *testing.T) {
 	// The spies' own inboxes: allowed.
 	eve.listen(t, prodInbox+".>")
 	mallory.listen(t, ownInbox+".>")
-	ops := a.spy(t, daemon.RoleOperator)
+	// The control: a user of the owners' account (made with its key, not
+	// one fencepostd issues) that may subscribe to everything. The
+	// owners' replies are in that account; the store account's users
+	// (the operator) no longer see them.
+	ops := a.accountSpy(t, "owners.nk")
 	ops.listen(t, "_INBOX.>")
 	for _, s := range []*spy{eve, mallory, ops} {
 		require.NoError(t, s.nc.Flush(), "the subscriptions are in place before anyone works")
@@ -178,8 +210,9 @@ func TestAttack_InboxesArePrivate(t *testing.T) {
 	require.Empty(t, o.violations(0), "the owner works within its own inbox")
 	require.Empty(t, op.violations(0))
 
-	// Control: the operator, who may subscribe to everything, saw the body
-	// on the owner's inbox and the record its watch was sent.
+	// Control: a user of the owners' account that may subscribe to
+	// everything saw the body on the owner's inbox and the record its
+	// watch was sent.
 	var body, record bool
 	for _, m := range ops.got(t) {
 		body = body || strings.HasPrefix(m.Subject, ownInbox+".") && bytes.Contains(m.Data, []byte("the secret body"))

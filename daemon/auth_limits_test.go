@@ -61,9 +61,9 @@ func (e *errs) has(s string) error {
 
 // TestAttack_LimitsEnforced: the account's JetStream stream limit refuses
 // a world beyond it (--auth-max-streams 2: the default world's two
-// streams); the account's connection limit refuses a connection beyond it
-// (--auth-max-conns, fencepostd's own connection included) and takes one
-// again once another closed; a producer may hold 100 subscriptions and
+// streams); each account's connection limit (--auth-max-conns) refuses
+// a connection of its users beyond it, shuts no other account's users
+// out, and takes one again once another closed; a producer may hold 100 subscriptions and
 // not one more; a producer's message over --auth-max-payload closes its
 // connection and stores nothing, one under it is posted.
 func TestAttack_LimitsEnforced(t *testing.T) {
@@ -121,17 +121,28 @@ func TestAttack_LimitsEnforced(t *testing.T) {
 		servertest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return e.has("maximum subscriptions exceeded") })
 	})
 
-	t.Run("connections of the account", func(t *testing.T) {
-		a := startAuthedWith(t, "--auth-max-conns", "3") // fencepostd's own, and two
+	t.Run("connections of each account", func(t *testing.T) {
+		// Each account counts its own: the owners' three are all the
+		// owners get, and neither the operator nor a producer is shut
+		// out by them (fencepostd's own connection is the store
+		// account's, with the operator's).
+		a := startAuthedWith(t, "--auth-max-conns", "3")
 		path := daemon.CredsFile(a.dir, daemon.RoleOwner)
-		one, err := nats.Connect(a.d.ClientURL(), nats.UserCredentials(path), nats.MaxReconnects(0))
-		require.NoError(t, err)
-		defer one.Close()
-		two, err := nats.Connect(a.d.ClientURL(), nats.UserCredentials(path), nats.MaxReconnects(0))
-		require.NoError(t, err)
-		_, err = nats.Connect(a.d.ClientURL(), nats.UserCredentials(path), nats.MaxReconnects(0))
+		var owners []*nats.Conn
+		for range 3 {
+			nc, err := nats.Connect(a.d.ClientURL(), nats.UserCredentials(path), nats.MaxReconnects(0))
+			require.NoError(t, err)
+			defer nc.Close()
+			owners = append(owners, nc)
+		}
+		_, err := nats.Connect(a.d.ClientURL(), nats.UserCredentials(path), nats.MaxReconnects(0))
 		require.ErrorIs(t, err, nats.ErrMaxAccountConnectionsExceeded)
-		two.Close()
+		for _, role := range []string{daemon.RoleProducer, daemon.RoleOperator} {
+			nc, err := nats.Connect(a.d.ClientURL(), nats.UserCredentials(daemon.CredsFile(a.dir, role)), nats.MaxReconnects(0))
+			require.NoError(t, err, "%s: not shut out by the owners", role)
+			nc.Close()
+		}
+		owners[1].Close()
 		servertest.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
 			nc, err := nats.Connect(a.d.ClientURL(), nats.UserCredentials(path), nats.MaxReconnects(0))
 			if err != nil {

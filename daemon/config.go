@@ -393,7 +393,7 @@ func (c Config) validateLimits() error {
 // limits are the limits of the JWTs fencepostd --auth issues.
 func (c Config) limits() Limits {
 	return Limits{Conns: int64(c.AuthMaxConns), Streams: int64(c.AuthMaxStreams), Consumers: int64(c.AuthMaxConsumers),
-		Store: int64(c.AuthMaxStore), Payload: int64(c.AuthMaxPayload), TTL: time.Duration(c.CredsTTL)}
+		Store: int64(c.AuthMaxStore), Memory: int64(c.AuthMaxStore), Payload: int64(c.AuthMaxPayload), TTL: time.Duration(c.CredsTTL)}
 }
 
 func (c Config) validateLogs() error {

@@ -75,7 +75,8 @@ type Limits struct {
 	Conns     int64         // connections of the account, all roles together
 	Streams   int64         // JetStream streams of the account
 	Consumers int64         // JetStream consumers of the account
-	Store     int64         // JetStream file storage of the account, bytes (-1: none)
+	Store     int64         // JetStream file storage of the store account, bytes (-1: none)
+	Memory    int64         // JetStream memory storage of the store account, bytes (-1: none)
 	Payload   int64         // largest message a producer or owner may publish, bytes
 	TTL       time.Duration // lifetime of the user JWTs issued at start
 }
@@ -134,13 +135,14 @@ func writeCreds(path string, c Creds) error {
 // authKeys are the data dir's signing keys, read by the creds commands
 // while fencepostd may be running (never made by them).
 type authKeys struct {
-	dir                       string
-	operator, account, system nkeys.KeyPair
+	dir              string
+	operator, system nkeys.KeyPair
+	accounts         accountKeys
 }
 
 func readAuthKeys(dataDir string) (*authKeys, error) {
 	k := &authKeys{dir: authDir(dataDir)}
-	for name, p := range map[string]*nkeys.KeyPair{"operator.nk": &k.operator, "account.nk": &k.account, "system.nk": &k.system} {
+	for name, p := range map[string]*nkeys.KeyPair{"operator.nk": &k.operator, "system.nk": &k.system} {
 		b, err := os.ReadFile(filepath.Join(k.dir, name))
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s has no %s; start fencepostd --auth on it once first", ErrNoAuth, dataDir, name)
@@ -151,6 +153,10 @@ func readAuthKeys(dataDir string) (*authKeys, error) {
 		if *p, err = nkeys.FromSeed([]byte(strings.TrimSpace(string(b)))); err != nil {
 			return nil, fmt.Errorf("%s: not an nkey seed: %w", name, err)
 		}
+	}
+	var err error
+	if k.accounts, err = loadAccountKeys(k.dir, false); err != nil {
+		return nil, err
 	}
 	return k, nil
 }
@@ -183,54 +189,12 @@ func readRevocations(dataDir string) (revocations, error) {
 	return r, nil
 }
 
-// accountFile is the account JWT fencepostd signed last: its limits and
-// revocations; `creds revoke` signs it again with one more revocation.
-func accountFile(dataDir string) string { return filepath.Join(authDir(dataDir), "account.jwt") }
-
-// accountClaims are the claims of the account the worlds live in.
-func accountClaims(pub string, l Limits, rev revocations) *jwt.AccountClaims {
-	ac := jwt.NewAccountClaims(pub)
-	ac.Name = "FENCEPOST"
-	ac.Limits.Conn = l.Conns
-	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: jwt.NoLimit, DiskStorage: l.Store, Streams: l.Streams, Consumer: l.Consumers}
-	for user, r := range rev {
-		ac.RevokeAt(user, time.Unix(r.At, 0))
-	}
-	return ac
-}
-
-// signAccount signs the account JWT with the revocations of the data dir
-// and writes it to accountFile.
-func signAccount(dataDir string, operator, account nkeys.KeyPair, l Limits) (string, error) {
-	rev, err := readRevocations(dataDir)
+func writeRevocations(dataDir string, rev revocations) error {
+	b, err := json.MarshalIndent(rev, "", "  ")
 	if err != nil {
-		return "", err
+		return err
 	}
-	pub, err := account.PublicKey()
-	if err != nil {
-		return "", err
-	}
-	tok, err := accountClaims(pub, l, rev).Encode(operator)
-	if err != nil {
-		return "", fmt.Errorf("auth: account JWT: %w", err)
-	}
-	if err := writeSecret(accountFile(dataDir), []byte(tok+"\n")); err != nil {
-		return "", err
-	}
-	return tok, nil
-}
-
-// limitsOf reads the limits back from the account JWT fencepostd signed.
-func limitsOf(dataDir string) (Limits, error) {
-	b, err := os.ReadFile(accountFile(dataDir))
-	if err != nil {
-		return Limits{}, fmt.Errorf("%w: %v", ErrNoAuth, err)
-	}
-	ac, err := jwt.DecodeAccountClaims(strings.TrimSpace(string(b)))
-	if err != nil {
-		return Limits{}, fmt.Errorf("%s: %w", accountFile(dataDir), err)
-	}
-	return Limits{Conns: ac.Limits.Conn, Streams: ac.Limits.Streams, Consumers: ac.Limits.Consumer, Store: ac.Limits.DiskStorage, Payload: jwt.NoLimit}, nil
+	return writeSecret(revocationsFile(dataDir), append(b, '\n'))
 }
 
 // IssueRequest says whose credentials IssueCreds writes.
@@ -291,6 +255,13 @@ func IssueCreds(dataDir string, req IssueRequest) (Issued, error) {
 	if err != nil {
 		return Issued{}, err
 	}
+	w, err := accountsWorld(dataDir)
+	if err != nil {
+		return Issued{}, err
+	}
+	if role != RoleOperator && w != req.World {
+		return Issued{}, fmt.Errorf("fencepostd: the accounts of %s reach world %q (fencepostd --world at its last start), not %q; start fencepostd --auth --world %s to serve that one", dataDir, w, req.World, req.World)
+	}
 	rev, err := readRevocations(dataDir)
 	if err != nil {
 		return Issued{}, err
@@ -299,7 +270,7 @@ func IssueCreds(dataDir string, req IssueRequest) (Issued, error) {
 	if err != nil {
 		return Issued{}, err
 	}
-	c, err := issueUser(keys.account, kp, role, req.Node+req.Name, req.World, req.Payload, max(ttl, 0))
+	c, err := issueUser(keys.accounts[accountOf(role).name], kp, role, req.Node+req.Name, req.World, req.Payload, max(ttl, 0))
 	if err != nil {
 		return Issued{}, err
 	}
@@ -411,8 +382,8 @@ func ListCreds(dataDir string) ([]Issued, error) {
 }
 
 // RevokeNode revokes the credentials of node: its user is added to the
-// data dir's revocations, and the account JWT is signed again with them
-// (accountFile). A running server learns it from PushAccount; a server
+// data dir's revocations, and the account JWTs are signed again with them
+// (auth/*.jwt). A running server learns it from PushAccount; a server
 // started on the data dir later reads it at start. The node's file stays,
 // listed as revoked; issuing the node again gives it a new key.
 func RevokeNode(dataDir, node string) (Issued, error) {
@@ -458,39 +429,22 @@ func revoke(dataDir, path, what, name string) (Issued, error) {
 		return Issued{}, err
 	}
 	rev[user] = revoked{Who: what + " " + name, At: time.Now().Unix()}
-	b, err := json.MarshalIndent(rev, "", "  ")
-	if err != nil {
+	if err := writeRevocations(dataDir, rev); err != nil {
 		return Issued{}, err
 	}
-	if err := writeSecret(revocationsFile(dataDir), append(b, '\n')); err != nil {
-		return Issued{}, err
-	}
-	l, err := limitsOf(dataDir)
-	if err != nil {
-		return Issued{}, err
-	}
-	if _, err := signAccount(dataDir, keys.operator, keys.account, l); err != nil {
+	if err := resignAccounts(dataDir, keys.operator); err != nil {
 		return Issued{}, err
 	}
 	return describe(path, c.JWT, rev)
 }
 
-// PushAccount sends the data dir's account JWT (accountFile) to the
+// PushAccount sends the data dir's account JWTs (auth/*.jwt) to the
 // running server at url, as a user of the system account signed on the
-// spot, and waits for the server's answer: the server applies it at once,
-// closing the connections of users it revokes. In a cluster every member
-// receives it. opts are added to the connection's (TLS, say).
+// spot, and waits for the server's answers: the server applies them at
+// once, closing the connections of users they revoke. In a cluster every
+// member receives them. opts are added to the connection's (TLS, say).
 func PushAccount(ctx context.Context, url, dataDir string, opts ...nats.Option) error {
 	keys, err := readAuthKeys(dataDir)
-	if err != nil {
-		return err
-	}
-	b, err := os.ReadFile(accountFile(dataDir))
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrNoAuth, err)
-	}
-	tok := strings.TrimSpace(string(b))
-	accPub, err := keys.account.PublicKey()
 	if err != nil {
 		return err
 	}
@@ -512,6 +466,24 @@ func PushAccount(ctx context.Context, url, dataDir string, opts ...nats.Option) 
 		return fmt.Errorf("connect to %s as the system account: %w", url, err)
 	}
 	defer nc.Close()
+	for _, a := range allAccts {
+		ac, err := readAccountJWT(dataDir, a)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(authDir(dataDir), a.file))
+		if err != nil {
+			return err
+		}
+		if err := pushOne(ctx, nc, url, ac.Subject, strings.TrimSpace(string(b))); err != nil {
+			return fmt.Errorf("%s: %w", a.name, err)
+		}
+	}
+	return nil
+}
+
+// pushOne sends one account JWT and reads the server's answer.
+func pushOne(ctx context.Context, nc *nats.Conn, url, accPub, tok string) error {
 	m, err := nc.RequestWithContext(ctx, fmt.Sprintf("$SYS.REQ.ACCOUNT.%s.CLAIMS.UPDATE", accPub), []byte(tok))
 	if err != nil {
 		return fmt.Errorf("push the account JWT to %s: %w", url, err)

@@ -49,6 +49,7 @@ type Daemon struct {
 	memChecks   atomic.Int64 // memLoop's looks at the heap
 	memReleases atomic.Int64 // and the idle heap it returned
 	own         Creds        // with --auth: the operator's, for fencepostd's own connection
+	accounts    []string     // with --auth: the public keys of the store's, producers' and owners' accounts
 }
 
 // Option configures a Daemon.
@@ -154,6 +155,10 @@ func (d *Daemon) startServer() error {
 		if c.Creds == "" && c.User == "" {
 			d.own = tr.own
 		}
+		d.accounts = tr.accountPubs()
+		for _, n := range tr.notes {
+			d.log.Warn("auth: "+n, "data_dir", c.DataDir)
+		}
 		d.log.Info("auth on: credentials written", "producer", CredsFile(c.DataDir, RoleProducer),
 			"owner", CredsFile(c.DataDir, RoleOwner), "operator", CredsFile(c.DataDir, RoleOperator),
 			"producer_inbox", tr.creds[RoleProducer].InboxPrefix(), "owner_inbox", tr.creds[RoleOwner].InboxPrefix())
@@ -168,6 +173,14 @@ func (d *Daemon) startServer() error {
 		return fmt.Errorf("embedded nats-server: %w", err)
 	}
 	d.srv = srv
+	// Every account loaded now: the server applies a pushed account JWT
+	// (creds revoke) only to an account it has loaded, and would read
+	// the one of the start when it loads it later.
+	for _, pub := range d.accounts {
+		if _, err := srv.LookupAccount(pub); err != nil {
+			return fmt.Errorf("auth: account %s: %w", pub, err)
+		}
+	}
 	d.log.Info("nats-server ready", "url", srv.ClientURL(), "data_dir", c.DataDir, "sync", c.Sync,
 		"sync_interval", time.Duration(c.SyncInterval), "cluster", c.Cluster, "server_name", srv.Name())
 	return nil

@@ -50,6 +50,13 @@ func credsMain(argv []string, stdout, stderr io.Writer) int {
 		ttl := fs.Duration("ttl", daemon.DefaultCredsTTL, "lifetime of the credentials (issue them again before)")
 		payload := fs.Int64("max-payload", 0, "largest message it may publish, bytes (0: 1 MiB; -1: the server's)")
 		run = func() error {
+			// --node '' (an empty variable in a script, say) is not the
+			// role-wide owner.creds: it names no node, so it is refused.
+			for flagName, v := range map[string]string{"node": *node, "name": *name} {
+				if v == "" && given(fs, flagName) {
+					return fmt.Errorf("%w: --%s is empty; give a name, or leave the flag out for the role's own file", errUsage, flagName)
+				}
+			}
 			return credsAdd(stdout, *data, daemon.IssueRequest{Role: *role, Node: *node, Name: *name, World: *world, TTL: *ttl, Payload: *payload})
 		}
 	case "ls":
@@ -93,6 +100,13 @@ func credsMain(argv []string, stdout, stderr io.Writer) int {
 }
 
 var errUsage = errors.New("usage")
+
+// given says whether the flag name was on the command line.
+func given(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
 
 func credsAdd(out io.Writer, data string, req daemon.IssueRequest) error {
 	if req.Role == "" {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -53,6 +54,18 @@ func TestDaemon_CredsCommands(t *testing.T) {
 	code, _, errOut = creds(t, "add", "--role", "producer", "--node", "node-a", "--data", data)
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "binds an owner")
+	// An empty --node or --name is refused, and writes nothing: it used
+	// to issue the role-wide owner.creds (issue 47).
+	before, err := os.ReadFile(daemon.CredsFile(data, daemon.RoleOwner))
+	require.NoError(t, err)
+	for _, args := range [][]string{{"--role", "owner", "--node", ""}, {"--role", "owner", "--node="}, {"--role", "producer", "--name", ""}} {
+		code, _, errOut = creds(t, append(append([]string{"add"}, args...), "--data", data)...)
+		require.Equal(t, 2, code, "%v", args)
+		require.Contains(t, errOut, "is empty", "%v", args)
+	}
+	after, err := os.ReadFile(daemon.CredsFile(data, daemon.RoleOwner))
+	require.NoError(t, err)
+	require.Equal(t, before, after, "owner.creds not written again")
 	for _, n := range []string{"node-a", "node-b"} {
 		code, out, _ := creds(t, "add", "--role", "owner", "--node", n, "--data", data)
 		require.Zero(t, code)
@@ -85,7 +98,7 @@ func TestDaemon_CredsCommands(t *testing.T) {
 	}
 	require.NoError(t, conns["node-b"].FlushTimeout(5*time.Second), "node-b is still served")
 	require.True(t, conns["node-b"].IsConnected())
-	_, err := nats.Connect(url, nats.UserCredentials(daemon.NodeCredsFile(data, "node-a")))
+	_, err = nats.Connect(url, nats.UserCredentials(daemon.NodeCredsFile(data, "node-a")))
 	require.ErrorIs(t, err, nats.ErrAuthorization)
 
 	code, out, _ = creds(t, "ls", "--data", data, "--json")
