@@ -204,6 +204,35 @@ func (d *Drainer) HoldState(l *ownership.Lease) (*Holding, error) {
 	return h, nil
 }
 
+// IDState is one id's state as a delivery engine outside this package
+// keeps it (package shard): the state as stored, and the writes of every
+// message acknowledged since, which the next handler of the id sees. The
+// engine commits the writes itself, with the cursor that covers their
+// messages.
+type IDState struct{ b stateBook }
+
+// NewIDState starts from the stored state st.
+func NewIDState(st store.StateRead) *IDState {
+	s := &IDState{}
+	s.b.set(st, 0)
+	return s
+}
+
+// Message is the State the handler of the id's next message gets.
+func (s *IDState) Message() *State { return s.b.message() }
+
+// Ack takes an acknowledged message's staged writes into the id's state,
+// and returns them, sorted by key (Value nil: a delete).
+func (s *IDState) Ack(st *State) []store.StateWrite {
+	s.b.ack(st)
+	w := make([]store.StateWrite, 0, len(st.staged))
+	for k, v := range st.staged {
+		w = append(w, store.StateWrite{Key: k, Value: v})
+	}
+	slices.SortFunc(w, func(x, y store.StateWrite) int { return strings.Compare(x.Key, y.Key) })
+	return w
+}
+
 // stateBook is what a holding (or a drain) knows of its id's state.
 type stateBook struct {
 	known bool

@@ -49,20 +49,30 @@ func (h *holder) commitDue() error {
 // A refusal by the fence ends the holding (errLost); another error leaves
 // the cursor uncommitted, to be tried again at the next tick.
 func (h *holder) commit(c wire.ShardCursor) error {
+	c, writes := h.stateFor(c)
+	if c.Seq == h.committed.Seq && maps.Equal(c.Pending, h.committed.Pending) {
+		return nil
+	}
 	data, err := wire.EncodeShardCursor(c)
 	if err != nil {
 		return fmt.Errorf("shard %d: encode cursor: %w", h.q, err)
 	}
-	m := &nats.Msg{Subject: wire.KeySubject(h.wk.w.Name, wire.CursorKey(h.unit)), Data: data}
-	h.lease.Fence.Apply(m)
+	subj := wire.KeySubject(h.wk.w.Name, wire.CursorKey(h.unit))
 	h.committing = true
 	ctx, cancel := jsapi.WithTimeout(context.WithoutCancel(h.ctx))
-	_, err = handles.Of(h.wk.w).JS.PublishMsg(ctx, m)
+	if len(writes) > 0 {
+		_, err = jsapi.PublishBatch(ctx, handles.Of(h.wk.w).JS, store.ShardStateMsgs(h.wk.w.Name, h.lease.Fence, subj, data, writes))
+	} else {
+		m := &nats.Msg{Subject: subj, Data: data}
+		h.lease.Fence.Apply(m)
+		_, err = handles.Of(h.wk.w).JS.PublishMsg(ctx, m)
+	}
 	cancel()
 	h.committing = false
 	switch {
 	case err == nil:
 		h.committed = c
+		h.stateCommitted(c)
 		h.wk.commits.Add(1)
 		return nil
 	case store.WrongLastSequence(err):
@@ -104,7 +114,7 @@ func (h *holder) finish() error {
 		if err := h.commit(c); err != nil {
 			return err
 		}
-		if try == 3 {
+		if try == 15 {
 			return fmt.Errorf("shard %d: the last commit failed %d times", h.q, try+1)
 		}
 	}

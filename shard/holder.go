@@ -54,12 +54,26 @@ type holder struct {
 	removedTo  uint64           // the last removal bound sent
 	lastRemove time.Time
 	inflight   int // handler calls running
+
+	// Per-id state (Config.State; state.go): each id's state as this
+	// holding knows it, and the writes of handled messages not yet
+	// committed, per id in stream order. cursorAt: the stream sequence of
+	// the cursor the holding began from.
+	states   map[string]*drain.IDState
+	unc      map[string][]handled
+	cursorAt uint64
 }
 
 type result struct {
 	eid  string
 	err  error // the handler's (nil: acknowledged)
 	dead bool  // a dead-letter write ended (err: its failure)
+	// With state: the id's state (read for this call if it was not
+	// known), whether the call never ran (the state could not be read:
+	// not the message's fault), and an acknowledged message's writes.
+	st      *drain.IDState
+	notRun  bool
+	handled handled
 }
 
 func (wk *Worker) newHolder(q int, l *ownership.Lease) *holder {
@@ -73,6 +87,8 @@ func (wk *Worker) newHolder(q int, l *ownership.Lease) *holder {
 		ended:    make(chan struct{}),
 		results:  make(chan result, 64),
 		retries:  make(chan string, 64),
+		states:   map[string]*drain.IDState{},
+		unc:      map[string][]handled{},
 	}
 }
 
@@ -167,6 +183,7 @@ func (h *holder) readCursor() (wire.ShardCursor, error) {
 	if err != nil {
 		return wire.ShardCursor{}, fmt.Errorf("shard %d: its cursor at revision %d: %w; inspect the key, or reset the world", h.q, m.Sequence, err)
 	}
+	h.cursorAt = m.Sequence
 	return c, nil
 }
 
@@ -265,7 +282,7 @@ func (h *holder) dispatch(draining bool) {
 			continue
 		}
 		msg := h.message(e, delivery)
-		go h.call(e.eid, msg)
+		go h.call(e, msg, h.states[e.eid])
 	}
 }
 
@@ -282,12 +299,19 @@ func (h *holder) message(e *entry, delivery int) drain.Message {
 	}
 }
 
-// call runs the handler for one message and reports back.
-func (h *holder) call(eid string, m drain.Message) {
+// call runs the handler for one message and reports back. With state,
+// st is the id's state (nil: not read yet in this holding, read here:
+// only this call touches the id's state while it runs).
+func (h *holder) call(e *entry, m drain.Message, st *drain.IDState) {
 	defer func() { <-h.wk.slots }()
-	err := h.wk.handle(h.hctx, m)
+	r := result{eid: e.eid}
+	if h.wk.cfg.State {
+		r = h.callWithState(e, m, st)
+	} else {
+		r.err = h.wk.handle(h.hctx, m)
+	}
 	select {
-	case h.results <- result{eid: eid, err: err}:
+	case h.results <- r:
 	case <-h.ended:
 	}
 }
@@ -317,8 +341,19 @@ func (h *holder) deadLetter(e *entry, deliveries int, herr string) {
 func (h *holder) settle(r result) {
 	h.inflight--
 	q := h.b.ids[r.eid]
+	if r.st != nil {
+		h.states[r.eid] = r.st
+	}
 	switch {
+	case r.notRun:
+		h.log.Warn("the id's state could not be read; trying again", "id", q.id, "error", r.err)
+		h.b.release(r.eid)
+		h.b.hold(r.eid)
+		h.later(r.eid, h.wk.cfg.BackoffMin)
 	case r.err == nil:
+		if len(r.handled.writes) > 0 {
+			h.unc[r.eid] = append(h.unc[r.eid], r.handled)
+		}
 		h.b.done(r.eid)
 	case h.hctx.Err() != nil:
 		// Stopped while it ran: not the message's fault.

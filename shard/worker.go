@@ -36,7 +36,11 @@ type Config struct {
 	// Rebalance is the period of the look at the live nodes (default a
 	// third of the ttl).
 	Rebalance time.Duration
-	Log       *slog.Logger
+	// State hands each message its id's state (drain.Message.State) and
+	// commits the handler's writes with the shard's cursor (state.go).
+	// The world's bucket must take atomic batches (drain.ErrNoState).
+	State bool
+	Log   *slog.Logger
 }
 
 // Worker serves the shards of a sharded world as one node: it holds a node
@@ -75,6 +79,9 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	}
 	if h == nil {
 		return nil, fmt.Errorf("%w: shard: no handler", fencing.ErrInvalidOption)
+	}
+	if cfg.State && !w.AllowsState() {
+		return nil, fmt.Errorf("shard: world %q: %w", w.Name, drain.ErrNoState)
 	}
 	ttl, err := w.Config.TTL(cfg.TTL)
 	if err != nil {

@@ -292,13 +292,10 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 // newSharded is the worker of a sharded world: package shard serves it,
 // one node lease and the shards assigned to the node.
 func newSharded(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Worker, error) {
-	switch {
-	case len(cfg.IDs) > 0:
+	if len(cfg.IDs) > 0 {
 		return nil, fmt.Errorf("%w: worker: world %q is sharded: its workers serve shards, not a list of ids (leave IDs empty)", fencing.ErrInvalidOption, w.Name)
-	case cfg.State:
-		return nil, fmt.Errorf("%w: worker: world %q is sharded: per-id state on sharded worlds is not built yet (docs/design.md, Shards)", fencing.ErrInvalidOption, w.Name)
 	}
-	sw, err := shard.New(w, own, shard.Config{Node: cfg.Node, TTL: cfg.TTL, Parallel: cfg.Parallel, Log: cfg.Log}, h)
+	sw, err := shard.New(w, own, shard.Config{Node: cfg.Node, TTL: cfg.TTL, Parallel: cfg.Parallel, State: cfg.State, Log: cfg.Log}, h)
 	if err != nil {
 		return nil, err
 	}

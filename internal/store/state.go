@@ -30,8 +30,13 @@ type StateRead struct {
 // if its cursor is the one the leader has (or later), since every state
 // write is stored with or before a cursor write of the same id.
 func LoadState(ctx context.Context, w *world.World, id string, cursorAt uint64) (StateRead, error) {
+	return LoadStateWith(ctx, w, id, wire.KeySubject(w.Name, wire.CursorKey(id)), cursorAt)
+}
+
+// LoadStateWith is LoadState with the cursor the id's state is stored
+// with named: its own (LoadState), or its shard's in a sharded world.
+func LoadStateWith(ctx context.Context, w *world.World, id, csubj string, cursorAt uint64) (StateRead, error) {
 	stream := wire.BucketStream(w.Name)
-	csubj := wire.KeySubject(w.Name, wire.CursorKey(id))
 	nc := handles.Of(w).JS.Conn()
 	for attempt := 1; ; attempt++ {
 		b, err := jsapi.DirectGet(ctx, nc, stream, jsapi.GetRequest{MultiLast: []string{wire.StateFilter(w.Name, id), csubj}, Batch: wire.MaxStateSubjects + 1})
@@ -82,6 +87,33 @@ func StateMsgs(world string, f fencing.Fence, cursorSubj string, cursor []byte, 
 	msgs := make([]*nats.Msg, 0, len(w)+1)
 	for _, x := range w {
 		m := nats.NewMsg(wire.KeySubject(world, wire.StateKey(f.ID, x.Key)))
+		if x.Value == nil {
+			m.Header.Set(jsapi.HeaderKVOperation, jsapi.KVOpDelete)
+		} else {
+			m.Data = x.Value
+		}
+		f.Apply(m)
+		msgs = append(msgs, m)
+	}
+	m := nats.NewMsg(cursorSubj)
+	m.Data = cursor
+	f.Apply(m)
+	return append(msgs, m)
+}
+
+// IDStateWrite is one write of a state batch that carries several ids'
+// state (a shard's commit).
+type IDStateWrite struct {
+	ID string
+	StateWrite
+}
+
+// ShardStateMsgs is a state batch of several ids, fenced by one record
+// (a shard's): the writes, then the cursor, each with the fence.
+func ShardStateMsgs(world string, f fencing.Fence, cursorSubj string, cursor []byte, w []IDStateWrite) []*nats.Msg {
+	msgs := make([]*nats.Msg, 0, len(w)+1)
+	for _, x := range w {
+		m := nats.NewMsg(wire.KeySubject(world, wire.StateKey(x.ID, x.Key)))
 		if x.Value == nil {
 			m.Header.Set(jsapi.HeaderKVOperation, jsapi.KVOpDelete)
 		} else {

@@ -56,6 +56,22 @@ func (c ShardCursor) Low() uint64 {
 	return low
 }
 
+// Below is c with its mark moved back to just below seq (seq > 1): the
+// exceptions at or above the new mark are dropped with it. Every message
+// the result covers, c covered.
+func (c ShardCursor) Below(seq uint64) ShardCursor {
+	out := ShardCursor{V: c.V, Seq: min(c.Seq, seq-1)}
+	for eid, p := range c.Pending {
+		if p.Seq <= out.Seq {
+			if out.Pending == nil {
+				out.Pending = map[string]PendingID{}
+			}
+			out.Pending[eid] = p
+		}
+	}
+	return out
+}
+
 // EncodeShardCursor validates c and returns its JSON form.
 func EncodeShardCursor(c ShardCursor) ([]byte, error) {
 	c.V = RecordVersion
