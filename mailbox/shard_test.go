@@ -129,4 +129,15 @@ func TestStat_Sharded(t *testing.T) {
 	require.EqualValues(t, 1, st.Depth)
 	require.Equal(t, sb[0]-1, st.Cursor, "a pending id's committed point: below its first message")
 	require.Equal(t, 2, st.Failures)
+	ws, err = w.Mailboxes.WorldStat(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, ws.Depth, "a3, b1, c1, c2: a1 and a2 are committed by their shard's cursor")
+	require.Equal(t, 3, ws.IDs)
+	page, err = w.Mailboxes.List(ctx, mailbox.ListOptions{Limit: 10, WithMail: true})
+	require.NoError(t, err)
+	depths := map[string]uint64{}
+	for _, e := range page.Entries {
+		depths[e.ID] = e.Depth
+	}
+	require.Equal(t, map[string]uint64{a: 1, b: 1, c: 2}, depths)
 }
