@@ -99,6 +99,13 @@ func drainWait(ttl time.Duration) time.Duration { return ttl / 3 }
 
 var errDrainTimeout = errors.New("shard: graceful stop: handlers cancelled")
 
+// The reader's pull requests: each lasts readerExpiry, and the server
+// sends a heartbeat every readerHeartbeat while it has nothing to send.
+const (
+	readerExpiry    = 5 * time.Second
+	readerHeartbeat = time.Second
+)
+
 // errLost: the broker refused a commit, the shard's record moved.
 var errLost = errors.New("shard: the shard's record moved: another holder has it")
 
@@ -205,7 +212,11 @@ func (h *holder) read(from uint64) (<-chan *jetstream.RawStreamMsg, func(), erro
 	if err != nil {
 		return nil, nil, fmt.Errorf("shard %d: its reader: %w", h.q, err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(h.wk.cfg.ReadAhead))
+	// A short heartbeat: a reader whose stream leader died (or whose
+	// connection lost the consumer) notices within two heartbeats and
+	// starts again from its last message, instead of after the default's
+	// 15 s.
+	it, err := cons.Messages(jetstream.PullMaxMessages(h.wk.cfg.ReadAhead), jetstream.PullExpiry(readerExpiry), jetstream.PullHeartbeat(readerHeartbeat))
 	if err != nil {
 		return nil, nil, fmt.Errorf("shard %d: its reader: %w", h.q, err)
 	}
@@ -243,6 +254,13 @@ func (h *holder) read(from uint64) (<-chan *jetstream.RawStreamMsg, func(), erro
 // add takes one message of the shard from the reader.
 func (h *holder) add(m *jetstream.RawStreamMsg) {
 	id, eid, q, err := wire.ShardedID(h.wk.w.Name, m.Subject, h.wk.w.Config.Shards)
+	if err != nil && wire.ShardedUnroutable(h.wk.w.Name, m.Subject, h.wk.w.Config.Shards) == h.q {
+		// A post to a mailbox subject whose token is no id's: it is
+		// moved to the world's unroutable dead letters, then done, as
+		// one message of an id of its own (wire.UnroutableToken).
+		h.b.add(m, "", unroutableEID(m.Sequence))
+		return
+	}
 	if err != nil || q != h.q {
 		// Not a post of this shard's (the filter makes this impossible
 		// short of a broken stream): never handed out, never excused,
@@ -277,6 +295,10 @@ func (h *holder) dispatch(draining bool) {
 			return
 		}
 		h.inflight++
+		if e.id == "" {
+			go h.moveUnroutable(e)
+			continue
+		}
 		if delivery > h.wk.w.Config.MaxDeliveries {
 			go h.deadLetter(e, delivery-1, q.lastErr)
 			continue
@@ -330,6 +352,30 @@ func (h *holder) deadLetter(e *entry, deliveries int, herr string) {
 	cancel()
 	if err == nil {
 		h.log.Warn("message dead-lettered", "event", "dead_lettered", "id", e.id, "seq", e.m.Sequence, "deliveries", deliveries, "error", store.Clip(herr))
+	}
+	select {
+	case h.results <- result{eid: e.eid, err: err, dead: true}:
+	case <-h.ended:
+	}
+}
+
+// unroutableEID is the book's name of the unroutable message at seq: no
+// id's token holds '=', so it is no id's.
+func unroutableEID(seq uint64) string { return wire.UnroutableToken + "." + strconv.FormatUint(seq, 10) }
+
+// moveUnroutable moves a stored post that no id reads to the world's
+// unroutable dead letters (once: store.WriteDead), then reports it done;
+// the shard's purge removes it with the rest.
+func (h *holder) moveUnroutable(e *entry) {
+	defer func() { <-h.wk.slots }()
+	meta := nats.Header{}
+	meta.Set(wire.HeaderDeadSubject, store.Clip(e.m.Subject))
+	meta.Set(wire.HeaderDeadError, "unroutable: the subject's token is not an id's")
+	ctx, cancel := jsapi.WithTimeout(h.ctx)
+	err := store.WriteDead(ctx, h.wk.w, wire.UnroutableSubject(h.wk.w.Name), e.m, meta)
+	cancel()
+	if err == nil {
+		h.log.Warn("unroutable message moved to the world's dead letters", "event", "unroutable", "subject", e.m.Subject, "seq", e.m.Sequence)
 	}
 	select {
 	case h.results <- result{eid: e.eid, err: err, dead: true}:

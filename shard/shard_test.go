@@ -230,3 +230,29 @@ func TestShards_CrashTakeover(t *testing.T) {
 		}
 	}
 }
+
+// TestShards_UnroutableMovedAside: a post to a mailbox subject whose token
+// is no id's is stored under a shard all the same; the shard's holder
+// moves it to the world's unroutable dead letters and the shard's ids go
+// on (before, it stopped the shard for good).
+func TestShards_UnroutableMovedAside(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Shards: 1})
+	ctx := testutil.Ctx(t, 30*time.Second)
+	l := newLedger()
+	pool(t, w, 1, 2*time.Second, l.handle)
+	testutil.Publish(t, ctx, w, "fp."+w.Name+".mb.not=an=id", "stray")
+	_, err := w.Send(ctx, "after", []byte("x"))
+	require.NoError(t, err)
+	testutil.WaitFor(t, 10*time.Second, "the id after it delivered", func() bool { return l.count() == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the stray post moved aside", func() bool {
+		dl, err := w.Mailboxes.Unroutable(ctx, 10)
+		require.NoError(t, err)
+		return len(dl) == 1 && string(dl[0].Body) == "stray"
+	})
+	testutil.WaitFor(t, 10*time.Second, "the mailboxes empty", func() bool {
+		info, err := w.World.Inspect(ctx, world.InspectOptions{})
+		require.NoError(t, err)
+		return info.Mailbox.Msgs == 1 // the unroutable dead letter
+	})
+}

@@ -107,3 +107,22 @@ func ShardedID(world, subject string, n int) (id, eid string, q int, err error) 
 	}
 	return id, eid, q, nil
 }
+
+// ShardedUnroutable is the shard a stored subject of a sharded world is
+// under when its token is no id's (a producer posted to a mailbox subject
+// that encodes no id: the transform stored it all the same), and -1 for
+// any other subject.
+func ShardedUnroutable(world, subject string, n int) int {
+	rest, ok := strings.CutPrefix(subject, "fp."+world+".ms.")
+	if !ok {
+		return -1
+	}
+	qs, tok, ok := strings.Cut(rest, ".")
+	if !ok || n <= 0 || qs != strconv.Itoa(Partition(tok, n)) {
+		return -1
+	}
+	if _, err := DecodeID(tok); err == nil {
+		return -1
+	}
+	return Partition(tok, n)
+}
