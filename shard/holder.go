@@ -361,7 +361,9 @@ func (h *holder) deadLetter(e *entry, deliveries int, herr string) {
 
 // unroutableEID is the book's name of the unroutable message at seq: no
 // id's token holds '=', so it is no id's.
-func unroutableEID(seq uint64) string { return wire.UnroutableToken + "." + strconv.FormatUint(seq, 10) }
+func unroutableEID(seq uint64) string {
+	return wire.UnroutableToken + "." + strconv.FormatUint(seq, 10)
+}
 
 // moveUnroutable moves a stored post that no id reads to the world's
 // unroutable dead letters (once: store.WriteDead), then reports it done;
