@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -54,15 +53,7 @@ func (a *Admin) mailboxToken(subj string) (string, bool) {
 	if a.cfg.Shards == 0 {
 		return wire.MailboxToken(a.world, subj)
 	}
-	rest, ok := strings.CutPrefix(subj, "fp."+a.world+".ms.")
-	if !ok {
-		return "", false
-	}
-	_, tok, ok := strings.Cut(rest, ".")
-	if !ok || tok == "" || strings.Contains(tok, ".") {
-		return "", false
-	}
-	return tok, true
+	return wire.ShardedToken(a.world, subj)
 }
 
 // isUnroutable says whether subj is a stored mailbox subject of the world

@@ -41,6 +41,9 @@ func (a *Admin) ReadState(ctx context.Context, id string) (IDState, error) {
 	if err := wire.ValidateID(id); err != nil {
 		return IDState{}, err
 	}
+	if a.cfg.Shards > 0 {
+		return a.readShardedState(ctx, id)
+	}
 	c, at, err := store.ReadCursor(ctx, a.w, id)
 	if err != nil {
 		return IDState{}, err
@@ -66,22 +69,28 @@ func (a *Admin) DeleteState(ctx context.Context, id, node string) ([]string, err
 	if !a.w.AllowsState() {
 		return nil, fmt.Errorf("mailbox: world %q: %w", a.world, ErrNoState)
 	}
-	l, err := a.own.Claim(ctx, id, node, a.cfg.DefaultTTL)
+	// In a sharded world the claim is of the id's shard (refused while a
+	// worker holds it), and the batch rewrites the shard's cursor.
+	unit, err := a.unit(id)
+	if err != nil {
+		return nil, err
+	}
+	l, err := a.own.Claim(ctx, unit, node, a.cfg.DefaultTTL)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := a.own.Release(rctx, id, node); err != nil {
+		if err := a.own.Release(rctx, unit, node); err != nil {
 			a.log.Warn("mailbox: release after deleting the state failed; the claim lapses", "world", a.world, "id", id, "node", node, "error", err)
 		}
 	}()
-	c, at, err := store.ReadCursor(ctx, a.w, id)
+	cursor, at, err := a.cursorBytes(ctx, id, unit)
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.LoadState(ctx, a.w, id, at)
+	st, err := store.LoadStateWith(ctx, a.w, id, wire.KeySubject(a.world, wire.CursorKey(unit)), at)
 	if err != nil {
 		return nil, err
 	}
@@ -93,16 +102,12 @@ func (a *Admin) DeleteState(ctx context.Context, id, node string) ([]string, err
 	}
 	var keys []string
 	if len(st.Values) > 0 {
-		cursor, err := wire.EncodeCursor(c)
-		if err != nil {
-			return nil, err
-		}
 		var w []store.StateWrite
 		for k := range st.Values {
 			w = append(w, store.StateWrite{Key: k})
 		}
 		slices.SortFunc(w, func(x, y store.StateWrite) int { return strings.Compare(x.Key, y.Key) })
-		csubj := wire.KeySubject(a.world, wire.CursorKey(id))
+		csubj := wire.KeySubject(a.world, wire.CursorKey(unit))
 		ack, err := store.PublishCommit(ctx, a.w, l.Fence, csubj, cursor, w)
 		if err != nil {
 			return nil, fmt.Errorf("mailbox: delete the state of %q: %w", id, err)
@@ -119,4 +124,43 @@ func (a *Admin) DeleteState(ctx context.Context, id, node string) ([]string, err
 		}
 	}
 	return keys, nil
+}
+
+// readShardedState is ReadState in a sharded world: the id's state is
+// stored with its shard's cursor, and Cursor is the id's committed point
+// in it.
+func (a *Admin) readShardedState(ctx context.Context, id string) (IDState, error) {
+	c, err := a.idCursor(ctx, id)
+	if err != nil {
+		return IDState{}, err
+	}
+	unit, err := a.unit(id)
+	if err != nil {
+		return IDState{}, err
+	}
+	st, err := store.LoadStateWith(ctx, a.w, id, wire.KeySubject(a.world, wire.CursorKey(unit)), 0)
+	if err != nil {
+		return IDState{}, err
+	}
+	return IDState{ID: id, Cursor: c.Seq, Values: st.Values, Deleted: len(st.Gone)}, nil
+}
+
+// cursorBytes is the cursor DeleteState writes again unchanged (the id's,
+// or its shard's), encoded, and the stream sequence it was read at.
+func (a *Admin) cursorBytes(ctx context.Context, id, unit string) ([]byte, uint64, error) {
+	if a.cfg.Shards == 0 {
+		c, at, err := store.ReadCursor(ctx, a.w, id)
+		if err != nil {
+			return nil, 0, err
+		}
+		b, err := wire.EncodeCursor(c)
+		return b, at, err
+	}
+	q, _ := wire.UnitShard(unit, a.cfg.Shards)
+	sc, err := a.readShardCursor(ctx, q)
+	if err != nil {
+		return nil, 0, err
+	}
+	b, err := wire.EncodeShardCursor(sc)
+	return b, 0, err
 }

@@ -1,6 +1,7 @@
 package shard_test
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
 	"github.com/fencepost/fencepost/world"
@@ -64,4 +66,44 @@ func TestShards_StateExactlyOnce(t *testing.T) {
 		require.Equal(t, want, st["seen"], "id-%d", i)
 	}
 	t.Logf("%d handler calls for %d messages", len(counter.Bodies()), ids*per)
+}
+
+// TestShards_StateReadAndDelete: on a sharded world `fencepost state ID`
+// reads the id's state as committed with its shard's cursor, and `state
+// ID --delete` is refused while a worker holds the id's shard, and
+// deletes every key (fenced by a claim of the shard) once it is free.
+func TestShards_StateReadAndDelete(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Shards: 2})
+	ctx := testutil.Ctx(t, time.Minute)
+	counter := &testutil.Counter{}
+	wk, err := w.NewStateWorker(worker.Config{Node: "n1", TTL: 2 * time.Second, Log: testLog()}, counter.Handle)
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	var last uint64
+	for i := range 3 {
+		p, err := w.Send(ctx, "a", []byte(fmt.Sprint(i)))
+		require.NoError(t, err)
+		last = p.Seq
+	}
+	testutil.WaitFor(t, 10*time.Second, "three counted", func() bool {
+		st, err := w.Mailboxes.ReadState(ctx, "a")
+		require.NoError(t, err)
+		return string(st.Values["count"]) == "3"
+	})
+	st, err := w.Mailboxes.ReadState(ctx, "a")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, st.Cursor, last, "the state is that of every message up to its cursor")
+	_, err = w.Mailboxes.DeleteState(ctx, "a", "op")
+	require.ErrorIs(t, err, ownership.ErrHeld, "refused while a worker holds the shard")
+	stop()
+	require.NoError(t, <-done)
+	keys, err := w.Mailboxes.DeleteState(ctx, "a", "op")
+	require.NoError(t, err)
+	require.Equal(t, []string{"count", "seen"}, keys)
+	st, err = w.Mailboxes.ReadState(ctx, "a")
+	require.NoError(t, err)
+	require.Empty(t, st.Values)
 }

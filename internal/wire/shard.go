@@ -126,3 +126,18 @@ func ShardedUnroutable(world, subject string, n int) int {
 	}
 	return Partition(tok, n)
 }
+
+// ShardedToken is the token of a stored mailbox subject of a sharded world
+// (fp.<world>.ms.<shard>.<token>), and false for any other subject. The
+// token may be no id's (an unroutable post).
+func ShardedToken(world, subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, "fp."+world+".ms.")
+	if !ok {
+		return "", false
+	}
+	_, tok, ok := strings.Cut(rest, ".")
+	if !ok || tok == "" || strings.Contains(tok, ".") {
+		return "", false
+	}
+	return tok, true
+}
