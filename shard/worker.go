@@ -28,7 +28,7 @@ type Config struct {
 	// before they are handled (default 4096).
 	ReadAhead int
 	// CommitEvery is the period of a shard's commits while it has mail
-	// (default 5 ms); RemoveEvery that of its removals (default 250 ms).
+	// (default 20 ms); RemoveEvery that of its removals (default 250 ms).
 	CommitEvery, RemoveEvery time.Duration
 	// BackoffMin and BackoffMax bound a failed delivery's wait before the
 	// next (doubling from the min; the drain package's defaults).
@@ -90,7 +90,7 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	cfg.TTL = ttl
 	cfg.Parallel = cmpOr(cfg.Parallel, 256)
 	cfg.ReadAhead = cmpOr(cfg.ReadAhead, 4096)
-	cfg.CommitEvery = cmpOr(cfg.CommitEvery, 5*time.Millisecond)
+	cfg.CommitEvery = cmpOr(cfg.CommitEvery, 20*time.Millisecond)
 	cfg.RemoveEvery = cmpOr(cfg.RemoveEvery, 250*time.Millisecond)
 	cfg.BackoffMin = cmpOr(cfg.BackoffMin, drain.DefaultBackoffMin)
 	cfg.BackoffMax = cmpOr(cfg.BackoffMax, drain.DefaultBackoffMax)
