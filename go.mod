@@ -13,6 +13,7 @@ require (
 	github.com/oklog/run v1.2.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stretchr/testify v1.12.1
+	github.com/synadia-io/orbit.go/pcgroups v0.2.2
 )
 
 require (

@@ -19,7 +19,11 @@
 //   - zipf: 100,000 ids, each message's id drawn from a Zipf distribution
 //     (s = 1.1), owner processes as in takeover, one killed every 5 s.
 //
-// The two sides alternate in rounds on the same server. Safety is checked
+// A third side, the peer (Config.Peer, by default where the run supports
+// it), runs the same producers against orbit.go's partitioned consumer
+// groups, the NATS user's choice for per-key order (pcgroups.go).
+//
+// The sides alternate in rounds on the same server. Safety is checked
 // from the outside (see ledger): every commit the broker accepted is
 // matched with the deliveries reported by the handlers, and after the run
 // the parent drains whatever is left, so that "lost" means posted and never
@@ -40,8 +44,8 @@ import (
 	"github.com/fencepost/fencepost/server"
 )
 
-// Run runs cfg's scenario: fencepost and the raw baseline with the same
-// load, in alternating rounds, on the same server. It creates a world and a
+// Run runs cfg's scenario: fencepost, the raw baseline and the peer with
+// the same load, in alternating rounds, on the same server. It creates a world and a
 // stream of its own (named after the start time) and removes them at the
 // end.
 func Run(ctx context.Context, cfg Config) (Report, error) {
@@ -134,15 +138,25 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	defer raw.close()
 	ours.meter, raw.meter = meter, meter
+	runners := []*runner{ours, raw}
+	var peer *runner
+	if cfg.Peer == PeerPcgroups {
+		if peer, err = setupPcgroups(ctx, c, cfg, tag, ids, url, start); err != nil {
+			return rep, err
+		}
+		defer peer.close()
+		peer.meter = meter
+		runners = append(runners, peer)
+	}
 	if cfg.KillLeaders {
 		ours.killLeaders(c, cl, []string{streamMailbox, streamBucket})
 		raw.killLeaders(c, cl, []string{streamRaw, streamRaw})
 	}
 	d := cfg.Duration / time.Duration(cfg.Rounds)
-	steps := 2 * cfg.Rounds
+	steps := len(runners) * cfg.Rounds
 	for i := range cfg.Rounds {
-		for j, r := range []*runner{ours, raw} {
-			r.s.step, r.s.steps = 2*i+j, steps
+		for j, r := range runners {
+			r.s.step, r.s.steps = len(runners)*i+j, steps
 			if err := r.round(ctx, ids, i+1, d); err != nil {
 				return rep, err
 			}
@@ -150,13 +164,21 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	ours.halt()
 	raw.close()
-	if ours.final != nil {
-		if err := ours.final(ctx, &rep); err != nil {
-			return rep, err
+	var peerSide *side
+	if peer != nil {
+		peer.halt()
+		peerSide = peer.s
+	}
+	for _, r := range []*runner{ours, peer} {
+		if r != nil && r.final != nil {
+			if err := r.final(ctx, &rep); err != nil {
+				return rep, err
+			}
 		}
 	}
-	ours.s.finish()
-	raw.s.finish()
+	for _, r := range runners {
+		r.s.finish()
+	}
 
 	rep.Sent, rep.Delivered = ours.s.sent, ours.s.delivered
 	rep.SendThroughput, rep.Throughput = ours.s.sendRate(), ours.s.deliverRate()
@@ -173,7 +195,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.OwnerGOMAXPROCS = ours.s.ownerProcs
 	rep.DuplicatesPct = ours.s.duplicatesPct()
 	rep.Lost, rep.RawLost = ours.s.lost(), raw.s.lost()
-	rep.Timeline = timeline(ours.s, raw.s)
+	oc, rc := ours.s.checkOrder(ids), raw.s.checkOrder(ids)
+	rep.OrderChecked, rep.OrderViolations, rep.OrderExamples = oc.checked, oc.violations, oc.examples
+	rep.RawOrderChecked, rep.RawOrderViolations = rc.checked, rc.violations
+	if peer != nil {
+		peerFigures(&rep, peer.s, ids)
+	}
+	rep.Timeline = timeline(ours.s, raw.s, peerSide)
 	for _, r := range []*runner{ours, raw} {
 		if r.s.stalls != nil {
 			rep.LeaderKills = append(rep.LeaderKills, r.s.stalls.result()...)

@@ -32,6 +32,9 @@ func WriteSVG(w io.Writer, r Report) error {
 		r.Scenario, r.Size, r.Throughput, r.RawThroughput, r.Ratio, r.LatencyP99, r.Takeovers, r.TakeoverGapP99, r.Lost, r.StaleCommits)
 	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="13" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(title))
 	legend := []struct{ color, label string }{{"#1f77b4", "fencepost"}, {"#999999", "raw JetStream"}}
+	if r.Pcgroups != nil {
+		legend = append(legend, struct{ color, label string }{peerColor, fmt.Sprintf("pcgroups (%.0f msgs/s, ours/pcgroups %.2fx)", r.Pcgroups.Throughput, r.RatioPcgroups)})
+	}
 	for k, c := range faultColors {
 		for _, f := range r.Faults {
 			if f.Kind == k {
@@ -41,18 +44,25 @@ func WriteSVG(w io.Writer, r Report) error {
 		}
 	}
 	lx := left
+	faults := r.Faults // ours', and the pcgroups side's in its rounds
+	if r.Pcgroups != nil {
+		faults = append(append([]Fault(nil), faults...), r.Pcgroups.Faults...)
+	}
 	for _, l := range legend {
 		fmt.Fprintf(&b, `<line x1="%d" y1="36" x2="%d" y2="36" stroke="%s" stroke-width="3"/><text x="%d" y="40">%s</text>`+"\n", lx, lx+18, l.color, lx+22, html.EscapeString(l.label))
 		lx += 30 + 8*len(l.label)
 	}
 
-	panel := func(y0 int, label string, ours, raw func(Second) (float64, bool)) {
+	panel := func(y0 int, label string, ours, raw, peer func(Second) (float64, bool)) {
 		yMax := 0.0
 		for _, s := range r.Timeline {
 			if v, ok := ours(s); ok {
 				yMax = math.Max(yMax, v)
 			}
 			if v, ok := raw(s); ok {
+				yMax = math.Max(yMax, v)
+			}
+			if v, ok := peer(s); ok {
 				yMax = math.Max(yMax, v)
 			}
 		}
@@ -64,14 +74,14 @@ func WriteSVG(w io.Writer, r Report) error {
 			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", left, y(v), float64(left)+plotW, y(v), left-6, y(v)+4, short(v))
 		}
 		fmt.Fprintf(&b, `<text x="14" y="%d" transform="rotate(-90 14 %d)" text-anchor="middle">%s</text>`+"\n", y0+panelH/2, y0+panelH/2, label)
-		for _, f := range r.Faults {
+		for _, f := range faults {
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s" stroke-width="1" stroke-dasharray="4 2"><title>%s %s at %.1f s, gap %.0f ms</title></line>`+"\n",
 				x(f.At), y0, x(f.At), y0+panelH, faultColors[f.Kind], f.Kind, html.EscapeString(f.Node), f.At, f.GapMs)
 		}
 		for _, series := range []struct {
 			v     func(Second) (float64, bool)
 			color string
-		}{{raw, "#999999"}, {ours, "#1f77b4"}} {
+		}{{raw, "#999999"}, {peer, peerColor}, {ours, "#1f77b4"}} {
 			var pts []string
 			flush := func() {
 				if len(pts) > 0 {
@@ -90,10 +100,14 @@ func WriteSVG(w io.Writer, r Report) error {
 			flush()
 		}
 	}
-	panel(top+10, "delivered msgs/s", func(s Second) (float64, bool) { return float64(s.Delivered), s.Delivered > 0 || s.RawDelivered == 0 },
-		func(s Second) (float64, bool) { return float64(s.RawDelivered), s.RawDelivered > 0 })
+	panel(top+10, "delivered msgs/s", func(s Second) (float64, bool) {
+		return float64(s.Delivered), s.Delivered > 0 || (s.RawDelivered == 0 && s.PeerDelivered == 0)
+	},
+		func(s Second) (float64, bool) { return float64(s.RawDelivered), s.RawDelivered > 0 },
+		func(s Second) (float64, bool) { return float64(s.PeerDelivered), s.PeerDelivered > 0 })
 	panel(top+10+panelH+gap, "latency p99 ms (per second)", func(s Second) (float64, bool) { return s.P99, s.Delivered > 0 },
-		func(s Second) (float64, bool) { return s.RawP99, s.RawDelivered > 0 })
+		func(s Second) (float64, bool) { return s.RawP99, s.RawDelivered > 0 },
+		func(s Second) (float64, bool) { return s.PeerP99, s.PeerDelivered > 0 })
 	// The time axis, under each panel.
 	for _, y0 := range []int{top + 10 + panelH, top + 10 + 2*panelH + gap} {
 		step := math.Max(1, niceCeil(xMax/10))
@@ -106,6 +120,9 @@ func WriteSVG(w io.Writer, r Report) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// peerColor is the pcgroups side's colour.
+const peerColor = "#8c564b"
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten.
 func niceCeil(v float64) float64 {

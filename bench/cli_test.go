@@ -59,6 +59,12 @@ func TestCLI(t *testing.T) {
 	if m["lost"] != 0.0 || m["stale_commits"] != 0.0 || m["takeover_gap_p99_ms"] != 0.0 || m["ratio"].(float64) <= 0 {
 		t.Errorf("lost %v stale %v gap %v ratio %v", m["lost"], m["stale_commits"], m["takeover_gap_p99_ms"], m["ratio"])
 	}
+	// The pcgroups side runs by default, beside the others: its figures
+	// and ours against it.
+	peer, _ := m["pcgroups"].(map[string]any)
+	if peer == nil || peer["lost"] != 0.0 || peer["order_violations"] != 0.0 || peer["throughput"].(float64) <= 0 || m["ratio_pcgroups"].(float64) <= 0 || m["order_violations"] != 0.0 {
+		t.Errorf("pcgroups %v, ratio_pcgroups %v, order_violations %v", peer, m["ratio_pcgroups"], m["order_violations"])
+	}
 
 	// --owners and --faults: usage errors name what is wrong, and run
 	// nothing.
@@ -70,6 +76,10 @@ func TestCLI(t *testing.T) {
 		{"--scenario takeover --faults kill,none", "none goes alone"},
 		{"--scenario takeover --faults kill,boom", `unknown fault "boom"`},
 		{"--scenario takeover --owners -1", "give 1 or more"},
+		{"--scenario steady --peer nope", `--peer "nope": use pcgroups or none`},
+		{"--scenario counter --peer pcgroups", "--peer pcgroups: the counter scenario"},
+		{"--scenario fan-in --peer none --pcgroups-members 2", "not with --peer none"},
+		{"--scenario fan-in --pcgroups-members -1", "--pcgroups-members -1: give 1 to 256"},
 	} {
 		out, errOut, code := run(append([]string{"bench", "--quiet"}, strings.Fields(c.args)...)...)
 		if code != 2 || !strings.Contains(errOut, c.want) || out != "" {
@@ -108,6 +118,10 @@ func TestCLI(t *testing.T) {
 	}
 	if m["scenario"] != "takeover" || m["lost"] != 0.0 || m["stale_commits"] != 0.0 || m["takeovers"].(float64) < 1 || m["takeover_gap_p99_ms"].(float64) <= 0 {
 		t.Errorf("scenario %v lost %v stale %v takeovers %v gap %v", m["scenario"], m["lost"], m["stale_commits"], m["takeovers"], m["takeover_gap_p99_ms"])
+	}
+	// The pcgroups side's member processes are this binary too.
+	if peer, _ := m["pcgroups"].(map[string]any); peer == nil || peer["lost"] != 0.0 || peer["order_violations"] != 0.0 || peer["processes"] != 3.0 || peer["takeovers"].(float64) < 1 {
+		t.Errorf("pcgroups %v", peer)
 	}
 	svg, err := os.ReadFile(chart)
 	if err != nil {

@@ -110,13 +110,45 @@ type Config struct {
 	// gives it world.PartitionsFor its replicas, as fencepost world add
 	// does.
 	Partitions int
+	// Peer is a third side, alternated with fencepost and raw in every
+	// round: PeerPcgroups runs the same producers against orbit.go's
+	// partitioned consumer groups (pcgroups.go), PeerNone none. "" is
+	// the default: pcgroups where the run supports it (PeerSupported),
+	// else none.
+	Peer string
+	// PcgroupsMembers is the members of the pcgroups side's static group,
+	// and its partitions (0: Workers in fan-in, IDs in steady, Owners in
+	// the scenarios with owner processes).
+	PcgroupsMembers int
 
 	auth *authServer // the server of an Auth run, set by Run
 }
 
+// Peers, as Config.Peer.
+const (
+	PeerPcgroups = "pcgroups"
+	PeerNone     = "none"
+)
+
+// PeerSupported says why the run cannot have a pcgroups side ("" if it
+// can): not the counter scenario (per-id state is fencepost's), nor Auth
+// (its member processes have no credentials) nor KillLeaders (its
+// producers do not resend).
+func (c Config) PeerSupported() string {
+	switch {
+	case c.Scenario == ScenarioCounter:
+		return "the counter scenario counts in fencepost's per-id state"
+	case c.Auth:
+		return "auth gives credentials to fencepost's owners only"
+	case c.KillLeaders:
+		return "kill-leaders is measured on fencepost and raw only"
+	}
+	return ""
+}
+
 // Progress is the state of a running side.
 type Progress struct {
-	Side          string // "fencepost" or "raw"
+	Side          string // "fencepost", "raw" or "pcgroups"
 	Round, Rounds int    // this round (1-based) of how many
 	Elapsed       time.Duration
 	Duration      time.Duration // the posting time of the round (0 in fan-in)
@@ -248,6 +280,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Partitions == PartitionsDefault {
 		c.Partitions = world.PartitionsFor(c.Replicas)
 	}
+	if err := c.peerDefaults(); err != nil {
+		return c, err
+	}
 	if c.withOwners() {
 		for _, k := range c.Faults {
 			if k == FaultNone && len(c.Faults) > 1 {
@@ -267,3 +302,41 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// peerDefaults resolves Peer and PcgroupsMembers.
+func (c *Config) peerDefaults() error {
+	why := c.PeerSupported()
+	switch c.Peer {
+	case "":
+		c.Peer = PeerPcgroups
+		if why != "" {
+			c.Peer = PeerNone
+		}
+	case PeerNone:
+	case PeerPcgroups:
+		if why != "" {
+			return fmt.Errorf("bench: peer pcgroups: %s (use peer none)", why)
+		}
+	default:
+		return fmt.Errorf("bench: peer %q: use pcgroups or none", c.Peer)
+	}
+	if c.PcgroupsMembers < 0 || c.PcgroupsMembers > MaxPcgroupsMembers {
+		return fmt.Errorf("bench: pcgroups members %d: use 1 to %d", c.PcgroupsMembers, MaxPcgroupsMembers)
+	}
+	if c.PcgroupsMembers == 0 {
+		switch {
+		case c.withOwners():
+			c.PcgroupsMembers = c.Owners
+		case c.Scenario == ScenarioFanIn:
+			c.PcgroupsMembers = c.Workers
+		default:
+			c.PcgroupsMembers = c.IDs
+		}
+		c.PcgroupsMembers = min(max(c.PcgroupsMembers, 1), MaxPcgroupsMembers)
+	}
+	return nil
+}
+
+// MaxPcgroupsMembers bounds Config.PcgroupsMembers: each member is a
+// consumer, with an instance in every member process.
+const MaxPcgroupsMembers = 256

@@ -46,6 +46,9 @@ type ownerSpec struct {
 	Creds string `json:"creds,omitempty"` // the node's credentials file (Config.Auth)
 	// State: the counter scenario's state handler (counter.go).
 	State bool `json:"state,omitempty"`
+	// Pcgroups makes the process a member process of the pcgroups side
+	// (pcgroups.go), not a fencepost owner.
+	Pcgroups *pcgSpec `json:"pcgroups,omitempty"`
 }
 
 // IsOwnerProcess says whether this process was started as a bench owner.
@@ -69,6 +72,9 @@ func OwnerMain() int {
 	if err := json.Unmarshal([]byte(os.Getenv(OwnerEnv)), &spec); err != nil {
 		fmt.Fprintf(os.Stderr, "bench owner: %s: %v\n", OwnerEnv, err)
 		return exitOwnerError
+	}
+	if spec.Pcgroups != nil {
+		return pcgMemberMain(spec)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", spec.Node)
 	if dir := os.Getenv(OwnerProfileEnv); dir != "" {

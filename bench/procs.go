@@ -99,8 +99,9 @@ type procSet struct {
 	cfg   Config
 	spec  ownerSpec
 	s     *side
-	led   *ledger
-	w     *client.World
+	led   *ledger       // ours: the ledger (nil: the pcgroups side)
+	w     *client.World // ours: the world (nil: the pcgroups side)
+	peer  *pinTracker   // the pcgroups side's deliveries (nil: ours)
 	kinds []string
 	errs  chan error
 
@@ -121,20 +122,25 @@ type procSet struct {
 }
 
 func newProcSet(cfg Config, s *side, led *ledger, w *client.World, url string) *procSet {
-	kinds := []string{FaultKill, FaultStop, FaultSeize}
-	if cfg.Scenario == ScenarioHandoff {
-		kinds = []string{FaultTerm}
-	}
-	if len(cfg.Faults) > 0 {
-		kinds = cfg.Faults
-	}
 	return &procSet{
-		cfg: cfg, s: s, led: led, w: w, kinds: kinds,
+		cfg: cfg, s: s, led: led, w: w, kinds: faultKinds(cfg),
 		spec:  ownerSpec{URL: url, World: w.Name, TTLms: cfg.TTL.Milliseconds(), State: cfg.Scenario == ScenarioCounter},
 		errs:  make(chan error, 16),
 		procs: map[string]*proc{},
 		gaps:  map[string][]*gapSample{},
 	}
+}
+
+// faultKinds are the faults injected in turn: Config.Faults, or the
+// scenario's.
+func faultKinds(cfg Config) []string {
+	switch {
+	case len(cfg.Faults) > 0:
+		return cfg.Faults
+	case cfg.Scenario == ScenarioHandoff:
+		return []string{FaultTerm}
+	}
+	return []string{FaultKill, FaultStop, FaultSeize}
 }
 
 func (ps *procSet) report(err error) {
@@ -240,9 +246,17 @@ func (ps *procSet) onLine(p *proc, line string) {
 		if !ok {
 			idx = -1
 		}
+		epoch := l.epoch
+		if ps.peer != nil {
+			// A member process says the member, not an epoch: the
+			// tracker makes one of the processes that delivered the id.
+			epoch = ps.peer.delivered(p.node, l.id, int(l.epoch))
+		}
 		ps.s.deliverAt(idx, l.n, int64(l.sent), int64(l.at))
-		ps.led.delivery(l.id, l.seq, l.epoch, int64(l.at), l.n != 0)
-		ps.observe(l.id, l.epoch, int64(l.sent), int64(l.at))
+		if ps.led != nil {
+			ps.led.delivery(l.id, l.seq, l.epoch, int64(l.at), l.n != 0)
+		}
+		ps.observe(l.id, epoch, int64(l.sent), int64(l.at))
 	}
 }
 
@@ -280,7 +294,12 @@ func (ps *procSet) observe(id string, epoch uint64, sent, at int64) {
 
 // victim picks a running owner that holds at least one id, and its ids.
 func (ps *procSet) victim() (*proc, map[string]uint64) {
-	recs := ps.led.holders()
+	var recs map[string]recState
+	if ps.peer != nil {
+		recs = ps.peer.holders()
+	} else {
+		recs = ps.led.holders()
+	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	held := map[string]map[string]uint64{}
@@ -338,6 +357,15 @@ func (ps *procSet) fault(ctx context.Context) error {
 			})
 		}
 	case FaultSeize:
+		if ps.peer != nil {
+			// pcgroups' forced move: the victim's members step down (their
+			// pins may come back to it).
+			if err := ps.peer.stepDown(ctx, p.node); err != nil {
+				ps.cfg.Log.Warn("bench: step-down failed", "node", p.node, "error", err)
+				return nil
+			}
+			break
+		}
 		for id := range held {
 			if err := ps.seize(ctx, id); err != nil {
 				// A seize that fails (a stalled server) moves nothing: the
@@ -475,6 +503,9 @@ func (ps *procSet) gapStats() map[string]GapStats {
 	pending, idle := map[string][]float64{}, map[string][]float64{}
 	out := map[string]GapStats{}
 	claimed := func(g *gapSample) (float64, bool) {
+		if ps.led == nil {
+			return 0, false // the pcgroups side: no claim records
+		}
 		ps.led.mu.Lock()
 		defer ps.led.mu.Unlock()
 		for _, n := range ps.led.newer[g.id] {

@@ -119,30 +119,118 @@ type Report struct {
 	BucketWrites       int64   `json:"bucket_writes"`
 	BucketWritesPerMsg float64 `json:"bucket_writes_per_msg"`
 
+	// Per-id order, checked on each side from the outside (side.checkOrder):
+	// messages whose stream sequence is known and that were delivered,
+	// and those of them first delivered after a later message of their id
+	// (must be 0), with examples.
+	OrderChecked       int64    `json:"order_checked"`
+	OrderViolations    int64    `json:"order_violations"`
+	OrderExamples      []string `json:"order_examples,omitempty"`
+	RawOrderChecked    int64    `json:"raw_order_checked"`
+	RawOrderViolations int64    `json:"raw_order_violations"`
+
+	// Pcgroups is the third side (Config.Peer), absent without one;
+	// RatioPcgroups is throughput / pcgroups.throughput (ours against it,
+	// as Ratio is ours against raw).
+	Pcgroups      *PeerReport `json:"pcgroups,omitempty"`
+	RatioPcgroups float64     `json:"ratio_pcgroups,omitempty"`
+
 	// Timeline is per second of the run, for the chart.
 	Timeline []Second `json:"-"`
 }
 
+// PeerReport is the outcome of the pcgroups side (Config.Peer): orbit.go's
+// partitioned consumer groups on the same server, posted to by the same
+// producers, alternated with the other sides (pcgroups.go). The names
+// mirror the report's own for fencepost.
+type PeerReport struct {
+	Name string `json:"name"` // "pcgroups"
+	// How the group was set up: a static group of Members members over
+	// as many partitions ({{partition(n,1)}} in the stored subject), each
+	// member's consumer with MaxAckPending (1: strict per-key order) and
+	// AckWaitMs (its pinned TTL too); Processes member processes, each an
+	// instance of every member (0: members in the bench's process).
+	Members       int   `json:"members"`
+	Partitions    int   `json:"partitions"`
+	MaxAckPending int   `json:"max_ack_pending"`
+	AckWaitMs     int64 `json:"ack_wait_ms"`
+	Processes     int   `json:"processes,omitempty"`
+
+	Sent           int64   `json:"sent"`
+	Delivered      int64   `json:"delivered"`
+	SendThroughput float64 `json:"send_throughput"`
+	Throughput     float64 `json:"throughput"`
+	Ratio          float64 `json:"ratio"` // throughput / raw_throughput
+
+	LatencyP50  float64 `json:"latency_p50_ms"`
+	LatencyP99  float64 `json:"latency_p99_ms"`
+	LatencyP999 float64 `json:"latency_p999_ms"`
+	LatencyMax  float64 `json:"latency_max_ms"`
+
+	RequestsPerMsg     float64 `json:"round_trips_per_msg,omitempty"`
+	CPUPerMsgUs        float64 `json:"cpu_us_per_msg,omitempty"`
+	MembersCPUPerMsgUs float64 `json:"members_cpu_us_per_msg,omitempty"` // the member processes' part
+
+	DuplicatesPct float64 `json:"duplicates_pct"`
+	// Lost: posted, never delivered, and acknowledged all the same (under
+	// its member's ack floor): must be 0. Undelivered: posted and still
+	// waiting for its member when the run ended (the final drain, Settle
+	// long, ran out of time: max ack pending 1 is slow).
+	Lost            int64    `json:"lost"`
+	LostExamples    []string `json:"lost_examples,omitempty"`
+	Undelivered     int64    `json:"undelivered"`
+	FinalDrained    int64    `json:"final_drained"`
+	OrderChecked    int64    `json:"order_checked"`
+	OrderViolations int64    `json:"order_violations"`
+	OrderExamples   []string `json:"order_examples,omitempty"`
+
+	// Takeovers: faults injected into the member processes as into ours'
+	// owners; a gap runs from the fault to the first delivery of each id
+	// the victim delivered last by another process (pcgroups has no
+	// epochs: a member's pin moves after its pinned TTL).
+	Takeovers      int                 `json:"takeovers"`
+	TakeoverGapP50 float64             `json:"takeover_gap_p50_ms"`
+	TakeoverGapP99 float64             `json:"takeover_gap_p99_ms"`
+	TakeoverGapMax float64             `json:"takeover_gap_max_ms"`
+	TakeoverGaps   map[string]GapStats `json:"takeover_gaps,omitempty"`
+	Faults         []Fault             `json:"faults,omitempty"`
+	UnplannedExits int64               `json:"unplanned_exits,omitempty"`
+}
+
+// OK says whether the side kept the promises it is chosen for: nothing
+// lost, per-id order.
+func (p *PeerReport) OK() bool { return p == nil || (p.Lost == 0 && p.OrderViolations == 0) }
+
 // Second is one second of a run: deliveries and latency p99 of each side.
 type Second struct {
-	At           float64 // seconds since the start
-	Delivered    int64
-	P99          float64 // ms; 0 without deliveries
-	RawDelivered int64
-	RawP99       float64
+	At            float64 // seconds since the start
+	Delivered     int64
+	P99           float64 // ms; 0 without deliveries
+	RawDelivered  int64
+	RawP99        float64
+	PeerDelivered int64 // the pcgroups side, if it ran
+	PeerP99       float64
 }
 
 // OK says whether the run kept its safety promises: nothing lost and no
 // commit under a stale epoch.
 func (r Report) OK() bool { return r.Lost == 0 && r.StaleCommits == 0 && r.CountersOff == 0 }
 
-// timeline merges the per-second figures of the two sides.
-func timeline(ours, raw *side) []Second {
+// timeline merges the per-second figures of the sides (peer: nil if none
+// ran).
+func timeline(ours, raw, peer *side) []Second {
 	ours.mu.Lock()
 	defer ours.mu.Unlock()
 	raw.mu.Lock()
 	defer raw.mu.Unlock()
 	n := max(len(ours.secs), len(raw.secs))
+	var peerSecs []*second
+	if peer != nil {
+		peer.mu.Lock()
+		defer peer.mu.Unlock()
+		peerSecs = peer.secs
+		n = max(n, len(peerSecs))
+	}
 	out := make([]Second, n)
 	ms := func(us int64) float64 { return round(float64(us)/1000, 3) }
 	for i := range out {
@@ -154,6 +242,10 @@ func timeline(ours, raw *side) []Second {
 		if i < len(raw.secs) && raw.secs[i] != nil {
 			out[i].RawDelivered = raw.secs[i].n
 			out[i].RawP99 = ms(raw.secs[i].h.ValueAtQuantile(99))
+		}
+		if i < len(peerSecs) && peerSecs[i] != nil {
+			out[i].PeerDelivered = peerSecs[i].n
+			out[i].PeerP99 = ms(peerSecs[i].h.ValueAtQuantile(99))
 		}
 	}
 	return out

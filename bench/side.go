@@ -44,6 +44,7 @@ type side struct {
 	mu     sync.Mutex
 	hist   *hdrhistogram.Histogram // microseconds
 	count  []int32                 // deliveries per message number
+	first  []int64                 // by message number: its earliest handler start, unix nanos (0: none)
 	posted []bool                  // message numbers the stream acknowledged
 	seqs   []uint64                // by message number: its stream sequence (0: not known)
 	idxs   []int32                 // by message number: its id's index
@@ -109,8 +110,12 @@ func (s *side) deliverAt(idx int, n uint64, sent, at int64) bool {
 	_ = s.hist.RecordValue(lat)
 	if n >= uint64(len(s.count)) {
 		s.count = grow(s.count, n)
+		s.first = grow(s.first, n)
 	}
 	s.count[n]++
+	if s.first[n] == 0 || at < s.first[n] {
+		s.first[n] = at
+	}
 	first := s.count[n] == 1
 	for sec >= len(s.secs) {
 		s.secs = append(s.secs, nil)

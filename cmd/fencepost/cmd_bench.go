@@ -51,6 +51,8 @@ var benchFlags struct {
 	OwnerProcs  int           `name:"owner-gomaxprocs" placeholder:"N" help:"takeover, handoff, zipf, counter: GOMAXPROCS of each owner process (default: Go's own, the machine's cores; the owners share the machine with the server and the producers)"`
 	Faults      string        `name:"faults" placeholder:"LIST" complete:"kill,stop,seize,term,none" help:"takeover, handoff, zipf, counter: the faults injected in turn, comma-separated: kill, stop, seize, term; or none (default: the scenario's)"`
 	Partitions  int           `name:"partitions" placeholder:"N" help:"create fencepost's world with N partitions: each worker reads the posts of the partitions it serves, not every post (fencepost world add --partitions; 0: none; default as world add's: 64 with one replica, none with more)"`
+	Peer        string        `name:"peer" placeholder:"P" complete:"pcgroups,none" help:"a third side, alternated with fencepost and raw JetStream: pcgroups (orbit.go's partitioned consumer groups, a static group with max ack pending 1 for strict per-key order, its members in processes hit by the same faults as fencepost's owners) or none (default: pcgroups, except with counter, --auth and --kill-leaders)"`
+	PeerMembers int           `name:"pcgroups-members" placeholder:"N" help:"members (and partitions) of the pcgroups side's static group (default: --owners with owner processes, the pool's workers in fan-in, the ids in steady)"`
 	Quiet       bool          `name:"quiet" help:"no progress on stderr"`
 	Chart       string        `name:"chart" placeholder:"FILE" help:"write an SVG chart of throughput and latency p99 per second, takeovers marked, to this file"`
 }
@@ -151,6 +153,10 @@ func runBench(e *env, args []string) int {
 	defer stop()
 	cfg := bench.Config{Scenario: benchFlags.Scenario, Size: benchFlags.Size, IDs: benchFlags.IDs, Duration: benchFlags.Duration, Rounds: benchFlags.Rounds, Log: e.log, Auth: benchFlags.Auth,
 		Cluster: benchFlags.Cluster, Replicas: benchFlags.Replicas, KillLeaders: benchFlags.KillLeaders, Owners: benchFlags.Owners, OwnerGOMAXPROCS: benchFlags.OwnerProcs, Faults: faults, Partitions: partitions}
+	cfg.Peer, cfg.PcgroupsMembers = benchFlags.Peer, benchFlags.PeerMembers
+	if msg := benchPeer(cfg); msg != "" {
+		return e.usageErr("bench", "%s", msg)
+	}
 	where := "an embedded server"
 	if cfg.Cluster != 0 {
 		where = fmt.Sprintf("an embedded %d-member cluster", cfg.Cluster)
@@ -204,6 +210,12 @@ func runBench(e *env, args []string) int {
 	} else {
 		printBenchTable(e, rep)
 	}
+	if rep.OrderViolations > 0 {
+		fmt.Fprintf(e.err, "fencepost bench: %d of fencepost's messages delivered out of order (per id): %v\n", rep.OrderViolations, rep.OrderExamples)
+	}
+	if p := rep.Pcgroups; p != nil && !p.OK() {
+		fmt.Fprintf(e.err, "fencepost bench: the pcgroups side: %d lost %v, %d out of order %v\n", p.Lost, p.LostExamples, p.OrderViolations, p.OrderExamples)
+	}
 	if !rep.OK() {
 		fmt.Fprintf(e.err, "fencepost bench: FAILED: %d lost, %d stale-epoch commits (both must be 0)\n", rep.Lost, rep.StaleCommits)
 		for _, ex := range rep.StaleExamples {
@@ -215,6 +227,53 @@ func runBench(e *env, args []string) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// cellPadder gives every line of a table the same number of cells before
+// its tabwriter aligns it: the tabwriter aligns a column over consecutive
+// lines that have it, and a row with fewer cells would break the pcgroups
+// side's columns in two.
+type cellPadder struct {
+	buf   strings.Builder
+	tw    *tabwriter.Writer
+	cells int // tab-terminated cells per line
+}
+
+func (c *cellPadder) Write(b []byte) (int, error) { return c.buf.Write(b) }
+
+// Flush pads each line and writes the table.
+func (c *cellPadder) Flush() error {
+	for line := range strings.SplitAfterSeq(c.buf.String(), "\n") {
+		if n := strings.Count(line, "\t"); n < c.cells && strings.HasSuffix(line, "\n") {
+			line = strings.TrimSuffix(line, "\n") + strings.Repeat("\t", c.cells-n) + "\n"
+		}
+		if _, err := io.WriteString(c.tw, line); err != nil {
+			return err
+		}
+	}
+	c.buf.Reset()
+	return c.tw.Flush()
+}
+
+// benchPeer says what is wrong with --peer and --pcgroups-members ("" if
+// nothing).
+func benchPeer(cfg bench.Config) string {
+	switch cfg.Peer {
+	case "", bench.PeerNone:
+	case bench.PeerPcgroups:
+		if why := cfg.PeerSupported(); why != "" {
+			return fmt.Sprintf("--peer pcgroups: %s (use --peer none)", why)
+		}
+	default:
+		return fmt.Sprintf("--peer %q: use pcgroups or none", cfg.Peer)
+	}
+	if cfg.PcgroupsMembers < 0 || cfg.PcgroupsMembers > bench.MaxPcgroupsMembers {
+		return fmt.Sprintf("--pcgroups-members %d: give 1 to %d", cfg.PcgroupsMembers, bench.MaxPcgroupsMembers)
+	}
+	if cfg.PcgroupsMembers > 0 && cfg.Peer == bench.PeerNone {
+		return "--pcgroups-members is of the pcgroups side: not with --peer none"
+	}
+	return ""
 }
 
 func writeChart(path string, rep bench.Report) error {
@@ -304,33 +363,61 @@ func printBenchTable(e *env, r bench.Report) {
 	if r.Replicas > 1 {
 		fmt.Fprintf(e.out, ", R%d streams", r.Replicas)
 	}
-	fmt.Fprint(e.out, "\n\n")
-	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(e.out, "\n")
+	p := r.Pcgroups
+	if p != nil {
+		fmt.Fprintf(e.out, "pcgroups: a static group of %d members over %d partitions, max ack pending %d, ack wait (and pinned TTL) %d ms", p.Members, p.Partitions, p.MaxAckPending, p.AckWaitMs)
+		if p.Processes > 0 {
+			fmt.Fprintf(e.out, ", in %d member processes (each an instance of every member)", p.Processes)
+		}
+		fmt.Fprintln(e.out)
+	}
+	fmt.Fprintln(e.out)
+	tw := &cellPadder{tw: tabwriter.NewWriter(e.out, 0, 0, 2, ' ', tabwriter.AlignRight), cells: 4}
+	if p != nil {
+		tw.cells = 6 // the pcgroups side's two
+	}
 	ratio := func(a, b float64) string {
 		if b == 0 {
 			return "-"
 		}
 		return fmt.Sprintf("%.2fx", a/b)
 	}
-	fmt.Fprintln(tw, "\tfencepost\traw JetStream\tours/raw\t")
-	fmt.Fprintf(tw, "sent msgs/s\t%.0f\t%.0f\t%s\t\n", r.SendThroughput, r.RawSendThroughput, ratio(r.SendThroughput, r.RawSendThroughput))
-	fmt.Fprintf(tw, "delivered msgs/s\t%.0f\t%.0f\t%.2fx\t\n", r.Throughput, r.RawThroughput, r.Ratio)
-	fmt.Fprintf(tw, "latency p50 ms\t%.2f\t%.2f\t\t\n", r.LatencyP50, r.RawLatencyP50)
-	fmt.Fprintf(tw, "latency p99 ms\t%.2f\t%.2f\t\t\n", r.LatencyP99, r.RawLatencyP99)
-	fmt.Fprintf(tw, "latency p999 ms\t%.2f\t%.2f\t\t\n", r.LatencyP999, r.RawLatencyP999)
+	// pc is the two cells of the pcgroups side (its figure, ours against
+	// it), or none when it did not run.
+	var pr bench.PeerReport
+	if p != nil {
+		pr = *p
+	}
+	pc := func(v, vs string) string {
+		if p == nil {
+			return ""
+		}
+		return v + "\t" + vs + "\t"
+	}
+	fmt.Fprintln(tw, "\tfencepost\traw JetStream\tours/raw\t"+pc("pcgroups", "ours/pcgroups"))
+	fmt.Fprintf(tw, "sent msgs/s\t%.0f\t%.0f\t%s\t%s\n", r.SendThroughput, r.RawSendThroughput, ratio(r.SendThroughput, r.RawSendThroughput), pc(fmt.Sprintf("%.0f", pr.SendThroughput), ratio(r.SendThroughput, pr.SendThroughput)))
+	fmt.Fprintf(tw, "delivered msgs/s\t%.0f\t%.0f\t%.2fx\t%s\n", r.Throughput, r.RawThroughput, r.Ratio, pc(fmt.Sprintf("%.0f (%.2fx raw)", pr.Throughput, pr.Ratio), ratio(r.Throughput, pr.Throughput)))
+	fmt.Fprintf(tw, "latency p50 ms\t%.2f\t%.2f\t\t%s\n", r.LatencyP50, r.RawLatencyP50, pc(fmt.Sprintf("%.2f", pr.LatencyP50), ""))
+	fmt.Fprintf(tw, "latency p99 ms\t%.2f\t%.2f\t\t%s\n", r.LatencyP99, r.RawLatencyP99, pc(fmt.Sprintf("%.2f", pr.LatencyP99), ""))
+	fmt.Fprintf(tw, "latency p999 ms\t%.2f\t%.2f\t\t%s\n", r.LatencyP999, r.RawLatencyP999, pc(fmt.Sprintf("%.2f", pr.LatencyP999), ""))
 	if r.RequestsPerMsg > 0 {
-		fmt.Fprintf(tw, "requests to the server per delivery (the post included)\t%.2f\t%.2f\t%s\t\n", r.RequestsPerMsg, r.RawRequestsPerMsg, ratio(r.RequestsPerMsg, r.RawRequestsPerMsg))
+		fmt.Fprintf(tw, "requests to the server per delivery (the post included)\t%.2f\t%.2f\t%s\t%s\n", r.RequestsPerMsg, r.RawRequestsPerMsg, ratio(r.RequestsPerMsg, r.RawRequestsPerMsg), pc(fmt.Sprintf("%.2f", pr.RequestsPerMsg), ratio(r.RequestsPerMsg, pr.RequestsPerMsg)))
 	}
 	if r.CPUPerMsgUs > 0 {
-		fmt.Fprintf(tw, "machine CPU per delivery us (every process)\t%.1f\t%.1f\t%s\t\n", r.CPUPerMsgUs, r.RawCPUPerMsgUs, ratio(r.CPUPerMsgUs, r.RawCPUPerMsgUs))
+		fmt.Fprintf(tw, "machine CPU per delivery us (every process)\t%.1f\t%.1f\t%s\t%s\n", r.CPUPerMsgUs, r.RawCPUPerMsgUs, ratio(r.CPUPerMsgUs, r.RawCPUPerMsgUs), pc(fmt.Sprintf("%.1f", pr.CPUPerMsgUs), ratio(r.CPUPerMsgUs, pr.CPUPerMsgUs)))
 	}
 	if r.OwnersCPUPerMsgUs > 0 {
-		fmt.Fprintf(tw, "  of which the owner processes us\t%.1f\t\t\t\n", r.OwnersCPUPerMsgUs)
+		fmt.Fprintf(tw, "  of which the owner (member) processes us\t%.1f\t\t\t%s\n", r.OwnersCPUPerMsgUs, pc(fmt.Sprintf("%.1f", pr.MembersCPUPerMsgUs), ""))
 	}
-	fmt.Fprintf(tw, "messages sent\t%d\t%d\t\t\n", r.Sent, r.RawSent)
-	fmt.Fprintf(tw, "duplicates %%\t%.4f\t\t\t\n", r.DuplicatesPct)
-	fmt.Fprintf(tw, "lost\t%d\t%d\t\t\n", r.Lost, r.RawLost)
-	fmt.Fprintf(tw, "delivered by the final drain\t%d\t\t\t\n", r.FinalDrained)
+	fmt.Fprintf(tw, "messages sent\t%d\t%d\t\t%s\n", r.Sent, r.RawSent, pc(fmt.Sprint(pr.Sent), ""))
+	fmt.Fprintf(tw, "duplicates %%\t%.4f\t\t\t%s\n", r.DuplicatesPct, pc(fmt.Sprintf("%.4f", pr.DuplicatesPct), ""))
+	fmt.Fprintf(tw, "lost\t%d\t%d\t\t%s\n", r.Lost, r.RawLost, pc(fmt.Sprint(pr.Lost), ""))
+	if p != nil {
+		fmt.Fprintf(tw, "still waiting when the run ended\t\t\t\t%d\t\t\n", pr.Undelivered)
+	}
+	fmt.Fprintf(tw, "out of order (per id)\t%d of %d\t%d of %d\t\t%s\n", r.OrderViolations, r.OrderChecked, r.RawOrderViolations, r.RawOrderChecked, pc(fmt.Sprintf("%d of %d", pr.OrderViolations, pr.OrderChecked), ""))
+	fmt.Fprintf(tw, "delivered by the final drain\t%d\t\t\t%s\n", r.FinalDrained, pc(fmt.Sprint(pr.FinalDrained), ""))
 	fmt.Fprintf(tw, "stale-epoch commits\t%d of %d\t\t\t\n", r.StaleCommits, r.CommitsChecked)
 	if r.CountersChecked > 0 {
 		fmt.Fprintf(tw, "counters off (per-id state, exactly once)\t%d of %d (%d counted)\t\t\t\n", r.CountersOff, r.CountersChecked, r.CounterMessages)
@@ -340,8 +427,9 @@ func printBenchTable(e *env, r bench.Report) {
 		fmt.Fprintf(tw, "bucket writes the checker missed\t%d\t\t\t\n", r.LedgerMissed)
 	}
 	fmt.Fprintf(tw, "stale-epoch deliveries (refused at commit)\t%d of %d\t\t\t\n", r.StaleDeliveries, r.StaleChecked)
-	fmt.Fprintf(tw, "takeovers\t%d\t\t\t\n", r.Takeovers)
-	fmt.Fprintf(tw, "takeover gap p50 / p99 / max ms\t%.1f / %.1f / %.1f\t\t\t\n", r.TakeoverGapP50, r.TakeoverGapP99, r.TakeoverGapMax)
+	fmt.Fprintf(tw, "takeovers\t%d\t\t\t%s\n", r.Takeovers, pc(fmt.Sprint(pr.Takeovers), ""))
+	fmt.Fprintf(tw, "takeover gap p50 / p99 / max ms\t%.1f / %.1f / %.1f\t\t\t%s\n", r.TakeoverGapP50, r.TakeoverGapP99, r.TakeoverGapMax,
+		pc(fmt.Sprintf("%.1f / %.1f / %.1f", pr.TakeoverGapP50, pr.TakeoverGapP99, pr.TakeoverGapMax), ratio(r.TakeoverGapP99, pr.TakeoverGapP99)))
 	kinds := make([]string, 0, len(r.TakeoverGaps))
 	for k := range r.TakeoverGaps {
 		kinds = append(kinds, k)
