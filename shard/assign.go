@@ -231,7 +231,10 @@ func (a *assigner) claim(ctx context.Context, q int) {
 			a.ended <- endedHolder{q: q, h: h, err: h.err}
 		}()
 	case errors.As(err, &held):
-		delete(a.free, q) // its release or lapse will show on the watch
+		// Its release or lapse will show on the watch; in case the watch
+		// showed this lapse early (a renewal it had not seen yet), look
+		// again once the lease it read would lapse.
+		a.free[q] = held.Expires
 	default:
 		a.wk.log.Warn("claiming a shard", "shard", q, "error", err)
 	}
