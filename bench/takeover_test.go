@@ -89,7 +89,7 @@ func TestTakeoverTiny(t *testing.T) {
 }
 
 // TestNoFaultsTiny: with Faults none the owner processes run the whole
-// round untouched (the cost of the owners alone, docs/design.md 3.10), and
+// round untouched (the cost of the owners alone, docs/design/pipeline.md), and
 // owners or faults for a scenario without owner processes are refused.
 func TestNoFaultsTiny(t *testing.T) {
 	rep := runTiny(t, bench.Config{
@@ -198,7 +198,7 @@ func TestTakeoverTinyAuth(t *testing.T) {
 }
 
 // TestTakeoverTinyPartitioned: the takeover scenario on a partitioned world
-// (docs/design.md 3.13) under fencepostd --auth: each owner process, with
+// (docs/design/partitions.md) under fencepostd --auth: each owner process, with
 // credentials of its own, reads the republished posts of its partitions
 // (the owner role's subscribe permission), and takes over the ids of the
 // killed, stopped and seized ones; nothing lost, no stale commit (runTiny).

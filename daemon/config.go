@@ -67,7 +67,7 @@ type Config struct {
 
 	// The world made ready at start, its replicas (0: 3 in a cluster,
 	// otherwise 1) and its partitions (0: world.PartitionsFor its
-	// replicas, 64 on one; -1: none; docs/design.md 3.13). An existing
+	// replicas, 64 on one; -1: none; docs/design/partitions.md). An existing
 	// world is opened as it is.
 	World      string `json:"world,omitempty"`
 	Replicas   int    `json:"replicas,omitempty"`

@@ -195,8 +195,8 @@ func BenchmarkDrainManyIDs(b *testing.B) {
 	}
 }
 
-// BenchmarkDrainManyIDsHeld is DrainManyIDs on a worker's path (design
-// 3.10): the 10,000 ids are held through one session and caught up (a
+// BenchmarkDrainManyIDsHeld is DrainManyIDs on a worker's path
+// (docs/design/pipeline.md): the 10,000 ids are held through one session and caught up (a
 // drain each, before the timer); one ordered consumer reads every mailbox
 // and hands each id's messages to its holding's Deliver, at most 256
 // deliveries at once, and tells the drainer's Sweeper of each, as a worker

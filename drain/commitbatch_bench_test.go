@@ -14,8 +14,8 @@ import (
 )
 
 // BenchmarkFencedCursorWrites measures the two ways there
-// are to send many ids' fenced cursor writes (docs/design.md 3.10 point
-// 3): each one an asynchronous publish with its own expected-revision
+// are to send many ids' fenced cursor writes (docs/design/pipeline.md
+// point 3): each one an asynchronous publish with its own expected-revision
 // headers, many in flight ("async"), or up to 1,000 in one JetStream atomic
 // batch whose commit checks every message's expectation ("atomic-batch").
 // One op is one id's cursor write; ids cycle over 1,000 records. It

@@ -534,7 +534,7 @@ func TestHolding_LaterCursorKept(t *testing.T) {
 // so the next batch from the inbox is not handed out over the messages
 // dropped before it. Before, a drain that failed in its record check left
 // the holding live, and the next Deliver committed past the dropped
-// message: the cluster rounds' lost messages (docs/design.md 3.10).
+// message: the cluster rounds' lost messages (docs/design/pipeline.md point 1).
 func TestHolding_FailedDrainEndsLiveness(t *testing.T) {
 	ctx, w, _, ss, _, h := holdX(t)
 	defer ss.Close()
@@ -686,8 +686,8 @@ func TestHolding_DeliverGap(t *testing.T) {
 }
 
 // TestHolding_StartFromPosts: a holding's first delivery from posts its
-// caller kept (a partitioned world's worker, docs/design.md 3.13, "The
-// first delivery"), each naming the message of the id stored before it.
+// caller kept (a partitioned world's worker, docs/design/partitions.md,
+// "The first delivery"), each naming the message of the id stored before it.
 // Posts that follow the cursor with none missing are handed out without
 // a read of the mailbox; a post missing before them, or between them,
 // makes the first delivery a drain from the cursor, which hands out

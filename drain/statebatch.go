@@ -22,7 +22,7 @@ import (
 //
 // A batch is stored whole or not at all: each id's part of it is, as
 // alone. A batch refused because one id's fence moved refuses every part;
-// each holding then reads its record as after any refusal (3.10 point 3)
+// each holding then reads its record as after any refusal (docs/design/pipeline.md point 3)
 // and, still the holder, sends its commit again on its own (run.commit's
 // retries bypass the queue). An id's commits keep their order: a holding
 // has at most one commit in flight, its commits within a run go through

@@ -16,7 +16,7 @@ import (
 )
 
 // Sweeper removes the committed messages of many ids with one purge
-// (docs/design.md 3.10). A worker reads every mailbox message with one
+// (docs/design/pipeline.md point 5). A worker reads every mailbox message with one
 // consumer, from the stream's first message on; it tells the Sweeper of each
 // (Saw), and the Sweeper follows every stored cursor. The low-water mark is
 // the sequence of the first message it saw whose id's stored cursor does

@@ -28,8 +28,8 @@ type committedMail struct {
 // holding purges its committed messages a while after each commit
 // (drain.purgeDelay), so a scan lists ids whose every stored message is
 // committed; each would become a claim (not held here) or a drain (held)
-// that finds nothing to deliver and purges (design 3.13, "The scan's
-// filter"). Per MaxMultiLast ids, two requests tell them apart: a
+// that finds nothing to deliver and purges (docs/design/partitions.md,
+// "The scan's filter"). Per MaxMultiLast ids, two requests tell them apart: a
 // multi-last direct get of their mailbox subjects (each one's last stored
 // message), then one of their cursors. An id whose cursor is at or after
 // its last message has nothing uncommitted; one with no message left (an

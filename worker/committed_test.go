@@ -121,7 +121,7 @@ func TestUncommitted(t *testing.T) {
 
 // TestScan_CommittedMail: a worker's scan (at its start, and every few
 // periods) claims an id whose stored messages are all committed no more
-// than an idle one (design 3.13, "The scan's filter"), and removes those
+// than an idle one (docs/design/partitions.md, "The scan's filter"), and removes those
 // messages once the cursor is older than scanPurgeAfter, as the drain of
 // a claim did: nothing else would (the holder that committed them
 // crashed before its purge, say). An id with an uncommitted message it

@@ -80,8 +80,8 @@ func (wk *Worker) feed(ctx context.Context, wg *sync.WaitGroup, cand chan<- cand
 	}
 	if wk.sweep != nil {
 		wg.Go(func() {
-			// While the sweep does not run each id purges its own (3.10
-			// point 5): it starts again after a failure (its cursor watch
+			// While the sweep does not run each id purges its own
+			// (docs/design/pipeline.md point 5): it starts again after a failure (its cursor watch
 			// could not be made, or ended) until ctx ends.
 			backoff := 500 * time.Millisecond
 			for {

@@ -14,7 +14,7 @@ const (
 
 // kept holds, for each id the worker does not hold, every message of it
 // that the worker's consumer read, while it can vouch that they are all
-// of the id's stored messages (docs/design.md 3.10 point 6): the consumer
+// of the id's stored messages (docs/design/pipeline.md point 6): the consumer
 // reads every mailbox from the stream's first message on, so the first
 // message of an id it sees is the id's first stored one, and from then on
 // it sees every later one. When the worker then claims the id, its first
@@ -33,7 +33,7 @@ const (
 // partitions the worker serves are kept, and what is kept of an id goes
 // when a subscription to its partition here ended since the first of them
 // (addSince, takeSince), and all of it when the connection reconnected
-// (reset) (docs/design.md 3.13, "The first delivery"). There an id is gone
+// (reset) (docs/design/partitions.md, "The first delivery"). There an id is gone
 // only while another node holds it (nothing is kept for it), until the
 // watch shows it free.
 //

@@ -17,8 +17,8 @@ import (
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
-// parts is the feed of a worker of a partitioned world (docs/design.md
-// 3.13): instead of one consumer of every post, core subscriptions to the
+// parts is the feed of a worker of a partitioned world
+// (docs/design/partitions.md): instead of one consumer of every post, core subscriptions to the
 // posts the mailbox stream republishes to the partitions this worker
 // serves (those whose first choice it is among the live nodes), and to the
 // posts of each id it holds outside them. A message of a held id goes to

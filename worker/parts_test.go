@@ -25,7 +25,7 @@ import (
 // its own connection as processes would be. Once they have listed each
 // other each serves some of the partitions; posts made while they run
 // reach about one worker each, not all three (what partitions are for:
-// docs/design.md 3.13), and are all delivered, in order within an epoch,
+// docs/design/partitions.md), and are all delivered, in order within an epoch,
 // never by two handlers at once. One worker loses some republished posts
 // on the way (a fault the server cannot be made to cause: core NATS
 // delivery lost), which the next post of the id shows as a gap; another
@@ -330,7 +330,7 @@ func TestPartitioned_ListedIDs(t *testing.T) {
 // TestPartitioned_FirstDeliveryFromPosts: a partitioned world's worker
 // keeps the posts of its partitions' ids nobody holds, and an id's first
 // delivery after its claim hands them out without reading the mailbox
-// (docs/design.md 3.13, "The first delivery"). When the worker did not
+// (docs/design/partitions.md, "The first delivery"). When the worker did not
 // get a post (lost on the way: a test hook, core NATS loses nothing on
 // demand), the next one names it, and the first delivery drains from the
 // cursor: every message once, in order. The posts wait for the scan at

@@ -246,8 +246,8 @@ func takeInbox(msgs []*jetstream.RawStreamMsg, inbox chan *jetstream.RawStreamMs
 // handed out: a drain that ran meanwhile read them) needs no drain, and
 // leaves msgs whole after the holding's position: each message after it
 // reached the inbox, in stream order, or it would have been dropped too,
-// and so be at or below that highest one (design 3.10, "An inbox that
-// overflows"). A drain that outlasts its inbox overflows it; the inbox
+// and so be at or below that highest one (docs/design/pipeline.md point 1,
+// "An inbox that overflows"). A drain that outlasts its inbox overflows it; the inbox
 // then grows (holding.grow).
 func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.RawStreamMsg) (drain.Result, error) {
 	if h.whole {

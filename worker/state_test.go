@@ -162,7 +162,7 @@ func testCountersThroughTakeovers(t *testing.T, tg testutil.Target) {
 // taken); every counter ends exact. Posts are made only while the server
 // is up, so that each counts once. The last restart comes after the last
 // posts. On a partitioned world (the default of fencepost world add,
-// docs/design.md 3.13) a republished post lost with the server's
+// docs/design/partitions.md) a republished post lost with the server's
 // connections, if any, has no later post to show it: only the
 // reconnect's scan or a restarted worker's first scan would.
 func TestState_CountersExactThroughServerRestarts(t *testing.T) {

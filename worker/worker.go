@@ -274,7 +274,7 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	switch {
 	case w.Config.Partitions > 0 && len(wk.ids) <= maxListed:
 		// Nothing here reads every post: no sweep, and each id purges
-		// its own (3.13). A worker of a list subscribes to its ids'
+		// its own (docs/design/partitions.md). A worker of a list subscribes to its ids'
 		// posts (wk.ids; nil: the partitions it serves).
 		wk.parts = newParts(w.Name, w.Config.Partitions, wk.ids)
 	case len(cfg.IDs) == 0 && w.Config.Purge != world.PurgeByServer:

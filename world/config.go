@@ -69,7 +69,7 @@ type Config struct {
 	// Partitions, if not 0, has the mailbox stream republish every post
 	// to one of this many partitions by its id, so that each worker reads
 	// the posts of the partitions it serves instead of every post
-	// (docs/design.md 3.13). 0 is none: every worker reads every post.
+	// (docs/design/partitions.md). 0 is none: every worker reads every post.
 	// The library's zero value stays none; the commands that create a
 	// world (world add, fencepostd, bench, verify) give it PartitionsFor
 	// its replicas unless told otherwise.
@@ -107,7 +107,7 @@ const DefaultPartitions = 64
 // PartitionsFor is the partitions a new world of these replicas gets when
 // none are asked for: DefaultPartitions on one replica, none on more. A
 // replicated mailbox stream's new leader may not republish what the old
-// one stored (docs/design.md 3.13, "The default"); such a loss is found
+// one stored (docs/design/partitions.md, "The default"); such a loss is found
 // only at the id's next post, a reconnect or a scan, so replicated worlds
 // are partitioned only when asked.
 func PartitionsFor(replicas int) int {

@@ -27,7 +27,7 @@ import (
 //
 //   - raw: post, one pull consumer of every subject, batches of 1,000,
 //     one acknowledgement per batch (the bench's raw side in fan-in);
-//   - purge: today's layout (3.13): the mailbox stream republishes each
+//   - purge: today's layout (docs/design/partitions.md): the mailbox stream republishes each
 //     post to its partition, read by a core subscription per worker; a
 //     message leaves by a purge of its id's subject once the fenced
 //     commit that covers it was accepted;

@@ -62,7 +62,8 @@ type republished struct {
 
 // TestServerIndex_UnderHeadPurges checks the answers of the server's
 // per-subject index that the reads of a partitioned world rest on
-// (docs/design.md 3.13 points 2 and 3), and that what it stores is what
+// (docs/design/partitions.md, "Why no message is skipped",
+// points 2 and 3), and that what it stores is what
 // it was told to keep, while posts flow Zipf-distributed to many ids,
 // each post is purged with its id's older ones some time after it was
 // acknowledged (as a holding purges what it committed), and every

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Partitioned delivery (docs/design.md 3.13). A world created with
+// Partitioned delivery (docs/design/partitions.md). A world created with
 // partitions has its mailbox stream republish every post, once stored, to
 // fp.<world>.rp.<partition>.<eid>: the stream's RePublish, whose partition
 // transform puts the post's id token in one of n partitions. The stored

@@ -40,17 +40,17 @@ func ciScenarios() []scenario {
 	// live, and the server crashed once; every counter must end exact.
 	counter := mk("counter", ServerInterval, false, OwnerKill, OwnerSeize, OwnerStop, OwnerSeize, ServerCrash, OwnerKill, OwnerStop, OwnerSeize, OwnerKill, OwnerStop)
 	counter.Counter = true
-	// A partitioned world (3.13): owners of every id, each reading the
+	// A partitioned world (docs/design/partitions.md): owners of every id, each reading the
 	// posts of its partitions; killed and stopped as in owners, and cut
 	// off through the proxy, which loses republished posts on the way.
 	partitioned := mk("partitioned", Single, true, OwnerKill, ProxyCut, OwnerStop, OwnerKill, ProxyLatency, OwnerStop, ProxyCut)
 	partitioned.Partitions = 16
 	// The same, its owners workers of the list of every id: each
-	// subscribes to each id's posts (3.13).
+	// subscribes to each id's posts (docs/design/partitions.md).
 	listed := partitioned
 	listed.Name, listed.Listed = "partitioned-listed", true
 	// Counter on the world fencepost world add makes on one replica: 64
-	// partitions (3.13, "The default"), the server crashed under it.
+	// partitions (docs/design/partitions.md, "The default"), the server crashed under it.
 	counterParts := counter
 	counterParts.Name, counterParts.Partitions = "counter-partitioned", world.DefaultPartitions
 	scs := []scenario{
@@ -139,7 +139,7 @@ func extraScenarios() []scenario {
 			out = append(out, bucket, mailbox, heal, silent, asym, long, asymLong)
 		}
 		if sc.Name == "cluster" {
-			// A partitioned world on R3 (3.13): members killed under
+			// A partitioned world on R3 (docs/design/partitions.md): members killed under
 			// owners of every id, each reading its partitions' republished
 			// posts, which a new stream leader may not republish.
 			parts := sc

@@ -111,11 +111,11 @@ type scenario struct {
 	Counter bool
 	// Partitions creates the world with that many partitions, and the
 	// owners serve every id (not a list of ids), so that each reads the
-	// posts of its partitions (docs/design.md 3.13).
+	// posts of its partitions (docs/design/partitions.md).
 	Partitions int
 	// Listed: on a partitioned world, the owners serve the list of every
 	// mailbox id instead, so that each subscribes to each id's posts
-	// (3.13, a worker of a list of ids).
+	// (docs/design/partitions.md, "Who reads what").
 	Listed bool
 }
 

@@ -34,16 +34,16 @@ func soakScenarios(round time.Duration) []scenario {
 	// id's messages in its state; every counter must end exact.
 	counter := mk("counter", ServerInterval, true, OwnerKill, OwnerSeize, OwnerStop, ProxyCut, OwnerSeize, ServerCrash, OwnerKill, OwnerStop, OwnerSeize, ProxyRefuse)
 	counter.Counter = true
-	// The same on the default world of one replica: 64 partitions (3.13).
+	// The same on the default world of one replica: 64 partitions (docs/design/partitions.md).
 	counterParts := counter
 	counterParts.Name, counterParts.Partitions = "counter-partitioned", world.DefaultPartitions
 	scs = append(scs, counter, counterParts)
-	// A partitioned world (docs/design.md 3.13): owners of every id, each
+	// A partitioned world (docs/design/partitions.md): owners of every id, each
 	// reading the republished posts of its partitions, under the mixed
 	// faults (a cut connection loses republished posts on the way).
 	partitioned := mk("partitioned", ServerInterval, true, OwnerKill, ProxyCut, OwnerStop, ProxyLatency, OwnerKill, ServerCrash, OwnerStop, ProxyRefuse)
 	partitioned.Partitions = 16
-	// The same, its owners workers of the list of every id (3.13).
+	// The same, its owners workers of the list of every id (docs/design/partitions.md).
 	listed := partitioned
 	listed.Name, listed.Listed = "partitioned-listed", true
 	scs = append(scs, partitioned, listed)
