@@ -106,7 +106,7 @@ type Config struct {
 	KillLeaders bool
 	// Partitions, if not 0, creates ours' world with that many partitions:
 	// each worker reads the posts of the partitions it serves, not every
-	// post (world.Config.Partitions, docs/design.md 3.13). PartitionsDefault
+	// post (world.Config.Partitions, docs/design/partitions.md). PartitionsDefault
 	// gives it world.PartitionsFor its replicas, as fencepost world add
 	// does.
 	Partitions int

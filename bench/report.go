@@ -59,7 +59,7 @@ type Report struct {
 	// OwnersCPUPerMsgUs is the part of CPUPerMsgUs spent in the owner
 	// processes (takeover, handoff, zipf, counter): their own CPU time, over
 	// their whole lives (the raw rounds they sat through included), per
-	// delivered message. Each owner reads every post (docs/design.md 3.10):
+	// delivered message. Each owner reads every post (docs/design/pipeline.md):
 	// compare --owners 1 and 3.
 	OwnersCPUPerMsgUs float64 `json:"owners_cpu_us_per_msg,omitempty"`
 

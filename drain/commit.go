@@ -221,7 +221,7 @@ func (p *purgeLater) request(d *Drainer, subj string, below uint64) {
 // each commit by more than the grace while it moves steadily: 200,000 ids
 // with one message each, drained at once by 4 workers, made 200,000 purges
 // of one subject each (a search of the interleaved stream each) and
-// saturated the server (bench/scale, docs/design.md 3.10).
+// saturated the server (bench/scale, docs/design/pipeline.md point 5).
 func leaveToSweeps(sweptAt, swept, below uint64) bool {
 	return swept < below && swept > sweptAt
 }

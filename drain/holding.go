@@ -236,7 +236,7 @@ func (h *Holding) handOut(ctx context.Context, r *run, msgs []*jetstream.RawStre
 // and without repeats, in stream order; whole says whether it holds every
 // message of the id stored after pos up to its last. A message that says
 // which message of its subject was stored before it (wire.HeaderLastSeq: a
-// post republished to a partitioned world's workers, 3.13) proves that
+// post republished to a partitioned world's workers, docs/design/partitions.md) proves that
 // nothing was missed before it when that one is pos or earlier, or the
 // message before it in msgs; a message that does not say (the one
 // consumer of every post, which never skips one) is taken as it comes.
@@ -276,11 +276,11 @@ func following(msgs []*jetstream.RawStreamMsg, pos uint64) (out []*jetstream.Raw
 // Deliver). Otherwise it drains from the cursor, as Drain does.
 //
 // msgs prove that themselves when they name their predecessors (the posts
-// a partitioned world republishes, docs/design.md 3.13): the first one
+// a partitioned world republishes, docs/design/partitions.md): the first one
 // after the cursor names one at or before it, each later one the message
 // before it (following). Messages that do not name theirs are taken as
 // every message of the id stored so far (a worker whose one consumer read
-// every mailbox from the stream's first message on, 3.10 point 6); a
+// every mailbox from the stream's first message on, docs/design/pipeline.md point 6); a
 // caller that cannot vouch for them drains instead.
 func (h *Holding) Start(ctx context.Context, msgs []*jetstream.RawStreamMsg, hd Handler) (Result, error) {
 	h.mu.Lock()

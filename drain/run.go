@@ -389,7 +389,7 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 				// without waiting): written and waited for here, a state
 				// holding's commit is an atomic batch behind the others,
 				// and the id's deliveries waited with it (22 ms per batch
-				// of 226 in the counter bench; design 3.10 point 3).
+				// of 226 in the counter bench; docs/design/pipeline.md point 3).
 				if r.owe != nil {
 					if err := r.owe(next, acked, dead); err != nil {
 						return false, err
