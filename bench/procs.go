@@ -30,7 +30,7 @@ const (
 	FaultTerm  = "term"  // SIGTERM: a graceful stop that releases every id at once (handoff)
 	// FaultNone, alone in Config.Faults, injects none: the owners' cost
 	// without takeovers (what reading every post in every owner process
-	// costs: docs/design/pipeline.md).
+	// costs: docs/design.md 3.10).
 	FaultNone = "none"
 )
 
@@ -354,6 +354,12 @@ func (ps *procSet) fault(ctx context.Context) error {
 			time.AfterFunc(ps.stopFor(), func() {
 				defer ps.conts.Done()
 				_ = p.cmd.Process.Signal(syscall.SIGCONT)
+				if ps.peer != nil {
+					// A woken pcgroups member process serves on (nothing
+					// fences it, unlike an owner): a live process again,
+					// a victim for the next faults.
+					p.planned.Store(false)
+				}
 			})
 		}
 	case FaultSeize:

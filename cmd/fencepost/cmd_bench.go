@@ -434,10 +434,19 @@ func printBenchTable(e *env, r bench.Report) {
 	for k := range r.TakeoverGaps {
 		kinds = append(kinds, k)
 	}
+	for k := range pr.TakeoverGaps {
+		if _, ok := r.TakeoverGaps[k]; !ok {
+			kinds = append(kinds, k)
+		}
+	}
 	sort.Strings(kinds)
 	for _, k := range kinds {
-		g := r.TakeoverGaps[k]
-		fmt.Fprintf(tw, "  %s: %d faults, %d ids, gap p50 / p99 / max ms\t%.1f / %.1f / %.1f\t\t\t\n", k, g.Faults, g.Samples, g.P50, g.P99, g.Max)
+		g, pg := r.TakeoverGaps[k], pr.TakeoverGaps[k]
+		fmt.Fprintf(tw, "  %s: %d faults, %d ids, gap p50 / p99 / max ms\t%.1f / %.1f / %.1f\t\t\t%s\n", k, g.Faults, g.Samples, g.P50, g.P99, g.Max,
+			pc(fmt.Sprintf("%d faults, %d ids: %.1f / %.1f / %.1f", pg.Faults, pg.Samples, pg.P50, pg.P99, pg.Max), ratio(g.P99, pg.P99)))
+		if g.PendingSamples > 0 || pg.PendingSamples > 0 {
+			fmt.Fprintf(tw, "  %s: ids with mail waiting at the fault, gap p99 ms\t%.1f\t\t\t%s\n", k, g.PendingP99, pc(fmt.Sprintf("%.1f", pg.PendingP99), ratio(g.PendingP99, pg.PendingP99)))
+		}
 		fmt.Fprintf(tw, "  %s: until the new claim was stored, p50 / p99 ms\t%.1f / %.1f\t\t\t\n", k, g.ClaimP50, g.ClaimP99)
 	}
 	if r.SelfFences > 0 {
