@@ -30,7 +30,7 @@ const (
 	FaultTerm  = "term"  // SIGTERM: a graceful stop that releases every id at once (handoff)
 	// FaultNone, alone in Config.Faults, injects none: the owners' cost
 	// without takeovers (what reading every post in every owner process
-	// costs: docs/design.md 3.10).
+	// costs: docs/design/pipeline.md).
 	FaultNone = "none"
 )
 
