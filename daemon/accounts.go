@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 )
 
-// The accounts of fencepostd --auth (issue 47; docs/security.md,
+// The accounts of fencepostd --auth (docs/security.md,
 // "Accounts").
 //
 // A NATS permission checks the subject a client publishes to, never the

@@ -23,7 +23,7 @@ import (
 	"github.com/fencepost/fencepost/testkit/testutil"
 )
 
-// The critical class of issue 47: a permission checks the subject a
+// The reply-subject class of attacks: a permission checks the subject a
 // client publishes to, never the reply subject it names, and JetStream
 // answers on that reply subject (a post's acknowledgement, a direct get's
 // stored message with its headers, KV-Operation: DEL included, a

@@ -16,7 +16,7 @@ func SetRetireLate(t interface{ Cleanup(func()) }, d time.Duration) {
 }
 
 // SingleAccountForTest turns an --auth data dir (stopped) back into the
-// layout of the single account, before issue 47: no producers' or owners'
+// layout of the single account of earlier versions: no producers' or owners'
 // account, and every role file, node file and producer file issued by
 // the store account (account.nk) for world w, as that version issued them.
 func SingleAccountForTest(dataDir, w string) error {

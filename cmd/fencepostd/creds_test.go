@@ -55,7 +55,7 @@ func TestDaemon_CredsCommands(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "binds an owner")
 	// An empty --node or --name is refused, and writes nothing: it used
-	// to issue the role-wide owner.creds (issue 47).
+	// to issue the role-wide owner.creds.
 	before, err := os.ReadFile(daemon.CredsFile(data, daemon.RoleOwner))
 	require.NoError(t, err)
 	for _, args := range [][]string{{"--role", "owner", "--node", ""}, {"--role", "owner", "--node="}, {"--role", "producer", "--name", ""}} {

@@ -55,8 +55,8 @@ var handlesUsers = map[string]string{
 // name is spelled outside internal/wire, when a record shape (a struct
 // with a `json:"v"` field) is declared outside it, or when a package other
 // than ownership touches ownership record keys, or when a package not in
-// handlesUsers takes a world's JetStream handles. Issue 13: one package
-// owns the layout.
+// handlesUsers takes a world's JetStream handles. One package owns the
+// layout (docs/design.md section 0).
 func TestLayout_OwnedByWire(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
