@@ -114,7 +114,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	} else if url == "" {
 		url = c.Conn().ConnectedUrl()
 	}
-	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, TTLms: cfg.TTL.Milliseconds(), Auth: cfg.Auth, Cluster: cfg.Cluster, Partitions: cfg.Partitions}
+	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, TTLms: cfg.TTL.Milliseconds(), Auth: cfg.Auth, Cluster: cfg.Cluster, Partitions: cfg.Partitions, Shards: cfg.Shards}
 	if cfg.Replicas > 1 {
 		rep.Replicas = cfg.Replicas
 	}

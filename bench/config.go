@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencepost/fencepost/client"
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -110,6 +111,10 @@ type Config struct {
 	// gives it world.PartitionsFor its replicas, as fencepost world add
 	// does.
 	Partitions int
+	// Shards, if not 0, creates ours' world sharded with that many shards
+	// (world.Config.Shards): its workers hold shards, not ids, and the
+	// world has no partitions.
+	Shards int
 	// Peer is a third side, alternated with fencepost and raw in every
 	// round: PeerPcgroups runs the same producers against orbit.go's
 	// partitioned consumer groups (pcgroups.go), PeerNone none. "" is
@@ -277,8 +282,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Replicas < 1 || c.Replicas > 5 || (c.Cluster != 0 && c.Replicas > c.Cluster) {
 		return c, fmt.Errorf("bench: replicas %d: use 1 to 5, at most the cluster's members", c.Replicas)
 	}
+	if c.Shards < 0 || c.Shards > wire.MaxShards {
+		return c, fmt.Errorf("bench: shards %d: use 1 to %d (0: a per-id world)", c.Shards, wire.MaxShards)
+	}
+	if c.Shards > 0 && c.Partitions > 0 {
+		return c, fmt.Errorf("bench: a sharded world has no partitions: give --shards or --partitions, not both")
+	}
 	if c.Partitions == PartitionsDefault {
 		c.Partitions = world.PartitionsFor(c.Replicas)
+		if c.Shards > 0 {
+			c.Partitions = 0
+		}
 	}
 	if err := c.peerDefaults(); err != nil {
 		return c, err

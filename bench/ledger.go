@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -36,8 +39,23 @@ import (
 // is allowed by at-least-once delivery (a paused owner's batch, or a
 // forced seize of a live owner, is handed out until the refused commit
 // stops it), and is reported, not failed.
+//
+// In a sharded world (shards > 0) the unit of ownership is the shard: the
+// records, epochs and cursors are the shard units' (wire.ShardUnit), and a
+// shard's cursor (wire.ShardCursor) covers many ids' messages at once. A
+// shard cursor write accepted under the shard record's epoch E is
+// legitimate only if every message of the shard it newly covers (covered
+// by it, not by the shard's previous stored cursor) was delivered under E
+// before the broker stored the write; a message it covers that no handler
+// received under E is a stale commit, and one no handler received at all
+// is also lost. The ledger learns the messages of each shard from the
+// producers' acknowledgements (posted), and checks once every post and
+// delivery report is in. Stale deliveries and takeovers are the shard
+// unit's: a delivery of any id of the shard under E after the shard's
+// record named a newer epoch.
 type ledger struct {
-	world string
+	world  string
+	shards int // the world's shards; 0: a per-id world
 
 	mu       sync.Mutex
 	lastSeq  uint64               // of the bucket stream, processed
@@ -51,6 +69,34 @@ type ledger struct {
 	times    map[idEpoch][]int64      // handler start times (unix nanos) per holding
 	measured int64                    // deliveries reported that count (not warm-ups)
 	err      error
+
+	// Sharded worlds only.
+	where        map[string]idShard       // id -> its shard and token (a cache)
+	posts        map[int][]shardPost      // per shard: the messages posted to it, in any order
+	shardCursor  map[int]wire.ShardCursor // per shard: the last cursor stored
+	shardCommits []shardCommit            // cursor writes that changed a shard's cursor, in stream order
+}
+
+type idShard struct {
+	q   int
+	eid string
+}
+
+// shardPost is one message posted to a shard: its stream sequence and its
+// id's token.
+type shardPost struct {
+	seq uint64
+	eid string
+}
+
+// shardCommit is a write of shard q's cursor (cur) over the one stored
+// before it (prev), checked against the shard record the broker held then.
+type shardCommit struct {
+	q         int
+	prev, cur wire.ShardCursor
+	epoch     uint64
+	held      bool
+	at        int64 // the server's timestamp of the write, unix nanos
 }
 
 type recState struct {
@@ -91,13 +137,64 @@ type idEpoch struct {
 
 func newLedger(worldName string) *ledger {
 	return &ledger{
-		world:  worldName,
-		cur:    map[string]recState{},
-		newer:  map[string][]epochAt{},
-		cursor: map[string]uint64{},
-		more:   map[uint64][]deliveredBy{},
-		times:  map[idEpoch][]int64{},
+		world:       worldName,
+		cur:         map[string]recState{},
+		newer:       map[string][]epochAt{},
+		cursor:      map[string]uint64{},
+		more:        map[uint64][]deliveredBy{},
+		times:       map[idEpoch][]int64{},
+		where:       map[string]idShard{},
+		posts:       map[int][]shardPost{},
+		shardCursor: map[int]wire.ShardCursor{},
 	}
+}
+
+// newShardLedger is the ledger of a world of n shards (0: per-id).
+func newShardLedger(worldName string, n int) *ledger {
+	l := newLedger(worldName)
+	l.shards = n
+	return l
+}
+
+// shardOf is id's shard and token. l.mu is held; a sharded world only.
+func (l *ledger) shardOf(id string) idShard {
+	s, ok := l.where[id]
+	if !ok {
+		eid := wire.EncodeID(id)
+		s = idShard{q: wire.Partition(eid, l.shards), eid: eid}
+		l.where[id] = s
+	}
+	return s
+}
+
+// unitOf is the unit whose record owns id: the id itself in a per-id
+// world, its shard's unit in a sharded one. l.mu is held.
+func (l *ledger) unitOf(id string) string {
+	if l.shards == 0 {
+		return id
+	}
+	return wire.ShardUnit(l.shardOf(id).q)
+}
+
+// unit is unitOf for callers outside the ledger: the key of id's record
+// in holders, and of its takeover gaps.
+func (l *ledger) unit(id string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unitOf(id)
+}
+
+// posted records that the stream stored a message to id at seq (its
+// acknowledgement): a sharded world's check needs every message of a
+// shard. A per-id world needs none.
+func (l *ledger) posted(id string, seq uint64) {
+	if l.shards == 0 || seq == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.shardOf(id)
+	l.posts[s.q] = append(l.posts[s.q], shardPost{seq: seq, eid: s.eid})
 }
 
 // ledgerHistory is the history per key the bench gives its world's
@@ -157,6 +254,15 @@ func (l *ledger) follow(ctx context.Context, w *world.World, history int64) erro
 			if err != nil {
 				break
 			}
+			if q, ok := wire.UnitShard(id, l.shards); ok {
+				c, err := wire.DecodeShardCursor(m.Data())
+				if err != nil {
+					l.fail(fmt.Errorf("bench: cursor of shard %d: %w", q, err))
+					break
+				}
+				l.shardCursorWrite(q, c, md.Timestamp)
+				break
+			}
 			c, err := wire.DecodeCursor(m.Data())
 			if err != nil {
 				l.fail(fmt.Errorf("bench: cursor of %q: %w", id, err))
@@ -208,6 +314,22 @@ func (l *ledger) cursorWrite(id string, seq uint64, at time.Time) {
 	l.commits = append(l.commits, commit{id: id, seq: seq, epoch: r.epoch, held: r.held, at: at.UnixNano()})
 }
 
+// shardCursorWrite is a write of shard q's cursor, in stream order: kept
+// with the cursor it replaced and the shard record the broker held at that
+// point, to be checked once every post and delivery is known. A write
+// that changes nothing is not a commit.
+func (l *ledger) shardCursorWrite(q int, c wire.ShardCursor, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev := l.shardCursor[q]
+	if c.Seq == prev.Seq && maps.Equal(c.Pending, prev.Pending) {
+		return
+	}
+	l.shardCursor[q] = c
+	r := l.cur[wire.ShardUnit(q)]
+	l.shardCommits = append(l.shardCommits, shardCommit{q: q, prev: prev, cur: c, epoch: r.epoch, held: r.held, at: at.UnixNano()})
+}
+
 // delivery is a handler call for id's message at stream sequence seq,
 // under epoch, that started at (unix nanos). counted: a measured message
 // (not a warm-up).
@@ -234,14 +356,15 @@ func (l *ledger) delivery(id string, seq, epoch uint64, at int64, counted bool) 
 			l.more[seq] = append(l.more[seq], deliveredBy{e, at})
 		}
 	}
-	k := idEpoch{id, epoch}
+	k := idEpoch{l.unitOf(id), epoch}
 	l.times[k] = append(l.times[k], at)
 	if counted {
 		l.measured++
 	}
 }
 
-// holders is the current record of every id.
+// holders is the current record of every id (every shard unit, in a
+// sharded world: unit says which is an id's).
 func (l *ledger) holders() map[string]recState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -299,6 +422,7 @@ func (l *ledger) check() (verdict, error) {
 			}
 		}
 	}
+	l.checkShards(&v)
 	for k, ts := range l.times {
 		v.deliveries += int64(len(ts))
 		var since int64 // when a newer epoch than k.epoch was stored
@@ -342,6 +466,9 @@ func (l *ledger) explainLoss(id string, n, seq uint64) string {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.shards > 0 {
+		return what + l.explainShardLoss(id, seq)
+	}
 	var from uint64 // the id's cursor before the commit that passed seq
 	for _, c := range l.commits {
 		if c.id != id {
@@ -392,4 +519,122 @@ func pollUntil(ctx context.Context, d time.Duration, cond func() bool) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
+}
+
+// checkShards checks every shard cursor write (see ledger): each message
+// it newly covers must have been delivered under the epoch of the shard's
+// record the write was accepted under, before the write. l.mu is held.
+func (l *ledger) checkShards(v *verdict) {
+	if l.shards == 0 {
+		return
+	}
+	sorted := map[int][]shardPost{}
+	byEID := map[int]map[string][]uint64{}
+	for q, ps := range l.posts {
+		ps = slices.Clone(ps)
+		slices.SortFunc(ps, func(a, b shardPost) int { return cmp.Compare(a.seq, b.seq) })
+		ps = slices.CompactFunc(ps, func(a, b shardPost) bool { return a.seq == b.seq }) // a resent post: one message
+		sorted[q] = ps
+		ids := map[string][]uint64{}
+		for _, p := range ps {
+			ids[p.eid] = append(ids[p.eid], p.seq)
+		}
+		byEID[q] = ids
+	}
+	for _, c := range l.shardCommits {
+		v.commits++
+		bad, n := shardPost{}, 0
+		for _, p := range newlyCovered(c, sorted[c.q], byEID[c.q]) {
+			if !l.deliveredUnder(p.seq, c) {
+				if n == 0 {
+					bad = p
+				}
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		v.staleCommits++
+		if len(v.staleCommitExamples) < 5 {
+			id, _ := wire.DecodeID(bad.eid)
+			by := l.deliveries(bad.seq)
+			what := "never delivered"
+			if len(by) > 0 {
+				what = fmt.Sprintf("delivered (epoch, at) %v", by)
+			}
+			v.staleCommitExamples = append(v.staleCommitExamples, fmt.Sprintf("shard %d cursor %s (over %s) accepted under epoch %d (held %v) at %d covers %d message(s) not delivered under that epoch before it: %q at mailbox sequence %d %s",
+				c.q, cursorText(c.cur), cursorText(c.prev), c.epoch, c.held, c.at, n, id, bad.seq, what))
+		}
+	}
+}
+
+// newlyCovered are the messages of c's shard (ps: sorted by sequence;
+// byEID: their sequences per id token, sorted) that c.cur covers and
+// c.prev did not.
+func newlyCovered(c shardCommit, ps []shardPost, byEID map[string][]uint64) []shardPost {
+	var out []shardPost
+	// Above the previous mark: every message up to the new mark that the
+	// new cursor does not except.
+	i, _ := slices.BinarySearchFunc(ps, c.prev.Seq+1, func(p shardPost, seq uint64) int { return cmp.Compare(p.seq, seq) })
+	for ; i < len(ps) && ps[i].seq <= c.cur.Seq; i++ {
+		if c.cur.Committed(ps[i].eid, ps[i].seq) {
+			out = append(out, ps[i])
+		}
+	}
+	// At or below it: the messages the previous cursor excepted.
+	for eid, p := range c.prev.Pending {
+		seqs := byEID[eid]
+		j, _ := slices.BinarySearch(seqs, p.Seq)
+		for ; j < len(seqs) && seqs[j] <= c.prev.Seq; j++ {
+			if c.cur.Committed(eid, seqs[j]) {
+				out = append(out, shardPost{seq: seqs[j], eid: eid})
+			}
+		}
+	}
+	return out
+}
+
+// deliveredUnder says whether the message at seq was delivered under the
+// epoch of the record c was accepted under, before c was stored. l.mu is
+// held.
+func (l *ledger) deliveredUnder(seq uint64, c shardCommit) bool {
+	if !c.held {
+		return false
+	}
+	for _, d := range l.deliveries(seq) {
+		if d.epoch == uint32(c.epoch) && d.at <= c.at+int64(clockTolerance) {
+			return true
+		}
+	}
+	return false
+}
+
+// explainShardLoss is explainLoss in a sharded world: the first write of
+// the id's shard cursor that covered the message, or that none did. l.mu
+// is held.
+func (l *ledger) explainShardLoss(id string, seq uint64) string {
+	s := l.shardOf(id)
+	for _, c := range l.shardCommits {
+		if c.q != s.q || !c.cur.Committed(s.eid, seq) {
+			continue
+		}
+		return fmt.Sprintf("committed without a delivery: shard %d's cursor moved from %s to %s under epoch %d (held %v) at %s", s.q, cursorText(c.prev), cursorText(c.cur), c.epoch, c.held, time.Unix(0, c.at).UTC().Format("15:04:05.000")) + l.deliveredAt(seq)
+	}
+	return fmt.Sprintf("removed with no commit covering it: shard %d's cursor reached %s only", s.q, cursorText(l.shardCursor[s.q])) + l.deliveredAt(seq)
+}
+
+// cursorText is a shard cursor in a few words: its mark and its pending
+// ids' first sequences.
+func cursorText(c wire.ShardCursor) string {
+	if len(c.Pending) == 0 {
+		return fmt.Sprintf("%d", c.Seq)
+	}
+	eids := slices.Sorted(maps.Keys(c.Pending))
+	parts := make([]string, 0, len(eids))
+	for _, eid := range eids {
+		id, _ := wire.DecodeID(eid)
+		parts = append(parts, fmt.Sprintf("%q from %d", id, c.Pending[eid].Seq))
+	}
+	return fmt.Sprintf("%d except %s", c.Seq, strings.Join(parts, ", "))
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencepost/fencepost/internal/wire"
 )
 
 // TestLedgerCountsStaleCommit feeds the ledger the history of a takeover in
@@ -172,6 +174,174 @@ func FuzzParseOwnerLine(f *testing.F) {
 			}
 		default:
 			t.Fatalf("%q accepted as kind %q", s, l.kind)
+		}
+	})
+}
+
+// shardIDs are two ids of one shard of a world of n shards, one of another
+// shard, and the first shard.
+func shardIDs(t *testing.T, n int) (a, b, other string, q int) {
+	t.Helper()
+	byShard := map[int][]string{}
+	for i := 0; i < 1000; i++ {
+		id := "id-" + strconv.Itoa(i)
+		s := wire.ShardOf(id, n)
+		byShard[s] = append(byShard[s], id)
+		if len(byShard[s]) == 2 {
+			for s2, ids := range byShard {
+				if s2 != s {
+					return byShard[s][0], byShard[s][1], ids[0], s
+				}
+			}
+		}
+	}
+	t.Fatal("no two ids share a shard")
+	return
+}
+
+// TestLedgerShardCommits feeds the ledger of a sharded world synthetic
+// histories in broker order: a shard cursor that newly covers a message
+// delivered only under an older epoch, or never delivered, is a stale
+// commit (the second is also explained as a loss); a takeover whose new
+// holder delivers what it commits passes, and so do exceptions for a
+// pending id.
+func TestLedgerShardCommits(t *testing.T) {
+	const n = 4
+	a, b, other, q := shardIDs(t, n)
+	unit := wire.ShardUnit(q)
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	ns := func(d time.Duration) int64 { return at(d).UnixNano() }
+	ms := time.Millisecond
+	cur := func(seq uint64) wire.ShardCursor { return wire.ShardCursor{Seq: seq} }
+	// start: epoch 1 holds the shard; a posts 10 and 12, b 11 and 13; other
+	// (another shard) posts 14. Epoch 1 delivers 10 and 11 and commits 11.
+	start := func() *ledger {
+		l := newShardLedger("w", n)
+		for id, seqs := range map[string][]uint64{a: {10, 12}, b: {11, 13}, other: {14}} {
+			for _, s := range seqs {
+				l.posted(id, s)
+			}
+		}
+		l.record(unit, recState{epoch: 1, node: "n1", held: true}, t0)
+		l.delivery(a, 10, 1, ns(ms), true)
+		l.delivery(b, 11, 1, ns(2*ms), true)
+		l.shardCursorWrite(q, cur(11), at(3*ms))
+		return l
+	}
+	check := func(t *testing.T, l *ledger, commits, stale int64) verdict {
+		t.Helper()
+		v, err := l.check()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.commits != commits || v.staleCommits != stale {
+			t.Errorf("%d commits, %d stale; want %d and %d: %v", v.commits, v.staleCommits, commits, stale, v.staleCommitExamples)
+		}
+		return v
+	}
+
+	t.Run("takeover", func(t *testing.T) {
+		l := start()
+		// Epoch 1 delivers 12 (not committed); n2 takes over at epoch 2
+		// and delivers 12 and 13 again, then commits 13.
+		l.delivery(a, 12, 1, ns(4*ms), true)
+		l.record(unit, recState{epoch: 2, node: "n2", held: true}, at(5*ms))
+		l.delivery(a, 12, 2, ns(6*ms), true)
+		l.delivery(b, 13, 2, ns(7*ms), true)
+		l.shardCursorWrite(q, cur(13), at(8*ms))
+		// A write that changes nothing is no commit.
+		l.shardCursorWrite(q, cur(13), at(9*ms))
+		check(t, l, 2, 0)
+		if v, _ := l.check(); v.takeoverIDs != 1 {
+			t.Errorf("%d units taken over, want 1", v.takeoverIDs)
+		}
+	})
+
+	t.Run("delivered only under an older epoch", func(t *testing.T) {
+		l := start()
+		l.delivery(a, 12, 1, ns(4*ms), true)
+		l.delivery(b, 13, 1, ns(4*ms), true)
+		l.record(unit, recState{epoch: 2, node: "n2", held: true}, at(5*ms))
+		// A broken fence lets n1's commit of 13 through under epoch 2's
+		// record: 12 and 13 were delivered under epoch 1 only.
+		l.shardCursorWrite(q, cur(13), at(6*ms))
+		v := check(t, l, 2, 1)
+		if len(v.staleCommitExamples) != 1 || !strings.Contains(v.staleCommitExamples[0], "covers 2 message(s)") {
+			t.Errorf("examples %q", v.staleCommitExamples)
+		}
+		// n2 delivers them afterwards: too late to excuse that commit.
+		l.delivery(a, 12, 2, ns(10*ms), true)
+		l.delivery(b, 13, 2, ns(10*ms), true)
+		check(t, l, 2, 1)
+	})
+
+	t.Run("never delivered", func(t *testing.T) {
+		l := start()
+		// The holder commits past 12 and 13, having delivered 12 only.
+		l.delivery(a, 12, 1, ns(4*ms), true)
+		l.shardCursorWrite(q, cur(13), at(5*ms))
+		v := check(t, l, 2, 1)
+		if len(v.staleCommitExamples) != 1 || !strings.Contains(v.staleCommitExamples[0], "never delivered") {
+			t.Errorf("examples %q", v.staleCommitExamples)
+		}
+		if why := l.explainLoss(b, 4, 13); !strings.Contains(why, "committed without a delivery") || !strings.Contains(why, "from 11 to 13") {
+			t.Errorf("explained as %q", why)
+		}
+	})
+
+	t.Run("delivered after the commit", func(t *testing.T) {
+		l := start()
+		l.shardCursorWrite(q, cur(12), at(4*ms))
+		l.delivery(a, 12, 1, ns(4*ms)+int64(clockTolerance)+1, true)
+		check(t, l, 2, 1)
+	})
+
+	t.Run("released record", func(t *testing.T) {
+		l := start()
+		l.delivery(a, 12, 1, ns(4*ms), true)
+		l.record(unit, recState{epoch: 1, node: "n1", held: false}, at(5*ms))
+		l.shardCursorWrite(q, cur(12), at(6*ms))
+		check(t, l, 2, 1)
+	})
+
+	t.Run("pending id", func(t *testing.T) {
+		l := start()
+		// b fails at 13: the cursor passes 13 excepting b from 13, having
+		// delivered a's 12. Then b's 13 is delivered and the exception
+		// goes: that write newly covers 13, delivered: legitimate.
+		l.delivery(a, 12, 1, ns(4*ms), true)
+		l.delivery(b, 13, 1, ns(4*ms), true) // failed
+		pend := wire.ShardCursor{Seq: 13, Pending: map[string]wire.PendingID{wire.EncodeID(b): {Seq: 13, Failures: 1, Error: "x"}}}
+		l.shardCursorWrite(q, pend, at(5*ms))
+		l.delivery(b, 13, 1, ns(6*ms), true)
+		l.shardCursorWrite(q, cur(13), at(7*ms))
+		check(t, l, 3, 0)
+	})
+
+	t.Run("pending id never delivered again", func(t *testing.T) {
+		// The exception of b from 11 is dropped while 11 was delivered
+		// under epoch 1 only, and the record is at epoch 2 since.
+		pend := wire.ShardCursor{Seq: 11, Pending: map[string]wire.PendingID{wire.EncodeID(b): {Seq: 11, Failures: 1, Error: "x"}}}
+		l := newShardLedger("w", n)
+		l.posted(a, 10)
+		l.posted(b, 11)
+		l.record(unit, recState{epoch: 1, node: "n1", held: true}, t0)
+		l.delivery(a, 10, 1, ns(ms), true)
+		l.delivery(b, 11, 1, ns(ms), true) // failed
+		l.shardCursorWrite(q, pend, at(2*ms))
+		l.record(unit, recState{epoch: 2, node: "n2", held: true}, at(3*ms))
+		l.shardCursorWrite(q, cur(11), at(4*ms))
+		check(t, l, 2, 1)
+	})
+
+	t.Run("other shards unaffected", func(t *testing.T) {
+		l := start()
+		// other's shard is never committed: nothing of it is checked, and
+		// its message is explained as removed without a commit.
+		check(t, l, 1, 0)
+		if why := l.explainLoss(other, 5, 14); !strings.Contains(why, "removed with no commit covering it") {
+			t.Errorf("explained as %q", why)
 		}
 	})
 }

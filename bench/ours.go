@@ -32,8 +32,8 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 			r.close()
 		}
 	}()
-	wcfg := world.Config{MaxMsgSize: 4096, MinTTL: min(cfg.TTL, time.Second), Replicas: cfg.Replicas, Partitions: cfg.Partitions}
-	if cfg.auth != nil {
+	wcfg := world.Config{MaxMsgSize: 4096, MinTTL: min(cfg.TTL, time.Second), Replicas: cfg.Replicas, Partitions: cfg.Partitions, Shards: cfg.Shards}
+	if cfg.auth != nil && cfg.Shards == 0 {
 		wcfg.Purge = world.PurgeByServer // as fencepostd --auth creates its world: owners may not purge
 	}
 	w, err := c.CreateWorld(ctx, tag, wcfg)
@@ -55,7 +55,7 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 	} else {
 		r.clean = append(r.clean, removeWith(func(ctx context.Context) error { return c.RemoveWorld(ctx, tag) }))
 	}
-	led := newLedger(tag)
+	led := newShardLedger(tag, cfg.Shards)
 	lctx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
 	r.clean = append(r.clean, stopLedger)
 	history := int64(ledgerHistory)
@@ -83,15 +83,16 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 			}
 		}()
 		// Warm-up: one message per id (number 0, not counted), then wait
-		// until an owner holds every id. Not in zipf: claiming its ids as
-		// mail arrives is part of the work there, as in fan-in.
+		// until an owner holds every id (in a sharded world, every id's
+		// shard). Not in zipf: claiming its ids as mail arrives is part of
+		// the work there, as in fan-in.
 		if cfg.Scenario == ScenarioZipf {
 			break
 		}
-		if err := warmUp(ctx, post, ids, func() bool {
+		if err := warmUp(ctx, post, ids, led.posted, func() bool {
 			recs := led.holders()
 			for _, id := range ids {
-				if !recs[id].held {
+				if !recs[led.unit(id)].held {
 					return false
 				}
 			}
@@ -111,6 +112,9 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 		}
 		return func() (uint64, error) {
 			a, err := p.Wait(ctx)
+			if err == nil {
+				led.posted(id, a.Seq)
+			}
 			return a.Seq, err
 		}, nil
 	}
@@ -122,6 +126,9 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 			}
 			return func(ctx context.Context) (uint64, error) {
 				a, err := p.Wait(ctx)
+				if err == nil {
+					led.posted(id, a.Seq)
+				}
 				return a.Seq, err
 			}, nil
 		})
@@ -223,10 +230,16 @@ func startWorkers(ctx context.Context, c *client.Client, w *client.World, cfg Co
 		cfg worker.Config
 	}
 	var specs []spec
-	if cfg.Scenario == ScenarioFanIn {
+	if cfg.Scenario == ScenarioFanIn || cfg.Shards > 0 {
 		// Each worker of the pool is a node of its own, with a connection
-		// of its own (as separate processes would have).
-		for i := range cfg.Workers {
+		// of its own (as separate processes would have). A sharded world's
+		// workers serve shards, not a list of ids: steady gets a pool of
+		// as many nodes as it has ids.
+		nodes := cfg.Workers
+		if cfg.Scenario != ScenarioFanIn {
+			nodes = len(ids)
+		}
+		for i := range nodes {
 			nc, err := c.Conn().Opts.Connect()
 			if err != nil {
 				return fmt.Errorf("bench: a pool worker's connection: %w", err)
@@ -297,9 +310,26 @@ func startWorkers(ctx context.Context, c *client.Client, w *client.World, cfg Co
 		})
 	}
 	// Warm-up: one message per id (number 0, not counted), then wait until
-	// every worker holds its id, so that the figures are of the steady
-	// state, not of the first claims.
-	return warmUp(ctx, w, ids, func() bool {
+	// every worker holds its id (in a sharded world, until every id's
+	// shard is held by one of the pool), so that the figures are of the
+	// steady state, not of the first claims.
+	if cfg.Shards > 0 {
+		return warmUp(ctx, w, ids, led.posted, func() bool {
+			held := map[string]bool{}
+			for _, wk := range wks {
+				for _, u := range wk.Held() {
+					held[u] = true
+				}
+			}
+			for _, id := range ids {
+				if !held[led.unit(id)] {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	return warmUp(ctx, w, ids, led.posted, func() bool {
 		for _, wk := range wks {
 			if len(wk.Held()) != 1 {
 				return false
@@ -309,11 +339,15 @@ func startWorkers(ctx context.Context, c *client.Client, w *client.World, cfg Co
 	})
 }
 
-func warmUp(ctx context.Context, w *client.World, ids []string, ready func() bool) error {
+// warmUp posts one message (number 0) to every id, telling posted each
+// one's sequence, and waits until ready.
+func warmUp(ctx context.Context, w *client.World, ids []string, posted func(id string, seq uint64), ready func() bool) error {
 	for _, id := range ids {
-		if _, err := w.Queue.Send(ctx, id, make([]byte, 16)); err != nil {
+		p, err := w.Queue.Send(ctx, id, make([]byte, 16))
+		if err != nil {
 			return fmt.Errorf("bench: warm-up send: %w", err)
 		}
+		posted(id, p.Seq)
 	}
 	if err := pollUntil(ctx, 2*time.Minute, ready); err != nil {
 		return errors.New("bench: the owners did not claim their ids within 2 minutes")
@@ -326,10 +360,6 @@ func warmUp(ctx context.Context, w *client.World, ids []string, ready func() boo
 // delivered for the first time.
 func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl time.Duration, counter bool) (int64, error) {
 	const node = "bench-final"
-	ids, err := w.MailboxIDs(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("bench: final drain: %w", err)
-	}
 	var first int64
 	h := func(_ context.Context, m drain.Message) error {
 		at := time.Now().UnixNano()
@@ -342,6 +372,13 @@ func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl 
 			first++
 		}
 		return nil
+	}
+	if w.Shards() > 0 {
+		return first, finalDrainShards(ctx, w, node, ttl, counter, h)
+	}
+	ids, err := w.MailboxIDs(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("bench: final drain: %w", err)
 	}
 	for id := range ids {
 		// Committed messages not purged yet (the workers' sweep runs once
@@ -367,4 +404,57 @@ func finalDrain(ctx context.Context, w *client.World, s *side, led *ledger, ttl 
 		}
 	}
 	return first, nil
+}
+
+// finalDrainShards is the final drain of a sharded world: when mail is
+// still waiting, a worker of its own (node) serves every shard, claiming
+// each one as its last holder releases it or lets it lapse, until no
+// mail waits.
+func finalDrainShards(ctx context.Context, w *client.World, node string, ttl time.Duration, counter bool, h drain.Handler) error {
+	waiting := func() (uint64, error) {
+		st, err := w.Mailboxes.MailTotals(ctx)
+		return st.Depth, err
+	}
+	depth, err := waiting()
+	if err != nil || depth == 0 {
+		return err
+	}
+	wcfg := worker.Config{Node: node, TTL: ttl, Idle: time.Hour}
+	var wk *worker.Worker
+	if counter {
+		wk, err = w.NewStateWorker(wcfg, counting(h))
+	} else {
+		wk, err = w.NewWorker(wcfg, h)
+	}
+	if err != nil {
+		return fmt.Errorf("bench: final drain: %w", err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(wctx) }()
+	var runErr error
+	ended := false
+	err = pollUntil(ctx, 2*ttl+35*time.Second, func() bool {
+		select {
+		case runErr = <-done:
+			ended = true
+			return true
+		default:
+		}
+		var werr error
+		depth, werr = waiting()
+		return werr == nil && depth == 0
+	})
+	stop()
+	switch {
+	case ended:
+		return fmt.Errorf("bench: final drain: the worker stopped with %d messages waiting: %v", depth, runErr)
+	case err != nil:
+		<-done
+		return fmt.Errorf("bench: final drain: %d messages still waiting: %w", depth, err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("bench: final drain: the worker stopped: %w", err)
+	}
+	return nil
 }

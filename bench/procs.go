@@ -253,10 +253,12 @@ func (ps *procSet) onLine(p *proc, line string) {
 			epoch = ps.peer.delivered(p.node, l.id, int(l.epoch))
 		}
 		ps.s.deliverAt(idx, l.n, int64(l.sent), int64(l.at))
+		unit := l.id // the key of the takeover gaps: the unit of the record (a sharded world's shard)
 		if ps.led != nil {
 			ps.led.delivery(l.id, l.seq, l.epoch, int64(l.at), l.n != 0)
+			unit = ps.led.unit(l.id)
 		}
-		ps.observe(l.id, epoch, int64(l.sent), int64(l.at))
+		ps.observe(unit, epoch, int64(l.sent), int64(l.at))
 	}
 }
 

@@ -18,6 +18,8 @@ type Report struct {
 	Auth bool `json:"auth,omitempty"`
 	// Partitions: ours' world had partitions (Config.Partitions).
 	Partitions int `json:"partitions,omitempty"`
+	// Shards: ours' world was sharded (Config.Shards).
+	Shards int `json:"shards,omitempty"`
 	// Cluster is the embedded cluster's members (0: one server), Replicas
 	// the replication of the world's and the raw side's streams.
 	Cluster  int `json:"cluster,omitempty"`

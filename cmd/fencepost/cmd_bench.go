@@ -50,6 +50,7 @@ var benchFlags struct {
 	Owners      int           `name:"owners" placeholder:"N" help:"takeover, handoff, zipf, counter: owner processes (default: the size's)"`
 	OwnerProcs  int           `name:"owner-gomaxprocs" placeholder:"N" help:"takeover, handoff, zipf, counter: GOMAXPROCS of each owner process (default: Go's own, the machine's cores; the owners share the machine with the server and the producers)"`
 	Faults      string        `name:"faults" placeholder:"LIST" complete:"kill,stop,seize,term,none" help:"takeover, handoff, zipf, counter: the faults injected in turn, comma-separated: kill, stop, seize, term; or none (default: the scenario's)"`
+	Shards      int           `name:"shards" placeholder:"N" help:"create fencepost's world sharded, with N shards (1 to 1024; fencepost world add --shards): its workers hold shards, not ids"`
 	Partitions  int           `name:"partitions" placeholder:"N" help:"create fencepost's world with N partitions: each worker reads the posts of the partitions it serves, not every post (fencepost world add --partitions; 0: none; default as world add's: 64 with one replica, none with more)"`
 	Peer        string        `name:"peer" placeholder:"P" complete:"pcgroups,none" help:"a third side, alternated with fencepost and raw JetStream: pcgroups (orbit.go's partitioned consumer groups, a static group with max ack pending 1 for strict per-key order, its members in processes hit by the same faults as fencepost's owners) or none (default: pcgroups, except with counter, --auth and --kill-leaders)"`
 	PeerMembers int           `name:"pcgroups-members" placeholder:"N" help:"members (and partitions) of the pcgroups side's static group (default: --owners with owner processes, the pool's workers in fan-in, the ids in steady)"`
@@ -152,7 +153,7 @@ func runBench(e *env, args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := bench.Config{Scenario: benchFlags.Scenario, Size: benchFlags.Size, IDs: benchFlags.IDs, Duration: benchFlags.Duration, Rounds: benchFlags.Rounds, Log: e.log, Auth: benchFlags.Auth,
-		Cluster: benchFlags.Cluster, Replicas: benchFlags.Replicas, KillLeaders: benchFlags.KillLeaders, Owners: benchFlags.Owners, OwnerGOMAXPROCS: benchFlags.OwnerProcs, Faults: faults, Partitions: partitions}
+		Cluster: benchFlags.Cluster, Replicas: benchFlags.Replicas, KillLeaders: benchFlags.KillLeaders, Owners: benchFlags.Owners, OwnerGOMAXPROCS: benchFlags.OwnerProcs, Faults: faults, Partitions: partitions, Shards: benchFlags.Shards}
 	cfg.Peer, cfg.PcgroupsMembers = benchFlags.Peer, benchFlags.PeerMembers
 	if msg := benchPeer(cfg); msg != "" {
 		return e.usageErr("bench", "%s", msg)
