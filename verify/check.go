@@ -43,10 +43,15 @@ const LinTimeout = 2 * time.Minute
 
 // Check checks a recorded history: testkit/history's checks of
 // deliveries and commits, the fence on every cursor write read from the
-// bucket stream, and the linearizability of the ownership operations.
+// bucket stream, and the linearizability of the ownership operations. A
+// sharded world's run is checked per shard where ownership is the
+// shard's (shards.go).
 func Check(rec *Recorded) Verdict {
 	h := rec.History
 	rep := history.Check(h)
+	if rec.Meta.Shards > 0 {
+		rep = shardReport(rec, rep)
+	}
 	lin := history.CheckOwnership(h.Ops, LinTimeout)
 	v := Verdict{Report: rep, Lin: string(lin.Result), Faults: map[string]int{}, Reasons: []string{}, Examples: []string{}}
 	writes := rep.Commits + len(rec.Unfenced)

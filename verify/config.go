@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fencepost/fencepost/internal/wire"
 )
 
 // Fault kinds Run can inject.
@@ -43,6 +45,7 @@ type Config struct {
 	IDs      int           // mailboxes; default 8, at most MaxIDs
 	Faults   []string      // kinds to inject; nil: all of Faults; empty non-nil: none
 	Replicas int           // 0: 3 if the deployment takes an R3 world, else 1; or 1, 3, 5
+	Shards   int           // 0: a per-id world; else a sharded one of that many shards, 1 to wire.MaxShards
 	Owners   int           // owner processes; default 3
 	TTL      time.Duration // the owners' lease; default 2 s
 	// Final bounds the final full drain; default 60 s.
@@ -109,6 +112,8 @@ func (c Config) Validate() error {
 		return bad("ids %d is outside 1..%d", c.IDs, MaxIDs)
 	case c.Replicas != 0 && c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5:
 		return bad("replicas %d: use 1, 3 or 5", c.Replicas)
+	case c.Shards < 0 || c.Shards > wire.MaxShards:
+		return bad("shards %d is outside 1..%d (0: a per-id world)", c.Shards, wire.MaxShards)
 	case c.Owners < MinOwners || c.Owners > MaxOwners:
 		return bad("owners %d is outside %d..%d", c.Owners, MinOwners, MaxOwners)
 	case c.TTL < MinTTL || c.TTL > MaxTTL:

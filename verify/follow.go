@@ -37,14 +37,16 @@ func (l *commitLog) all() []history.Commit {
 }
 
 // CursorWrite is a cursor write the broker stored, as read from the bucket
-// stream.
+// stream. In a sharded world ID is the shard's unit (wire.ShardUnit),
+// Cursor the shard cursor's mark and Pending its exceptions.
 type CursorWrite struct {
-	ID       string    `json:"id"`
-	Seq      uint64    `json:"bucket_seq"`
-	Cursor   uint64    `json:"cursor"`
-	Revision uint64    `json:"revision"` // the fence's expected record revision; 0: none
-	Subject  string    `json:"subject"`  // the fence's record subject
-	At       time.Time `json:"at"`       // when the follower read it
+	ID       string                    `json:"id"`
+	Seq      uint64                    `json:"bucket_seq"`
+	Cursor   uint64                    `json:"cursor"`
+	Pending  map[string]wire.PendingID `json:"pending,omitempty"`
+	Revision uint64                    `json:"revision"` // the fence's expected record revision; 0: none
+	Subject  string                    `json:"subject"`  // the fence's record subject
+	At       time.Time                 `json:"at"`       // when the follower read it
 }
 
 type recordAt struct {
@@ -58,8 +60,9 @@ type recordAt struct {
 // follower read it (the bucket keeps one revision per key) is skipped and
 // counted.
 type follower struct {
-	world string
-	f     *follow.Follower
+	world  string
+	shards int // the world's; 0: a per-id world
+	f      *follow.Follower
 
 	mu      sync.Mutex
 	records map[uint64]recordAt
@@ -70,8 +73,8 @@ type follower struct {
 	bad     int
 }
 
-func followBucket(ctx context.Context, js jetstream.JetStream, world string) (*follower, error) {
-	f := &follower{world: world, records: map[uint64]recordAt{}}
+func followBucket(ctx context.Context, js jetstream.JetStream, world string, shards int) (*follower, error) {
+	f := &follower{world: world, shards: shards, records: map[uint64]recordAt{}}
 	s, err := js.Stream(ctx, wire.BucketStream(world))
 	if err != nil {
 		return nil, fmt.Errorf("verify: follow the bucket stream: %w", err)
@@ -118,13 +121,25 @@ func (f *follower) onMsg(m jetstream.Msg, md *jetstream.MsgMetadata, err error) 
 		f.records[seq] = recordAt{id: id, node: r.Node, epoch: r.Epoch}
 	case strings.HasPrefix(key, wire.CursorPrefix):
 		id, err1 := wire.KeyID(f.world, wire.CursorPrefix, subj)
-		c, err2 := wire.DecodeCursor(m.Data())
+		var w CursorWrite
+		var err2 error
+		if _, sharded := wire.UnitShard(id, f.shards); sharded {
+			var c wire.ShardCursor
+			c, err2 = wire.DecodeShardCursor(m.Data())
+			w.Cursor, w.Pending = c.Seq, c.Pending
+		} else {
+			var c wire.Cursor
+			c, err2 = wire.DecodeCursor(m.Data())
+			w.Cursor = c.Seq
+		}
 		if err1 != nil || err2 != nil {
 			f.bad++
 			return
 		}
-		rev, _ := strconv.ParseUint(m.Headers().Get(fencing.HeaderExpectedSeq), 10, 64)
-		f.writes = append(f.writes, CursorWrite{ID: id, Seq: seq, Cursor: c.Seq, Revision: rev, Subject: m.Headers().Get(fencing.HeaderExpectedSubject), At: at})
+		w.ID, w.Seq, w.At = id, seq, at
+		w.Revision, _ = strconv.ParseUint(m.Headers().Get(fencing.HeaderExpectedSeq), 10, 64)
+		w.Subject = m.Headers().Get(fencing.HeaderExpectedSubject)
+		f.writes = append(f.writes, w)
 	}
 }
 
@@ -150,9 +165,11 @@ type Coverage struct {
 // commits the owners reported (by bucket sequence) into the commits of
 // the history: each names the holder of the record revision its fence
 // expected, from the record read in the stream, else the owner's report,
-// else a delivery made under that revision. It also returns the writes
+// else a delivery made under that revision (in a sharded world, a
+// delivery of an id of the shard). It also returns the exceptions of
+// each shard cursor written with any, by bucket sequence, and the writes
 // that carried no fence of their id's record.
-func (f *follower) commits(reported []history.Commit, deliveries []history.Delivery) ([]history.Commit, []CursorWrite, Coverage) {
+func (f *follower) commits(reported []history.Commit, deliveries []history.Delivery) ([]history.Commit, map[uint64]map[string]wire.PendingID, []CursorWrite, Coverage) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	cov := Coverage{Read: f.read, Skipped: f.skipped, Bad: f.bad}
@@ -166,9 +183,10 @@ func (f *follower) commits(reported []history.Commit, deliveries []history.Deliv
 	}
 	byRev := map[idRev]history.Delivery{}
 	for _, d := range deliveries {
-		byRev[idRev{d.ID, d.Revision}] = d
+		byRev[idRev{unitOf(d.ID, f.shards), d.Revision}] = d
 	}
 	var out []history.Commit
+	pending := map[uint64]map[string]wire.PendingID{}
 	var unfenced []CursorWrite
 	seen := map[uint64]bool{}
 	for _, w := range f.writes {
@@ -195,6 +213,9 @@ func (f *follower) commits(reported []history.Commit, deliveries []history.Deliv
 		if reportedOK && rep.At.Before(c.At) {
 			c.At = rep.At
 		}
+		if len(w.Pending) > 0 {
+			pending[w.Seq] = w.Pending
+		}
 		out = append(out, c)
 	}
 	for _, c := range reported {
@@ -203,5 +224,14 @@ func (f *follower) commits(reported []history.Commit, deliveries []history.Deliv
 			out = append(out, c)
 		}
 	}
-	return out, unfenced, cov
+	return out, pending, unfenced, cov
+}
+
+// unitOf is the unit whose record owns id in a world of shards shards:
+// the id itself in a per-id world (0), its shard's unit in a sharded one.
+func unitOf(id string, shards int) string {
+	if shards == 0 {
+		return id
+	}
+	return wire.ShardUnit(wire.ShardOf(id, shards))
 }

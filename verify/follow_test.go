@@ -25,7 +25,7 @@ func TestFollower_AttributesAndFlagsUnfenced(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	w := env.World(t, world.Config{})
 	ctx := testutil.Ctx(t, 30*time.Second)
-	fol, err := followBucket(ctx, env.Client.JetStream(), w.Name)
+	fol, err := followBucket(ctx, env.Client.JetStream(), w.Name, 0)
 	require.NoError(t, err)
 	defer fol.stop()
 
@@ -56,7 +56,7 @@ func TestFollower_AttributesAndFlagsUnfenced(t *testing.T) {
 	require.NoError(t, put(3, other.Revision, "y"))      // the fence of y's record
 	require.Error(t, put(4, l.Revision-1, "x"), "stale") // refused by the broker
 
-	commits, unfenced, cov := fol.commits(nil, nil)
+	commits, _, unfenced, cov := fol.commits(nil, nil)
 	require.Len(t, commits, 1)
 	c := commits[0]
 	require.Equal(t, history.Commit{ID: "x", Node: "n1", Epoch: l.Epoch, Revision: l.Revision, Cursor: 1, StreamSeq: c.StreamSeq, At: c.At}, c)

@@ -96,7 +96,14 @@ func serveOwner(ctx context.Context, spec ownerSpec, rep *reporter) error {
 	obs := drain.WithCommitObserver(func(cm drain.Commit) {
 		_ = rep.line("C\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", cm.ID, cm.Node, cm.Epoch, cm.Revision, cm.Cursor, cm.StreamSeq, time.Now().UnixNano())
 	})
-	wk, err := w.NewWorker(worker.Config{Node: spec.Node, TTL: time.Duration(spec.TTLms) * time.Millisecond, IDs: spec.IDs, Log: log, DrainOptions: []drain.Option{obs}}, h)
+	wcfg := worker.Config{Node: spec.Node, TTL: time.Duration(spec.TTLms) * time.Millisecond, IDs: spec.IDs, Log: log, DrainOptions: []drain.Option{obs}}
+	if w.Shards() > 0 {
+		// A sharded world's worker serves the shards the assignment gives
+		// this node, not a list of ids; its commits are read from the
+		// bucket stream (the parent's follower), not reported.
+		wcfg.IDs, wcfg.DrainOptions = nil, nil
+	}
+	wk, err := w.NewWorker(wcfg, h)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/history"
 )
 
@@ -15,6 +16,7 @@ type Meta struct {
 	World           string        `json:"world"`
 	Replicas        int           `json:"replicas"`
 	Partitions      int           `json:"partitions,omitempty"` // the scratch world's (world.PartitionsFor)
+	Shards          int           `json:"shards,omitempty"`     // the scratch world's shards (0: a per-id world)
 	Started         time.Time     `json:"started"`
 	Elapsed         time.Duration `json:"elapsed_ns"`
 	Duration        time.Duration `json:"duration_ns"`
@@ -39,9 +41,13 @@ type FaultEvent struct {
 // Recorded is what a run recorded: the history the checker reads and the
 // figures around it.
 type Recorded struct {
-	Meta        Meta
-	History     history.History
-	Unfenced    []CursorWrite // cursor writes that carried no fence of their id's record
+	Meta     Meta
+	History  history.History
+	Unfenced []CursorWrite // cursor writes that carried no fence of their id's record
+	// Pending are the exceptions of the shard cursors a sharded world's
+	// commits wrote, by the commit's bucket sequence (only those with any:
+	// a commit's Cursor is its shard cursor's mark).
+	Pending     map[uint64]map[string]wire.PendingID
 	Coverage    Coverage
 	FaultEvents []FaultEvent
 	OwnerStarts int64
@@ -84,14 +90,15 @@ type (
 		At       time.Time `json:"at"`
 	}
 	lineCommit struct {
-		T         string    `json:"t"`
-		ID        string    `json:"id"`
-		Node      string    `json:"node"`
-		Epoch     uint64    `json:"epoch"`
-		Revision  uint64    `json:"revision"`
-		Cursor    uint64    `json:"cursor"`
-		StreamSeq uint64    `json:"bucket_seq"`
-		At        time.Time `json:"at"`
+		T         string                    `json:"t"`
+		ID        string                    `json:"id"`
+		Node      string                    `json:"node"`
+		Epoch     uint64                    `json:"epoch"`
+		Revision  uint64                    `json:"revision"`
+		Cursor    uint64                    `json:"cursor"`
+		StreamSeq uint64                    `json:"bucket_seq"`
+		At        time.Time                 `json:"at"`
+		Pending   map[string]wire.PendingID `json:"pending,omitempty"` // a shard cursor's exceptions
 	}
 	lineUnfenced struct {
 		T string `json:"t"`
@@ -135,7 +142,7 @@ func WriteHistory(w io.Writer, rec *Recorded) error {
 		put(lineDelivery{"delivery", d.ID, d.Key, d.Seq, d.Node, d.Epoch, d.Revision, d.At})
 	}
 	for _, c := range h.Commits {
-		put(lineCommit{"commit", c.ID, c.Node, c.Epoch, c.Revision, c.Cursor, c.StreamSeq, c.At})
+		put(lineCommit{"commit", c.ID, c.Node, c.Epoch, c.Revision, c.Cursor, c.StreamSeq, c.At, rec.Pending[c.StreamSeq]})
 	}
 	for _, u := range rec.Unfenced {
 		put(lineUnfenced{"unfenced", u})
@@ -192,6 +199,12 @@ func ReadHistory(r io.Reader) (*Recorded, error) {
 			var c lineCommit
 			if err = json.Unmarshal(line, &c); err == nil {
 				hr.Commit(history.Commit{ID: c.ID, Node: c.Node, Epoch: c.Epoch, Revision: c.Revision, Cursor: c.Cursor, StreamSeq: c.StreamSeq, At: c.At})
+				if len(c.Pending) > 0 {
+					if rec.Pending == nil {
+						rec.Pending = map[uint64]map[string]wire.PendingID{}
+					}
+					rec.Pending[c.StreamSeq] = c.Pending
+				}
 			}
 		case "unfenced":
 			var u lineUnfenced

@@ -90,13 +90,16 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	partitions := r.w.Config.Partitions
-	if partitions > 0 {
+	partitions, shards := r.w.Config.Partitions, r.w.Config.Shards
+	switch {
+	case shards > 0:
+		cfg.Progress("world %s created (replicas %d, shards %d)", name, replicas, shards)
+	case partitions > 0:
 		cfg.Progress("world %s created (replicas %d, partitions %d)", name, replicas, partitions)
-	} else {
+	default:
 		cfg.Progress("world %s created (replicas %d)", name, replicas)
 	}
-	res = &Result{Recorded: Recorded{Meta: Meta{World: name, Replicas: replicas, Partitions: partitions, Started: time.Now(), Duration: cfg.Duration, IDs: cfg.IDs,
+	res = &Result{Recorded: Recorded{Meta: Meta{World: name, Replicas: replicas, Partitions: partitions, Shards: shards, Started: time.Now(), Duration: cfg.Duration, IDs: cfg.IDs,
 		Owners: cfg.Owners, TTL: cfg.TTL, Faults: slices.Clone(cfg.Faults)}}}
 	err = r.exercise(ctx, res)
 	res.Meta.Elapsed = time.Since(res.Meta.Started)
@@ -114,7 +117,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 // drain, and puts the history into res (also when it ends early).
 func (r *run) exercise(ctx context.Context, res *Result) error {
 	name := res.Meta.World
-	fol, err := followBucket(ctx, r.admin.JetStream(), name)
+	fol, err := followBucket(ctx, r.admin.JetStream(), name, r.w.Config.Shards)
 	if err != nil {
 		return err
 	}
@@ -175,9 +178,9 @@ func (r *run) collect(res *Result, fol *follower, l *load) {
 	}
 	r.collected = true
 	h := r.rec.History()
-	commits, unfenced, cov := fol.commits(r.rep.all(), h.Deliveries)
+	commits, pending, unfenced, cov := fol.commits(r.rep.all(), h.Deliveries)
 	h.Commits = commits
-	res.History, res.Unfenced, res.Coverage = h, unfenced, cov
+	res.History, res.Pending, res.Unfenced, res.Coverage = h, pending, unfenced, cov
 	res.OwnerStarts, res.OwnerExits, res.OwnerErrors = r.own.summary()
 	res.FaultEvents = r.faultEvents()
 	res.UnknownSends = l.unknown.Load()
@@ -224,7 +227,8 @@ func (r *run) pickWorld(ctx context.Context) (string, error) {
 // (cfg.Replicas 0), else R1; or the replicas asked for. Its partitions
 // are those fencepost world add gives a world of those replicas
 // (world.PartitionsFor: 64 on one, none on more), so that verify runs
-// the path a new world of the deployment takes.
+// the path a new world of the deployment takes; a sharded one
+// (cfg.Shards) has none.
 func (r *run) createWorld(ctx context.Context, name string) (int, error) {
 	replicas := r.cfg.Replicas
 	auto := replicas == 0
@@ -237,6 +241,9 @@ func (r *run) createWorld(ctx context.Context, name string) (int, error) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		wcfg := world.Config{Replicas: replicas, MinTTL: 100 * time.Millisecond, Partitions: world.PartitionsFor(replicas)}
+		if r.cfg.Shards > 0 {
+			wcfg.Partitions, wcfg.Shards = 0, r.cfg.Shards // a sharded world has no partitions
+		}
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		w, err := r.admin.CreateWorld(octx, name, wcfg)
 		cancel()
@@ -349,11 +356,17 @@ func (r *run) injectFaults(ctx context.Context, end time.Time) {
 	}
 }
 
-// seize force-seizes an id an owner holds, as operatorNode, and releases
-// it, so that an owner claims it again under a newer epoch.
+// seize force-seizes an id an owner holds (in a sharded world, the id's
+// shard), as operatorNode, and releases it, so that an owner claims it
+// again under a newer epoch.
 func (r *run) seize(ctx context.Context) {
 	for _, i := range rand.Perm(len(r.ids)) {
-		id := r.ids[i]
+		u, err := r.w.Unit(r.ids[i])
+		if err != nil {
+			r.cfg.Log.Warn("verify: seize", "id", r.ids[i], "error", err)
+			return
+		}
+		id := u.Name
 		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		st, err := r.w.Ownership.Owner(octx, id)
 		if err == nil && st.Held && st.Node != operatorNode {
@@ -511,7 +524,13 @@ func (r *run) finalDrain(ctx context.Context) bool {
 	obs := drain.WithCommitObserver(func(cm drain.Commit) {
 		r.rep.add(history.Commit{ID: cm.ID, Node: cm.Node, Epoch: cm.Epoch, Revision: cm.Revision, Cursor: cm.Cursor, StreamSeq: cm.StreamSeq, At: time.Now()})
 	})
-	wk, err := r.w.NewWorker(worker.Config{Node: "verify-final", TTL: r.cfg.TTL, IDs: r.ids, Log: r.cfg.Log, DrainOptions: []drain.Option{obs}}, h)
+	wcfg := worker.Config{Node: "verify-final", TTL: r.cfg.TTL, IDs: r.ids, Log: r.cfg.Log, DrainOptions: []drain.Option{obs}}
+	if r.w.Shards() > 0 {
+		// A sharded world's worker serves every shard, and its commits are
+		// read from the bucket stream only.
+		wcfg.IDs, wcfg.DrainOptions = nil, nil
+	}
+	wk, err := r.w.NewWorker(wcfg, h)
 	if err != nil {
 		r.cfg.Log.Error("verify: final worker", "error", err)
 		return false

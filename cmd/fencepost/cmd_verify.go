@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/verify"
 )
 
@@ -23,6 +24,7 @@ var verifyFlags struct {
 	Faults   string        `name:"faults" placeholder:"LIST" complete:"kill,stop,seize,cut,all,none" default:"kill,stop,seize,cut" help:"faults to inject: kill, stop, seize, cut (comma-separated), all or none"`
 	History  string        `name:"history" placeholder:"FILE" help:"write the history here, JSON lines (default: WORLD.jsonl in the OS temp dir, $TMPDIR or /tmp; the verdict names it)"`
 	Replicas int           `name:"replicas" placeholder:"N" help:"replicas of the scratch world: 1, 3 or 5 (default: 3 if the deployment takes it, else 1)"`
+	Shards   int           `name:"shards" placeholder:"N" help:"make the scratch world sharded, with N shards (1 to 1024; world add --shards): its owners serve shards, checked per shard (default: a per-id world)"`
 	Owners   int           `name:"owners" placeholder:"N" default:"3" help:"owner processes (2 to 16)"`
 	TTL      time.Duration `name:"ttl" placeholder:"D" default:"2s" help:"the owners' lease (500ms to 1m)"`
 	Check    string        `name:"check" placeholder:"FILE" help:"check a history file written by an earlier run instead (no server needed)"`
@@ -35,11 +37,12 @@ const verifyOwnerCommand = "__verify-owner"
 
 func init() {
 	register("verify", &command{
-		usage: "verify [--duration 60s] [--ids N] [--faults kill,stop,seize,cut] [--history FILE] [--check FILE]",
+		usage: "verify [--duration 60s] [--ids N] [--faults kill,stop,seize,cut] [--shards N] [--history FILE] [--check FILE]",
 		short: "history-checked run on a scratch world of the deployment, under faults; one verdict per invariant; exit 1 on a violation",
 		examples: []string{
 			"fencepost verify --server nats://10.0.0.1:4222 --duration 60s   # scratch world, own owners, kill/stop/seize/cut; exit 0: every invariant held",
 			"fencepost verify --duration 5m --faults kill,stop --json         # one JSON object: outcome, invariants, figures",
+			"fencepost verify --shards 16                                     # the same on a sharded scratch world",
 			"fencepost verify --check /tmp/verify-1a2b3c4d.jsonl              # check a history file again (no server)",
 		},
 		flags: &verifyFlags,
@@ -66,6 +69,8 @@ func runVerify(e *env, args []string) int {
 		return e.usageErr("verify", "--ids %d: give 1 to %d", fl.IDs, verify.MaxIDs)
 	case fl.Duration < verify.MinDuration || fl.Duration > verify.MaxDuration:
 		return e.usageErr("verify", "--duration %v: give %v to %v", fl.Duration, verify.MinDuration, verify.MaxDuration)
+	case e.given["shards"] && (fl.Shards < 1 || fl.Shards > wire.MaxShards):
+		return e.usageErr("verify", "--shards %d: give 1 to %d", fl.Shards, wire.MaxShards)
 	}
 	faults, err := verify.ParseFaults(fl.Faults)
 	if err != nil {
@@ -77,7 +82,7 @@ func runVerify(e *env, args []string) int {
 	}
 	cfg := verify.Config{
 		Conn:     verify.Conn{URL: e.server, Access: e.access, Timeout: e.timeout},
-		Duration: fl.Duration, IDs: fl.IDs, Faults: faults, Replicas: fl.Replicas, Owners: fl.Owners, TTL: fl.TTL,
+		Duration: fl.Duration, IDs: fl.IDs, Faults: faults, Replicas: fl.Replicas, Shards: fl.Shards, Owners: fl.Owners, TTL: fl.TTL,
 		OwnerCommand: func() *exec.Cmd {
 			cmd := exec.Command(exe, verifyOwnerCommand)
 			cmd.SysProcAttr = handlerProcAttr() // own process group (Ctrl-C is the parent's), killed with the parent
@@ -168,6 +173,9 @@ func printVerdict(e *env, rec *verify.Recorded, v verify.Verdict, path string) i
 	head := []field{f("world", m.World), f("replicas", m.Replicas)}
 	if m.Partitions > 0 {
 		head = append(head, f("partitions", m.Partitions))
+	}
+	if m.Shards > 0 {
+		head = append(head, f("shards", m.Shards))
 	}
 	if e.json {
 		e.emit(v.Outcome, append(head, f("duration", m.Duration.String()), f("history", path),
