@@ -346,6 +346,7 @@ func pcgAck(m jetstream.Msg) {
 type pcgMembers struct {
 	ccs    []pcgroups.ConsumerGroupConsumeContext
 	done   chan error         // one value per instance, when it ends
+	ended  sync.WaitGroup     // the instances that did not end yet
 	cancel context.CancelFunc // of the context the instances joined with
 }
 
@@ -371,7 +372,7 @@ func pcgJoin(ctx context.Context, js jetstream.JetStream, spec pcgSpec, members 
 			return nil, fmt.Errorf("join the pcgroups group as %s: %w", spec.Members[i], err)
 		}
 		m.ccs = append(m.ccs, cc)
-		go func() { m.done <- <-cc.Done() }()
+		m.ended.Go(func() { m.done <- <-cc.Done() }) // done has room for every instance
 	}
 	return m, nil
 }
@@ -382,13 +383,11 @@ func (m *pcgMembers) stop() {
 	for _, cc := range m.ccs {
 		cc.Stop()
 	}
-	deadline := time.After(5 * time.Second)
-	for range m.ccs {
-		select {
-		case <-m.done:
-		case <-deadline:
-			return
-		}
+	ended := make(chan struct{})
+	go func() { m.ended.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
 	}
 }
 
