@@ -155,8 +155,13 @@ func (a *assigner) onEvent(ev ownership.Event) {
 			a.live = slices.Delete(a.live, i, i+1)
 		}
 	case ownership.EventClaimed, ownership.EventSeized:
+		if l := a.leases[q]; l != nil && ev.Epoch < l.Epoch {
+			return // an earlier claim, shown late
+		}
 		delete(a.free, q)
-		if l := a.leases[q]; l != nil && (ev.Node != l.Node || ev.Epoch != l.Epoch) {
+		if l := a.leases[q]; l != nil && ev.Epoch > l.Epoch {
+			// Only a newer epoch: the watch may show this node's own
+			// claim, or the claims before it, after the claim returned.
 			// Taken from this node (a forced seize, or a lapse this node
 			// missed): stop at once; its commits would be refused anyway.
 			if h := a.wk.holding(q); h != nil {

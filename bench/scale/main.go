@@ -56,13 +56,14 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the workers) during fencepost's drain to FILE")
 	daemonFlags := flag.String("fencepostd-flags", "", "more flags for fencepostd, space-separated (e.g. --scrape-records=false)")
 	noDrain := flag.Bool("no-drain", false, "skip the drains")
+	shards := flag.Int("shards", 0, "fencepost's world sharded, with N shards (fencepostd --shards; 0: a per-id world)")
 	hold := flag.Int("hold", 0, "after posting, hold this many of the ids (the first ones) through the node leases of --workers sessions, until the drain (the variant of docs/experiments/scale.md: 100,000 ids held by 4 workers); RSS, disk and restart are then measured with them held")
 	bare := flag.Bool("bare", false, "run fencepost's side on a plain server too (no fencepostd: the world made by the client), to profile the server (FP_SCALE_SERVER_PROFILE=FILE)")
 	daemonEnv := flag.String("fencepostd-env", "", "more environment for fencepostd, space-separated (e.g. GOMEMLIMIT=100MiB)")
 	late := flag.Duration("late", 0, "also read RSS this long after the restart's reading (after the stat), to see what stays")
 	heapProfile := flag.String("heapprofile", "", "write each server's heap profile after posting and after the restart (after the settle) to PREFIX-{post,restart}.pb.gz (fencepostd, through its --pprof) and PREFIX-raw-*.pb.gz, with runtime.MemStats in PREFIX-*.txt")
 	flag.Parse()
-	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, late: *late, heapProfile: *heapProfile, daemonFlags: strings.Fields(*daemonFlags), daemonEnv: strings.Fields(*daemonEnv), bare: *bare, noDrain: *noDrain, hold: *hold}
+	cfg := config{ids: *ids, body: *body, workers: *workers, settle: *settle, cpuProfile: *cpuProfile, late: *late, heapProfile: *heapProfile, daemonFlags: strings.Fields(*daemonFlags), daemonEnv: strings.Fields(*daemonEnv), bare: *bare, noDrain: *noDrain, hold: *hold, shards: *shards}
 	if cfg.hold < 0 || cfg.hold > cfg.ids || (cfg.hold > 0 && cfg.workers < 1) {
 		fmt.Fprintln(os.Stderr, "scale: --hold must be between 0 and --ids, with at least one worker")
 		os.Exit(2)
@@ -90,6 +91,7 @@ type config struct {
 	daemonFlags        []string
 	daemonEnv          []string
 	bare               bool
+	shards             int
 	noDrain            bool
 	hold               int
 }
@@ -191,6 +193,9 @@ func run(ctx context.Context, cfg config) (report, error) {
 		if ours.pprof != "" {
 			args = append(args, "--pprof", ours.pprof)
 		}
+		if cfg.shards > 0 {
+			args = append(args, "--shards", strconv.Itoa(cfg.shards))
+		}
 		c := exec.Command(filepath.Join(bin, "fencepostd"), append(args, cfg.daemonFlags...)...)
 		c.Env = append(os.Environ(), cfg.daemonEnv...)
 		return c
@@ -226,7 +231,7 @@ func run(ctx context.Context, cfg config) (report, error) {
 	cli := func(args ...string) *exec.Cmd {
 		return exec.Command(filepath.Join(bin, "fencepost"), append([]string{"--server", ours.url(), "--timeout", "5m"}, args...)...)
 	}
-	if err := measureSide(ctx, cfg, ours, &rep.Ours, &rep.EmptyMB[0], oursSide{cli}); err != nil {
+	if err := measureSide(ctx, cfg, ours, &rep.Ours, &rep.EmptyMB[0], oursSide{cli: cli, bare: cfg.bare, shards: cfg.shards}); err != nil {
 		return rep, fmt.Errorf("fencepostd: %w", err)
 	}
 	if err := measureSide(ctx, cfg, raw, &rep.Raw, &rep.EmptyMB[1], rawSide{}); err != nil {

@@ -23,18 +23,26 @@ import (
 // oursSide posts through the client and drains with workers.
 type oursSide struct {
 	cli func(args ...string) *exec.Cmd
+	// bare: the server is a plain one (--bare), and the world is made
+	// here; otherwise fencepostd makes it, with its flags (--shards), and
+	// the side waits for it.
+	bare bool
+	// shards: the world made here (--bare) is sharded.
+	shards int
 }
 
-func (oursSide) ready(ctx context.Context, url string) error {
+func (s oursSide) ready(ctx context.Context, url string) error {
 	c, err := client.Connect(url, client.WithTimeout(5*time.Second))
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	_, err = c.World(ctx, "default")
-	if errors.Is(err, world.ErrUnknownWorld) {
-		// A plain server (--bare): the world fencepostd would make.
-		_, err = c.CreateWorld(ctx, "default", world.Config{})
+	if errors.Is(err, world.ErrUnknownWorld) && s.bare {
+		// A plain server (--bare): the world fencepostd would make. (Not
+		// otherwise: fencepostd makes it with its own flags, and a world
+		// made here first would keep its kind.)
+		_, err = c.CreateWorld(ctx, "default", world.Config{Shards: s.shards})
 	}
 	return err
 }
