@@ -278,7 +278,7 @@ func (h *holder) dispatch(draining bool) {
 	if draining {
 		return
 	}
-	for {
+	for len(h.b.ready) > 0 {
 		if !h.lease.Valid() {
 			// Every route refuses work on a lapsed lease before the fence
 			// runs: the session renews or self-fences; until then, wait.

@@ -44,7 +44,7 @@ func (l *ledger) count() int {
 }
 
 // pool runs n workers of w with handler h until the test ends.
-func pool(t *testing.T, w *client.World, n int, ttl time.Duration, h drain.Handler) (stop func(i int)) {
+func pool(t testing.TB, w *client.World, n int, ttl time.Duration, h drain.Handler) (stop func(i int)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	cancels := make([]context.CancelFunc, n)
