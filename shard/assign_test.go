@@ -40,7 +40,7 @@ func TestAssigner_LateEventsOfEarlierEpochs(t *testing.T) {
 			t.Fatalf("the holder of epoch 2 was stopped by %+v", ev)
 		}
 	}
-	a.needLive = false // no store here: keep the listing as it is
+	a.needLive = false           // no store here: keep the listing as it is
 	a.step(context.Background()) // a free mark from the late release is dropped: the shard is held here
 	if _, free := a.free[2]; free {
 		t.Fatal("the shard held here is marked free")
