@@ -18,6 +18,10 @@ type (
 	Message = drain.Message
 	// Handler processes one message; nil acknowledges it (drain.Handler).
 	Handler = drain.Handler
+	// CallHandler processes one message and returns the answer to a call
+	// (drain.CallHandler; World.Call). Its Handler method gives the
+	// Handler a worker takes.
+	CallHandler = drain.CallHandler
 	// StateHandler processes one message with its id's state, whose writes
 	// commit with the message (drain.StateHandler).
 	StateHandler = drain.StateHandler

@@ -236,7 +236,11 @@ func (r *run) scanOne(m *jetstream.RawStreamMsg) {
 		return
 	}
 	r.res.Deliveries++
-	herr := r.h(r.ctx, r.message(m, delivery))
+	msg := r.message(m, delivery)
+	herr := r.h(r.ctx, msg)
+	if herr == nil {
+		herr = r.replied(msg) // as handle's
+	}
 	switch {
 	case herr == nil:
 		r.scanNext, r.scanAcked = wire.Cursor{Seq: m.Sequence}, r.scanAcked+1
@@ -250,6 +254,7 @@ func (r *run) scanOne(m *jetstream.RawStreamMsg) {
 			r.diverted = true
 			return
 		}
+		r.deadLettered(m, herr.Error())
 		r.scanNext, r.scanDead = wire.Cursor{Seq: m.Sequence}, r.scanDead+1
 	default:
 		r.scanFail = &wire.Cursor{Seq: r.scanNext.Seq, Head: m.Sequence, Failures: delivery, Error: store.Clip(herr.Error())}

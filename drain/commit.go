@@ -81,6 +81,8 @@ func (r *run) commit(ctx context.Context, next wire.Cursor, acked, dead int) err
 		}
 	}
 	r.cur, r.stored = next, next
+	// The calls the commit covers are handled and committed: answered.
+	r.answers.release(r.d, next.Seq)
 	r.committed = time.Now()
 	r.res.Cursor = next.Seq
 	r.res.Acked += acked

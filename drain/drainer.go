@@ -44,6 +44,9 @@ type Message struct {
 	// State is the id's state, for a drain run with state (WithState,
 	// HoldState, worker.Config.State; see State); nil otherwise.
 	State *State
+	// call: where the handler's answer goes, when the message is a call
+	// (Reply, IsCall; call.go); nil otherwise.
+	call *callSlot
 }
 
 // Handler processes one message. Returning nil acknowledges it; an error
@@ -99,6 +102,9 @@ type Drainer struct {
 	// cursors: the drains' cursor reads on a single replica, in shared
 	// batches (cursors.go).
 	cursors *jsapi.LastReads
+	// maxAnswer: the largest answer to a call the connection sends
+	// (call.go).
+	maxAnswer int
 }
 
 // New returns the drainer of an open world, using its ownership store.
@@ -111,6 +117,7 @@ func New(w *world.World, own *ownership.Store, opts ...Option) (*Drainer, error)
 		skew: ownership.DefaultMaxSkew, log: slog.Default(), metrics: nopObserver{},
 	}
 	d.cursors = jsapi.NewLastReads(d.nc, wire.BucketStream(d.world))
+	d.maxAnswer = maxAnswer(d.nc)
 	for _, o := range opts {
 		if err := o(d); err != nil {
 			return nil, err

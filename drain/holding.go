@@ -69,6 +69,11 @@ type Holding struct {
 	// it handed out again (after a commit of unknown outcome, say) is
 	// labelled maybe seen (Message.Redelivered).
 	handed uint64
+	// answers: the answers to calls its runs handled, sent once a
+	// stored cursor covers them (call.go): at a commit's acceptance
+	// (settle, run.commit), or when a cursor read after a commit of
+	// unknown outcome shows it was stored (begin).
+	answers answers
 }
 
 // sentCommit is a commit in flight.
@@ -461,6 +466,7 @@ func (h *Holding) settle(ctx context.Context) error {
 			h.cur = p.last.next
 		}
 		h.book.confirm(p.writes, p.last.next.Seq)
+		h.answers.release(d, p.last.next.Seq)
 		h.known = true
 		if !d.serverPurges() {
 			h.purge.request(d, h.subj, p.last.next.Seq+1)
@@ -583,6 +589,7 @@ func (h *Holding) begin(ctx context.Context, hd Handler, opts []RunOption) (*run
 		subj: h.subj, cursorSubj: h.cursorSubj, bg: &h.purge, seenTo: h.handed,
 	}
 	r.st = h.book
+	r.answers = &h.answers
 	r.ctx, r.stop = context.WithCancelCause(ctx)
 	if h.known && (h.book == nil || h.book.known) {
 		r.cur, r.res.Cursor = h.cur, h.cur.Seq
@@ -591,6 +598,9 @@ func (h *Holding) begin(ctx context.Context, hd Handler, opts []RunOption) (*run
 		return nil, err
 	}
 	r.stored = r.cur
+	// Calls the stored cursor covers are committed: a commit of unknown
+	// outcome that was stored after all answers them here.
+	h.answers.release(d, r.stored.Seq)
 	if a := h.ahead(); a.Seq > r.cur.Seq {
 		// The run goes on from what the holding owes or sent: its first
 		// commit covers that too.

@@ -74,6 +74,10 @@ type run struct {
 	// writes of a commit sent again (Holding.settle), instead of st's.
 	st     *stateBook
 	resend []store.StateWrite
+
+	// answers: the answers to calls the run handled, sent once a commit
+	// covers them (call.go); a holding's run shares the holding's.
+	answers *answers
 }
 
 // lastCommit is a commit that handle left to its caller.
@@ -349,6 +353,7 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 			if err := r.deadLetter(ctx, m, delivery-1, r.cur.Error); err != nil {
 				return false, r.keepAcked(ctx, next, acked, dead, err)
 			}
+			r.deadLettered(m, r.cur.Error)
 			next, dead = wire.Cursor{Seq: m.Sequence}, dead+1
 			continue
 		}
@@ -379,6 +384,11 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 		r.res.Deliveries++
 		r.handed = max(r.handed, m.Sequence)
 		herr := r.h(ctx, msg)
+		if herr == nil {
+			// A call's answer waits for the commit; one that cannot be
+			// sent fails the delivery.
+			herr = r.replied(msg)
+		}
 		if herr == nil {
 			if msg.State != nil {
 				r.st.ack(msg.State)
@@ -423,6 +433,7 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 				// with it again (the check above).
 				return false, r.keepAcked(ctx, fail, acked, dead, err)
 			}
+			r.deadLettered(m, herr.Error())
 			next, dead = wire.Cursor{Seq: m.Sequence}, dead+1
 			continue
 		}
@@ -478,12 +489,14 @@ func (r *run) stillHolder(ctx context.Context) error {
 }
 
 func (r *run) message(m *jetstream.RawStreamMsg, delivery int) Message {
-	return Message{
+	msg := Message{
 		ID: r.a.id, Seq: m.Sequence, From: r.sender(m),
 		Body: m.Data, Headers: queue.UserHeaders(m.Header), Posted: m.Time,
 		Delivery: delivery, Fence: r.a.fence,
 		Redelivered: r.maybeSeen(m, delivery),
 	}
+	r.prepareCall(&msg, m)
+	return msg
 }
 
 // maybeSeen is Message.Redelivered: m may have been handed to a handler

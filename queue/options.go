@@ -11,6 +11,7 @@ type sendOptions struct {
 	from    string
 	msgID   string
 	headers nats.Header
+	replyTo string
 }
 
 // WithFrom names the sender (header Fencepost-From).
@@ -23,6 +24,21 @@ func WithFrom(from string) SendOption { return func(o *sendOptions) { o.from = f
 // both. On the wire it is the header Nats-Msg-Id: <encoded id>:<key>
 // (docs/wire.md "Duplicates").
 func WithMsgID(id string) SendOption { return func(o *sendOptions) { o.msgID = id } }
+
+// WithReplyTo makes the message a call (package call): its holder answers
+// it on subject (header Fencepost-Reply-To), which must be a literal
+// subject under "_INBOX." (call.CheckSubject). client.World.Call sets it
+// and waits for the answer.
+func WithReplyTo(subject string) SendOption { return func(o *sendOptions) { o.replyTo = subject } }
+
+// MsgIDOf is the message id that opts set (WithMsgID), "" if none.
+func MsgIDOf(opts ...SendOption) string {
+	var o sendOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.msgID
+}
 
 // WithHeader adds a caller header; the handler sees it in Message.Headers.
 // Names starting with "Nats-" or "Fencepost-" are reserved.

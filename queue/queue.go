@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencepost/fencepost/call"
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/world"
@@ -168,6 +169,12 @@ func (q *Queue) message(id string, body []byte, opts []SendOption) (*nats.Msg, s
 			return nil, o, err
 		}
 		h.Set(HeaderMsgID, wire.ScopedMsgID(id, o.msgID))
+	}
+	if o.replyTo != "" {
+		if err := call.CheckSubject(o.replyTo); err != nil {
+			return nil, o, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+		}
+		h.Set(call.HeaderReplyTo, o.replyTo)
 	}
 	if err := q.checkSize(len(body), HeaderSize(h)); err != nil {
 		return nil, o, err
