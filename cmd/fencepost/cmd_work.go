@@ -61,6 +61,10 @@ own, with the body on stdin and in its environment:
                                    design.md 3.6): handlers are to be idempotent;
                                    1 says when to check for a repeat
   FENCEPOST_STATE, _STATE_WRITES   with --state: see --state below
+  FENCEPOST_CALL                   1 if the message is a call (fencepost call):
+                                   then CMD's stdout is the answer, sent to the
+                                   caller once the message is committed (not
+                                   copied to the worker's stdout); 0 otherwise
 Exit status 0 acknowledges the message. Acknowledged messages are committed
 every 100 messages or 1 s per id, and 20 ms after an id goes quiet: a crash
 hands the next holder again at most what was handled since the last commit
@@ -187,6 +191,13 @@ func runHandler(ctx context.Context, cmd, node string, grace time.Duration, stdo
 	c.WaitDelay = grace + time.Second // then Wait stops waiting for the command's pipes
 	c.Stdin = bytes.NewReader(m.Body)
 	c.Stdout, c.Stderr = stdout, os.Stderr
+	var answer *capped
+	isCall := "0"
+	if m.IsCall() {
+		// A call: the command's stdout is the answer.
+		answer, isCall = &capped{max: maxExecAnswer}, "1"
+		c.Stdout = answer
+	}
 	c.Env = append(os.Environ(),
 		"FENCEPOST_ID="+m.ID,
 		"FENCEPOST_EPOCH="+strconv.FormatUint(m.Fence.Epoch, 10),
@@ -195,12 +206,41 @@ func runHandler(ctx context.Context, cmd, node string, grace time.Duration, stdo
 		"FENCEPOST_NODE="+node,
 		"FENCEPOST_DELIVERY="+strconv.Itoa(m.Delivery),
 		"FENCEPOST_REDELIVERED="+redelivered(m),
+		"FENCEPOST_CALL="+isCall,
 	)
 	c.Env = append(c.Env, env...)
 	if err := c.Run(); err != nil {
 		return &execError{cmd: cmd, id: m.ID, seq: m.Seq, err: err}
 	}
+	if answer != nil {
+		if answer.over {
+			return &execError{cmd: cmd, id: m.ID, seq: m.Seq, err: fmt.Errorf("its answer (stdout) is over %d bytes", answer.max)}
+		}
+		if err := m.Reply(answer.buf.Bytes()); err != nil {
+			return &execError{cmd: cmd, id: m.ID, seq: m.Seq, err: err}
+		}
+	}
 	return nil
+}
+
+// maxExecAnswer bounds what a call's command may write to stdout; the
+// answer must also fit the connection's max payload (drain.Message.Reply).
+const maxExecAnswer = 64 << 20
+
+// capped keeps what is written to it, up to max bytes, and notes more.
+type capped struct {
+	buf  bytes.Buffer
+	max  int
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.buf.Len(); len(p) > room {
+		c.over = true
+		c.buf.Write(p[:max(room, 0)])
+		return len(p), nil
+	}
+	return c.buf.Write(p)
 }
 
 // execError is a failed --exec command: its exit status, or why it did

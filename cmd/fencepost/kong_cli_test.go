@@ -93,7 +93,7 @@ func TestCLI_FlagGrammarKept(t *testing.T) {
 }
 
 // allCommands are the commands `fencepost help` lists.
-var allCommands = []string{"bench", "claim", "completion", "dlq", "drain", "guard", "help", "ls", "owner",
+var allCommands = []string{"bench", "call", "claim", "completion", "dlq", "drain", "guard", "help", "ls", "owner",
 	"release", "renew", "reset", "seize", "send", "stat", "state", "verify", "watch", "work", "world"}
 
 // TestCLI_HelpCommand: `help COMMAND` and `COMMAND --help` (and -h) print

@@ -25,6 +25,10 @@ const (
 	exitContended = 14
 	exitLive      = 15
 	exitFull      = 16
+	// A call's outcomes (docs/contract.md section 11): no answer in time
+	// (unknown), and dead-lettered.
+	exitCallTimeout = 17
+	exitCallFailed  = 18
 )
 
 // command is one subcommand. run gets the parsed environment and returns the
@@ -70,7 +74,8 @@ func printUsage(w io.Writer) {
 	fmt.Fprintf(w, "  %-28s %s\n", "-h, --help", "this help; COMMAND --help: the command's")
 	fmt.Fprintln(w, "\n`fencepost help COMMAND` shows a command's flags and examples.")
 	fmt.Fprintln(w, "\nexit codes: 0 success, 10 held-by, 11 free, 12 not-owner, 13 fenced,")
-	fmt.Fprintln(w, "14 contended, 15 live, 16 full, 1 error, 2 usage, 3 self-fence")
+	fmt.Fprintln(w, "14 contended, 15 live, 16 full, 17 timeout, 18 failed, 1 error, 2 usage,")
+	fmt.Fprintln(w, "3 self-fence")
 }
 
 // commandNames are the listed commands, sorted.
