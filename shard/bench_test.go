@@ -3,6 +3,7 @@ package shard_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,4 +72,43 @@ func benchSteady(b *testing.B, raw bool) {
 	testutil.WaitFor(b, 2*time.Minute, "every message delivered", func() bool { return delivered.Load() >= int64(b.N) })
 	b.StopTimer()
 	b.ReportMetric(float64((testutil.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+}
+
+// BenchmarkShardCount is what the number of shards costs: 4 workers
+// deliver posts to 100,000 ids drawn from a Zipf distribution (s = 1.1),
+// on worlds of 4, 16 and 64 shards. Each held shard reads its mail with a
+// filtered consumer of its own, and the server visits each stored message
+// once for every consumer that passes over it: cpu-us/op (the process's
+// CPU, server included, per message) grows with the shards past a few per
+// node (docs/design.md 3.14).
+//
+//	go test -run '^$' -bench ShardCount -benchtime 60000x ./shard/
+func BenchmarkShardCount(b *testing.B) {
+	for _, n := range []int{4, 16, 64} {
+		b.Run(fmt.Sprint("shards=", n), func(b *testing.B) {
+			env := testutil.Start(b, testutil.Targets()[0])
+			w := env.World(b, world.Config{Shards: n})
+			ctx := testutil.Ctx(b, 10*time.Minute)
+			var got atomic.Int64
+			pool(b, w, 4, 10*time.Second, func(context.Context, drain.Message) error { got.Add(1); return nil })
+			testutil.WaitFor(b, time.Minute, "every shard held", func() bool {
+				st, err := w.Mailboxes.WorldStat(ctx)
+				return err == nil && st.Owned == n
+			})
+			z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, 99_999)
+			cpu0 := testutil.ProcessCPU()
+			b.ResetTimer()
+			for i := range b.N {
+				p, err := w.Queue.SendAsync(fmt.Sprint("id-", z.Uint64()), []byte("0123456789abcdef"))
+				require.NoError(b, err)
+				if i%500 == 499 {
+					_, err = p.Wait(ctx)
+					require.NoError(b, err)
+				}
+			}
+			testutil.WaitFor(b, time.Minute, "every message delivered", func() bool { return got.Load() >= int64(b.N) })
+			b.StopTimer()
+			b.ReportMetric(float64((testutil.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+		})
+	}
 }
