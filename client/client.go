@@ -15,6 +15,7 @@ import (
 	"github.com/fencepost/fencepost/mailbox"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/queue"
+	"github.com/fencepost/fencepost/timer"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -103,6 +104,9 @@ type World struct {
 	// Mailboxes administers the mailboxes: stat, list, dead letters,
 	// repost, an id's stored state.
 	Mailboxes *mailbox.Admin
+	// Timers lists, counts and cancels the world's pending timers (set
+	// with Send and WithAt or WithAfter).
+	Timers *timer.Timers
 
 	refused *NotPermittedError // open for posting only: the server's refusal of the stream info
 
@@ -163,7 +167,7 @@ func (c *Client) World(ctx context.Context, name string) (*World, error) {
 	if perr != nil {
 		return nil, fmt.Errorf("%w; opening world %q for posting only: %w", refused, name, perr)
 	}
-	return &World{World: pw, Queue: queue.New(pw), refused: refused, refusals: &c.refusals, inbox: c.inbox()}, nil
+	return &World{World: pw, Queue: queue.New(pw), Timers: timer.New(pw), refused: refused, refusals: &c.refusals, inbox: c.inbox()}, nil
 }
 
 // CreateWorld creates a world (or opens it, if it exists with the same
@@ -189,7 +193,7 @@ func (c *Client) bind(w *world.World) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &World{World: w, Ownership: own, Queue: queue.New(w), Drainer: dr, Mailboxes: mb, refusals: &c.refusals, inbox: c.inbox()}, nil
+	return &World{World: w, Ownership: own, Queue: queue.New(w), Drainer: dr, Mailboxes: mb, Timers: timer.New(w), refusals: &c.refusals, inbox: c.inbox()}, nil
 }
 
 // inbox is the prefix of the connection's reply subjects, with its

@@ -82,7 +82,7 @@ func (r *refusals) refused(e *NotPermittedError) (expected bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, x := range r.expected {
-		if x.got == nil && x.subject == e.Subject && e.Op == "publish" {
+		if x.got == nil && subjectMatches(x.subject, e.Subject) && e.Op == "publish" {
 			x.got = e
 			x.cancel(e)
 			return true
@@ -99,6 +99,18 @@ func (r *refusals) refused(e *NotPermittedError) (expected bool) {
 		fn(e)
 	}
 	return expected
+}
+
+// subjectMatches says whether an expectation's subject, which may end in
+// a "*" token (a timer's subject, whatever its key), matches a refused
+// publish's.
+func subjectMatches(expected, subject string) bool {
+	prefix, wild := strings.CutSuffix(expected, ".*")
+	if !wild {
+		return expected == subject
+	}
+	last, ok := strings.CutPrefix(subject, prefix+".")
+	return ok && last != "" && !strings.Contains(last, ".")
 }
 
 // OnRefusal calls fn with every refusal of a publish or subscription of

@@ -60,7 +60,11 @@ func (w *World) Send(ctx context.Context, id string, body []byte, opts ...SendOp
 	if w.refusals == nil {
 		return w.Queue.Send(ctx, id, body, opts...)
 	}
-	sctx, done := w.refusals.expectWithInbox(ctx, wire.MailboxSubject(w.Name, id), w.inbox)
+	subj := wire.MailboxSubject(w.Name, id)
+	if queue.IsTimer(opts...) {
+		subj = wire.TimerIDFilter(w.Name, id) // the timer's subject, whatever its key (timer.go)
+	}
+	sctx, done := w.refusals.expectWithInbox(ctx, subj, w.inbox)
 	p, err := w.Queue.Send(sctx, id, body, opts...)
 	if np := done(); err != nil && np != nil && np.Op == "publish" {
 		return Posted{}, &SendRefusedError{ID: id, Refusal: np}

@@ -11,6 +11,7 @@ type sendOptions struct {
 	from    string
 	msgID   string
 	headers nats.Header
+	timer   timerOpts // WithAt, WithAfter, WithTimerKey (timer.go)
 	replyTo string
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,15 +25,24 @@ type Queue struct {
 	maxHeaders int   // the world's max_headers, as HeaderSize counts them
 	limit      int64 // messages per mailbox, as the stream enforces it
 	maxBytes   int64 // bytes of the world's mailbox stream; 0: no limit
+	timers     bool  // the world has its timer stream (world.AllowsTimers)
+	shards     int   // the world's shards (0: per-id), for Remind's fence
 }
 
 // Posted is the outcome of a stored message: its sequence in the world's
 // mailbox stream. Duplicate means a message with the same message id was
 // posted inside the dedupe window; Seq is then the first one's.
+//
+// A timer (WithAt, WithAfter) is posted once its schedule is stored: Seq
+// is then the schedule's sequence in the world's timer stream, not a
+// mailbox sequence, and Key and At name the timer and say when it fires
+// (zero for a plain post).
 type Posted struct {
 	ID        string
 	Seq       uint64
 	Duplicate bool
+	Key       string
+	At        time.Time
 }
 
 // New returns the queue of an open world. The limits a full mailbox
@@ -42,7 +52,7 @@ type Posted struct {
 func New(w *world.World) *Queue {
 	limit, maxBytes := w.Config.MailboxMsgs(), w.Config.MaxBytes
 	if handles.Of(w).Mailbox == nil {
-		return &Queue{world: w.Name, js: handles.Of(w).JS, maxBody: int(w.Config.MaxBody), maxHeaders: int(w.Config.MaxHeaders), limit: limit, maxBytes: maxBytes}
+		return &Queue{world: w.Name, js: handles.Of(w).JS, maxBody: int(w.Config.MaxBody), maxHeaders: int(w.Config.MaxHeaders), limit: limit, maxBytes: maxBytes, timers: w.AllowsTimers(), shards: w.Config.Shards}
 	}
 	if info := handles.Of(w).Mailbox.CachedInfo(); info != nil {
 		if info.Config.MaxMsgsPerSubject > 0 {
@@ -50,7 +60,7 @@ func New(w *world.World) *Queue {
 		}
 		maxBytes = max(info.Config.MaxBytes, 0)
 	}
-	return &Queue{world: w.Name, js: handles.Of(w).JS, maxBody: int(w.Config.MaxBody), maxHeaders: int(w.Config.MaxHeaders), limit: limit, maxBytes: maxBytes}
+	return &Queue{world: w.Name, js: handles.Of(w).JS, maxBody: int(w.Config.MaxBody), maxHeaders: int(w.Config.MaxHeaders), limit: limit, maxBytes: maxBytes, timers: w.AllowsTimers(), shards: w.Config.Shards}
 }
 
 // Limit is the number of messages one mailbox holds before Send reports
@@ -85,9 +95,9 @@ func (q *Queue) Send(ctx context.Context, id string, body []byte, opts ...SendOp
 	}
 	ack, err := q.js.PublishMsg(ctx, m)
 	if err != nil {
-		return Posted{}, q.refusal(id, o.msgID, withCause(ctx, err))
+		return Posted{}, q.refused(id, o, withCause(ctx, err))
 	}
-	return Posted{ID: id, Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	return o.timer.posted(id, ack), nil
 }
 
 // withCause adds to err the cause of ctx, when ctx ended with one of its
@@ -109,6 +119,7 @@ type Pending struct {
 	q     *Queue
 	id    string
 	msgID string
+	timer timerOpts
 	f     jetstream.PubAckFuture
 }
 
@@ -122,9 +133,9 @@ func (q *Queue) SendAsync(id string, body []byte, opts ...SendOption) (*Pending,
 	}
 	f, err := q.js.PublishMsgAsync(m)
 	if err != nil {
-		return nil, q.refusal(id, o.msgID, err)
+		return nil, q.refused(id, o, err)
 	}
-	return &Pending{q: q, id: id, msgID: o.msgID, f: f}, nil
+	return &Pending{q: q, id: id, msgID: o.msgID, timer: o.timer, f: f}, nil
 }
 
 // Wait returns the outcome of an asynchronous send, with the errors of
@@ -132,9 +143,9 @@ func (q *Queue) SendAsync(id string, body []byte, opts ...SendOption) (*Pending,
 func (p *Pending) Wait(ctx context.Context) (Posted, error) {
 	select {
 	case ack := <-p.f.Ok():
-		return Posted{ID: p.id, Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+		return p.timer.posted(p.id, ack), nil
 	case err := <-p.f.Err():
-		return Posted{}, p.q.refusal(p.id, p.msgID, err)
+		return Posted{}, p.q.refused(p.id, sendOptions{msgID: p.msgID, timer: p.timer}, err)
 	case <-ctx.Done():
 		return Posted{}, &UnknownError{ID: p.id, MsgID: p.msgID, Err: withCause(ctx, ctx.Err())}
 	}
@@ -175,6 +186,10 @@ func (q *Queue) message(id string, body []byte, opts []SendOption) (*nats.Msg, s
 			return nil, o, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
 		}
 		h.Set(call.HeaderReplyTo, o.replyTo)
+	}
+	if o.timer.set() || o.timer.keySet {
+		m, err := q.timerMessage(id, body, h, &o) // timer.go
+		return m, o, err
 	}
 	if err := q.checkSize(len(body), HeaderSize(h)); err != nil {
 		return nil, o, err

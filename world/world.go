@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
@@ -79,6 +80,15 @@ func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config
 			if err := bucketSettings(ctx, js, name); err != nil {
 				return nil, err
 			}
+		}
+		if !w.AllowsTimers() {
+			// A world created before timers: creating it again with its
+			// settings adds its timer stream (world/timer.go).
+			if err := addTimers(ctx, js, w); err != nil {
+				return nil, err
+			}
+		}
+		if !w.AllowsState() || !w.AllowsTimers() {
 			return Open(ctx, js, name)
 		}
 		return w, nil
@@ -102,9 +112,13 @@ func Create(ctx context.Context, js jetstream.JetStream, name string, cfg Config
 		return nil, err
 	}
 	storage := cfg.storageType()
-	// The mailbox stream first: a world is only visible (Open finds its
-	// bucket) once both exist.
-	if err := createMailbox(ctx, js, mailboxConfig(name, cfg, storage)); err != nil {
+	// The timer stream, then the mailbox stream that sources it, then the
+	// bucket: a world is only visible (Open finds its bucket) once all
+	// exist.
+	if err := createTimers(ctx, js, name, cfg); err != nil {
+		return nil, err
+	}
+	if err := createMailbox(ctx, js, mailboxConfig(name, cfg, storage, true)); err != nil {
 		return nil, fmt.Errorf("world %q: create mailbox stream: %w", name, err)
 	}
 	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -222,7 +236,10 @@ func (w *World) AllowsState() bool {
 // as), max_bytes the world's bytes (none when 0), max_msg_size its body
 // plus header room; a post over a limit is refused and stores nothing
 // (discard new, per subject).
-func mailboxConfig(name string, cfg Config, storage jetstream.StorageType) jetstream.StreamConfig {
+//
+// With timers, it sources the timer stream's fired timers into the
+// mailboxes (world/timer.go).
+func mailboxConfig(name string, cfg Config, storage jetstream.StorageType, timers bool) jetstream.StreamConfig {
 	maxBytes := cfg.MaxBytes
 	if maxBytes == 0 {
 		maxBytes = -1
@@ -234,6 +251,10 @@ func mailboxConfig(name string, cfg Config, storage jetstream.StorageType) jetst
 	var transform *jetstream.SubjectTransformConfig
 	if cfg.Shards > 0 {
 		transform = &jetstream.SubjectTransformConfig{Source: wire.ShardedTransformSource(name), Destination: wire.ShardedTransformDestination(name, cfg.Shards)}
+	}
+	var sources []*jetstream.StreamSource
+	if timers {
+		sources = []*jetstream.StreamSource{timerSource(name)}
 	}
 	return jetstream.StreamConfig{
 		Name:                 wire.MailboxStream(name),
@@ -252,6 +273,7 @@ func mailboxConfig(name string, cfg Config, storage jetstream.StorageType) jetst
 		AllowAtomicPublish:   true,
 		RePublish:            republish,
 		SubjectTransform:     transform,
+		Sources:              sources,
 	}
 }
 
@@ -290,7 +312,8 @@ func Open(ctx context.Context, js jetstream.JetStream, name string) (*World, err
 	if err != nil {
 		return nil, fmt.Errorf("world %q: bind bucket: %w", name, err)
 	}
-	return &World{Name: name, Config: cfg, h: handles.Handles{KV: kv, Bucket: bucket, Mailbox: mailbox, JS: js}}, nil
+	timers := sourcesTimers(name, mailbox.CachedInfo().Config)
+	return &World{Name: name, Config: cfg, h: handles.Handles{KV: kv, Bucket: bucket, Mailbox: mailbox, Timers: timers, JS: js}}, nil
 }
 
 // Reset drops every record, epoch, cursor, lock, node lease, mailbox and dead
@@ -352,7 +375,16 @@ func Reset(ctx context.Context, js jetstream.JetStream, name string) error {
 			return fmt.Errorf("world %q: mailbox stream: %w", name, err)
 		}
 	}
-	cfg := mailboxConfig(name, w.Config, w.Config.storageType())
+	// The timers go with the mailboxes: purged while the mailbox stream
+	// is sealed and before it is made again, whose source then starts
+	// after them (a fired copy left in the timer stream would be sourced
+	// into the new mailboxes).
+	if w.h.Timers {
+		if err := jsapi.Purge(ctx, js.Conn(), wire.TimerStream(name), "", 0); err != nil {
+			return fmt.Errorf("world %q: purge the timer stream: %w", name, err)
+		}
+	}
+	cfg := mailboxConfig(name, w.Config, w.Config.storageType(), w.h.Timers)
 	cfg.FirstSeq = info.State.LastSeq + 1
 	if err := js.DeleteStream(ctx, wire.MailboxStream(name)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("world %q: delete the mailbox stream: %w", name, err)
@@ -373,6 +405,9 @@ func Remove(ctx context.Context, js jetstream.JetStream, name string) error {
 	}
 	if err := js.DeleteKeyValue(ctx, wire.Bucket(name)); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return fmt.Errorf("world %q: delete bucket: %w", name, err)
+	}
+	if err := js.DeleteStream(ctx, wire.TimerStream(name)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("world %q: delete the timer stream: %w", name, err)
 	}
 	return nil
 }

@@ -20,6 +20,11 @@ type Handles struct {
 	Bucket  jetstream.Stream    // the stream behind KV
 	Mailbox jetstream.Stream    // mailboxes and dead letters
 	JS      jetstream.JetStream // the context the world was opened with
+	// Timers: the world has its timer stream (pending timers and their
+	// fired copies), which the mailbox stream sources; false for a world
+	// made before timers. Known from the mailbox stream's config, with no
+	// request of its own (a user may not read the timer stream).
+	Timers bool
 }
 
 // Key is the argument of World.Handles. Its field is unexported, so only

@@ -44,6 +44,7 @@ var handlesUsers = map[string]string{
 	"mailbox":          "stat and listing read the mailbox stream's subjects; repost and purge remove dead letters; state deletes purge their markers",
 	"purge":            "fencepostd's purger follows the cursors and purges the mailbox stream",
 	"queue":            "publishes into the mailbox stream",
+	"timer":            "lists, counts and cancels the timer stream's timers, and sweeps its fired copies",
 	"worker":           "its one consumer of every mailbox (design 3.10)",
 	"shard":            "a held shard's reader of its stored mail, its fenced cursor commits and its removal of committed mail",
 	"daemon":           "fencepostd's audit and node-lease retirement watch the bucket as it is written",

@@ -1,0 +1,9 @@
+package timer_test
+
+import (
+	"testing"
+
+	"github.com/fencepost/fencepost/testkit/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
