@@ -74,7 +74,16 @@ func accountOf(role string) acct {
 // reaches.
 type imported struct {
 	subject string
-	stream  bool // a stream import (deliveries to subscribe to); else a service import (requests and publishes)
+	stream  bool   // a stream import (deliveries to subscribe to); else a service import (requests and publishes)
+	from    string // the store's subject, when not subject: the consumer gate's (gate.go), with the requester shared
+}
+
+// exported is the store's subject of im.
+func (im imported) exported() string {
+	if im.from != "" {
+		return im.from
+	}
+	return im.subject
 }
 
 // jsAccountInfo is JetStream's account information request.
@@ -101,7 +110,11 @@ func accountImports(a acct, w string) []imported {
 		out = slices.DeleteFunc(out, func(x imported) bool {
 			return x.stream == stream && natsserver.SubjectMatchesFilter(x.subject, s)
 		})
-		out = append(out, imported{s, stream})
+		im := imported{subject: s, stream: stream}
+		if gs, ok := gateSubject(w, s); ok && !stream {
+			im.from = gs
+		}
+		out = append(out, im)
 	}
 	// The server answers every JetStream request of an account without
 	// JetStream "not enabled" itself unless the account imports
@@ -118,11 +131,11 @@ func accountImports(a acct, w string) []imported {
 			add(storeImport(s), false)
 		case strings.HasPrefix(g.Subject, "_INBOX."):
 			// Replies come back across the service import by
-			// themselves; push deliveries need the stream import, and
-			// only owners watch.
-			if slices.Contains(a.roles, RoleOwner) {
-				add(inboxDeliveries, true)
-			}
+			// themselves; push deliveries (an owner's watch) and the
+			// answers to calls (an owner publishes them to the
+			// caller's inbox in the store: docs/wire.md "Calls") need
+			// the stream import.
+			add(inboxDeliveries, true)
 		default:
 			add(s, true)
 		}
@@ -179,20 +192,20 @@ func storeExports(w string) jwt.Exports {
 	for _, a := range clientAccts {
 		for _, im := range accountImports(a, w) {
 			if slices.ContainsFunc(all, func(x imported) bool {
-				return x.stream == im.stream && natsserver.SubjectMatchesFilter(im.subject, x.subject)
+				return x.stream == im.stream && natsserver.SubjectMatchesFilter(im.exported(), x.exported())
 			}) {
 				continue
 			}
 			all = slices.DeleteFunc(all, func(x imported) bool {
-				return x.stream == im.stream && natsserver.SubjectMatchesFilter(x.subject, im.subject)
+				return x.stream == im.stream && natsserver.SubjectMatchesFilter(x.exported(), im.exported())
 			})
 			all = append(all, im)
 		}
 	}
-	slices.SortFunc(all, func(x, y imported) int { return strings.Compare(x.subject, y.subject) })
+	slices.SortFunc(all, func(x, y imported) int { return strings.Compare(x.exported(), y.exported()) })
 	var ex jwt.Exports
 	for _, im := range all {
-		e := &jwt.Export{Name: im.subject, Subject: jwt.Subject(im.subject), Type: jwt.Stream}
+		e := &jwt.Export{Name: im.exported(), Subject: jwt.Subject(im.exported()), Type: jwt.Stream}
 		if !im.stream {
 			e.Type = jwt.Service
 			rt, th := responseOf(im.subject)
@@ -218,9 +231,14 @@ func accountClaimsOf(a acct, pub, storePub, w string, l Limits, rev revocations)
 		// store through an import.
 		ac.Limits.JetStreamLimits = jwt.JetStreamLimits{}
 		for _, im := range accountImports(a, w) {
-			i := &jwt.Import{Name: im.subject, Account: storePub, Subject: jwt.Subject(im.subject), Type: jwt.Service}
+			i := &jwt.Import{Name: im.subject, Account: storePub, Subject: jwt.Subject(im.exported()), Type: jwt.Service}
 			if im.stream {
 				i.Type = jwt.Stream
+			}
+			if im.from != "" {
+				// The consumer gate: the requester's identity goes with
+				// the request (Nats-Request-Info, set by the server).
+				i.LocalSubject, i.Share = jwt.RenamingSubject(im.subject), true
 			}
 			ac.Imports.Add(i)
 		}
@@ -349,9 +367,9 @@ func resignAccounts(dataDir string, operator nkeys.KeyPair) error {
 // are refused until replaced. It waits for the next second, so that the
 // store's users issued after it (the operator's file, fencepostd's own)
 // are not revoked with the rest. It returns what it did, for the log.
-func migrateToAccounts(dataDir string, keys accountKeys, rev revocations) ([]string, error) {
+func migrateToAccounts(dataDir string, keys accountKeys, rev revocations, single bool) ([]string, error) {
 	var notes []string
-	if _, ok := rev[jwt.All]; !ok {
+	if _, ok := rev[jwt.All]; single && !ok {
 		now := time.Now()
 		rev[jwt.All] = revoked{Who: "every user issued before the producers' and owners' accounts (issue 47)", At: now.Unix()}
 		if err := writeRevocations(dataDir, rev); err != nil {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -29,12 +30,23 @@ import (
 //     ttl within the world's bounds. It is freed, at the highest epoch the
 //     id had, with a compare-and-swap at the forged revision: the id is
 //     lapsed, as a reader should have judged it;
-//   - a record whose epoch is below the highest the id had since
-//     fencepostd started or the world was last reset (epochs never go
-//     back, docs/contract.md section 1): freed likewise, so that the next claim gets a
-//     new epoch above every earlier one;
+//   - a record whose epoch is below the highest the id had since the
+//     world was last reset (epochs never go back, docs/contract.md
+//     section 1), above what the writes of the bucket since that epoch
+//     could have carried (each honest write adds at most one, so 2^64-1
+//     is never honest), a delete marker of a record (no fencepost writes
+//     one) or a record that does not decode: freed likewise, at the
+//     highest epoch any write since the last one fencepostd saw could
+//     have carried, so that the next claim gets a new epoch above every
+//     earlier one (epochs may skip, never repeat);
 //   - a drain lock whose term is above the world's max_ttl: deleted at its
 //     revision, so the holder's drains are no longer refused as contended.
+//
+// The highest epoch of each id, and the revision of the write that
+// carried it, are fencepostd's own: kept in its memory across restarts of
+// the watch, and written to the bucket as h.<eid> (highKey), a key no
+// producer or owner may write (the accounts import none of it), so that a
+// restart of fencepostd keeps them; a reset purges them with the records.
 //
 // Each is logged at WARN with the key and counted in
 // fencepost_forgeries_total{world,kind}. A write by an owner that is not
@@ -44,10 +56,13 @@ import (
 
 // Kinds of forgery the auditor detects.
 const (
-	ForgedRecordTerm = "record_term" // held record with a term above max_ttl
-	ForgedEpochBack  = "epoch_back"  // record whose epoch went back
-	ForgedLockTerm   = "lock_term"   // drain lock with a term above max_ttl
-	ForgedNodeTerm   = "node_term"   // node lease with a term above max_ttl (retired by the retirer)
+	ForgedRecordTerm = "record_term"    // held record with a term above max_ttl
+	ForgedEpochBack  = "epoch_back"     // record whose epoch went back
+	ForgedEpochJump  = "epoch_jump"     // record whose epoch is above what the writes since could carry (2^64-1)
+	ForgedRecordGone = "record_deleted" // delete marker on a record
+	ForgedRecordBad  = "record_corrupt" // record that does not decode
+	ForgedLockTerm   = "lock_term"      // drain lock with a term above max_ttl
+	ForgedNodeTerm   = "node_term"      // node lease with a term above max_ttl (retired by the retirer)
 )
 
 // auditMargin is what the auditor allows above max_ttl for the clock
@@ -80,10 +95,76 @@ func (d *Daemon) forgeries() *prometheus.CounterVec {
 type auditor struct {
 	d      *Daemon
 	kv     jetstream.KeyValue
+	js     jetstream.JetStream
 	own    *ownership.Store // its record writes
 	maxTTL time.Duration
-	epochs map[string]uint64 // record key -> the highest epoch seen
+	marks  *epochMarks // the daemon's, kept across watches
 	count  *prometheus.CounterVec
+	watch  uint64 // this watch's number among the daemon's
+	seen   uint64 // entries this watch delivered before the one judged
+}
+
+// epochMark is the highest epoch an id's record had, and the revision of
+// the write that carried it: h.<eid>'s value.
+type epochMark struct {
+	Epoch uint64 `json:"epoch"`
+	Rev   uint64 `json:"rev"`
+	// With watch, the watch that saw the write and how many entries it
+	// had delivered with it: the revisions after it that watch did not
+	// deliver are the only ones that could be unseen writes of the
+	// record (a later write of the same key removes one before it is
+	// delivered: the bucket keeps one message a key).
+	watch, seen uint64
+}
+
+// epochMarks are the auditor's marks by record key, and the highest
+// revision of a record or mark it saw (a reset purges every one below).
+type epochMarks struct {
+	m       map[string]epochMark
+	lastRev uint64
+	watches uint64
+}
+
+// highPrefix begins the keys of the marks: h.<eid>, beside o.<eid>.
+const highPrefix = "h."
+
+// highKey is the mark's key of the record key o.<eid>.
+func highKey(recordKey string) string {
+	return highPrefix + strings.TrimPrefix(recordKey, wire.RecordPrefix)
+}
+
+// unseen counts the writes of the bucket between mark m and the entry at
+// revision rev that could have been writes of the record nobody saw:
+// every revision in between, but those this watch delivered when m is
+// this watch's own. Without a mark it is every revision before rev: a
+// record's epoch is at most its revision (each epoch's claim is a write
+// of the bucket since the last reset, whose sequences never go back).
+func (a *auditor) unseen(m epochMark, rev uint64) uint64 {
+	switch {
+	case m.Epoch == 0:
+		return rev - min(rev, 1)
+	case rev <= m.Rev:
+		return 0
+	}
+	n := rev - m.Rev - 1
+	if m.watch == a.watch && a.seen >= m.seen {
+		n -= min(n, a.seen-m.seen)
+	}
+	return n
+}
+
+// mostHonest is the highest epoch an honest write of the record at
+// revision rev could carry: each write of it adds at most one to the
+// epoch (a claim or a seize is the record's epoch plus one).
+func (a *auditor) mostHonest(m epochMark, rev uint64) uint64 {
+	return m.Epoch + a.unseen(m, rev) + 1
+}
+
+// freeAt is the epoch a record forged at revision rev is freed at: the
+// highest any write before it could have carried, so that no epoch an
+// honest claim was given is given again (epochs may skip, never repeat).
+func (a *auditor) freeAt(m epochMark, rev uint64) uint64 {
+	return max(1, m.Epoch+a.unseen(m, rev))
 }
 
 // auditLoop runs audit once the world is ready, again after an error,
@@ -118,8 +199,12 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 	if err != nil {
 		return err
 	}
-	a := &auditor{d: d, kv: handles.Of(w).KV, own: own, maxTTL: w.Config.MaxTTL, epochs: map[string]uint64{}, count: count}
-	watch, err := handles.Of(w).KV.WatchFiltered(ctx, []string{wire.RecordPrefix + "*", wire.LockPrefix + "*", wire.WorldKey})
+	if d.marks == nil {
+		d.marks = &epochMarks{m: map[string]epochMark{}}
+	}
+	d.marks.watches++
+	a := &auditor{d: d, kv: handles.Of(w).KV, js: d.js, own: own, maxTTL: w.Config.MaxTTL, marks: d.marks, count: count, watch: d.marks.watches}
+	watch, err := handles.Of(w).KV.WatchFiltered(ctx, []string{wire.RecordPrefix + "*", wire.LockPrefix + "*", wire.WorldKey, highPrefix + "*"})
 	if err != nil {
 		return err
 	}
@@ -136,6 +221,7 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 				if err := a.check(ctx, e); err != nil {
 					return err
 				}
+				a.seen++
 			}
 		}
 	}
@@ -146,16 +232,35 @@ func (a *auditor) check(ctx context.Context, e jetstream.KeyValueEntry) error {
 	key := e.Key()
 	switch {
 	case key == wire.WorldKey:
-		// Written by world add and reset: a reset starts epochs again,
-		// and the settings may have changed.
+		// Written by world add and reset: the settings may have
+		// changed, and a reset (a purge of the bucket) starts epochs
+		// again: every mark below the bucket's first sequence is gone.
 		w, err := world.Open(ctx, a.d.js, a.d.cfg.World)
 		if err != nil {
 			return err
 		}
-		a.maxTTL, a.epochs = w.Config.MaxTTL, map[string]uint64{}
-	case e.Operation() != jetstream.KeyValuePut:
+		a.maxTTL = w.Config.MaxTTL
+		info, err := handles.Of(w).Bucket.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.FirstSeq > a.marks.lastRev {
+			a.marks.m, a.marks.lastRev = map[string]epochMark{}, 0
+		}
+	case strings.HasPrefix(key, highPrefix):
+		var m epochMark
+		if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &m) != nil {
+			return nil
+		}
+		rk := wire.RecordPrefix + strings.TrimPrefix(key, highPrefix)
+		if m.Epoch > a.marks.m[rk].Epoch {
+			a.marks.m[rk] = m
+		}
+		a.marks.lastRev = max(a.marks.lastRev, e.Revision())
 	case strings.HasPrefix(key, wire.RecordPrefix):
 		a.record(ctx, e)
+		a.marks.lastRev = max(a.marks.lastRev, e.Revision())
+	case e.Operation() != jetstream.KeyValuePut:
 	case strings.HasPrefix(key, wire.LockPrefix):
 		a.lock(ctx, e)
 	}
@@ -163,28 +268,54 @@ func (a *auditor) check(ctx context.Context, e jetstream.KeyValueEntry) error {
 }
 
 func (a *auditor) record(ctx context.Context, e jetstream.KeyValueEntry) {
-	rec, err := wire.DecodeRecord(e.Value())
-	if err != nil {
-		return // ownership refuses it itself (fails closed)
-	}
-	high := a.epochs[e.Key()]
-	var kind string
+	m := a.marks.m[e.Key()]
+	var (
+		kind  string
+		epoch uint64 // the epoch the forged record is freed at
+		rec   wire.Record
+		err   error
+	)
 	switch {
-	case rec.Epoch < high:
-		kind = ForgedEpochBack
-	case rec.State == wire.StateHeld && rec.Expires.Sub(e.Created()) > a.maxTTL+auditMargin:
-		kind = ForgedRecordTerm
+	case e.Operation() != jetstream.KeyValuePut:
+		kind, epoch = ForgedRecordGone, a.freeAt(m, e.Revision())
+	default:
+		if rec, err = wire.DecodeRecord(e.Value()); err != nil {
+			kind, epoch = ForgedRecordBad, a.freeAt(m, e.Revision())
+			break
+		}
+		switch {
+		case rec.Epoch < m.Epoch:
+			kind, epoch = ForgedEpochBack, a.freeAt(m, e.Revision())
+		case rec.Epoch > a.mostHonest(m, e.Revision()):
+			kind, epoch = ForgedEpochJump, a.freeAt(m, e.Revision())
+		case rec.State == wire.StateHeld && rec.Expires.Sub(e.Created()) > a.maxTTL+auditMargin:
+			kind, epoch = ForgedRecordTerm, max(m.Epoch, rec.Epoch)
+		default:
+			if rec.Epoch > m.Epoch {
+				a.mark(e.Key(), epochMark{Epoch: rec.Epoch, Rev: e.Revision(), watch: a.watch, seen: a.seen + 1})
+			}
+			return
+		}
 	}
-	a.epochs[e.Key()] = max(high, rec.Epoch)
-	if kind == "" {
+	id, derr := wire.DecodeID(strings.TrimPrefix(e.Key(), wire.RecordPrefix))
+	if derr == nil {
+		derr = a.own.FreeForged(ctx, id, e.Revision(), rec, epoch, e.Created())
+	}
+	a.report(kind, e, derr, "node", rec.Node, "epoch", rec.Epoch, "highest_epoch", m.Epoch, "highest_at", m.Rev, "expires", rec.Expires, "freed_at_epoch", epoch)
+}
+
+// mark remembers m as the highest epoch of record key, and writes it to
+// the bucket (h.<eid>), without waiting: the next write of the id, or the
+// next start, reads it back.
+func (a *auditor) mark(key string, m epochMark) {
+	a.marks.m[key] = m
+	b, err := json.Marshal(m)
+	if err != nil {
 		return
 	}
-	epoch := max(high, rec.Epoch)
-	id, err := wire.DecodeID(strings.TrimPrefix(e.Key(), wire.RecordPrefix))
-	if err == nil {
-		err = a.own.FreeForged(ctx, id, e.Revision(), rec, epoch, e.Created())
+	if _, err := a.js.PublishAsync(wire.KeySubject(a.d.cfg.World, highKey(key)), b); err != nil && a.d.stopCtx.Err() == nil {
+		a.d.log.Warn("auditor: could not write an epoch mark", "world", a.d.cfg.World, "key", key, "epoch", m.Epoch, "err", err)
 	}
-	a.report(kind, e, err, "node", rec.Node, "epoch", rec.Epoch, "highest_epoch", high, "expires", rec.Expires, "freed_at_epoch", epoch)
 }
 
 func (a *auditor) lock(ctx context.Context, e jetstream.KeyValueEntry) {

@@ -96,6 +96,7 @@ var Permissions = []Grant{
 	{"$JS.API.CONSUMER.MSG.NEXT.FP_MB_<w>.*", pub, ownerOnly, "pull messages from that consumer"},
 	{"$JS.FC.FP_MB_<w>.>", pub, ownerOnly, "flow control replies of a worker's ordered consumer on the mailbox stream"},
 	{"fp.<w>.rp.>", sub, ownerOnly, "a partitioned world's posts, republished by partition: a worker reads the partitions it serves and the ids it holds (design 3.13)"},
+	{"_INBOX.>", pub, ownerOnly, "answer calls: a worker publishes each call's answer to the reply subject the call names, which is under the caller's own inbox prefix (docs/wire.md Calls); it may publish to any inbox, and subscribe to its own only"},
 }
 
 // rolePermissions are the subject permissions of role for world w and the
@@ -273,8 +274,11 @@ func loadOrCreateTrust(dataDir, world string, l Limits) (*trust, error) {
 	if t.operator, err = keyPair(filepath.Join(dir, "operator.nk"), nkeys.CreateOperator); err != nil {
 		return nil, err
 	}
-	_, err = os.Stat(filepath.Join(dir, storeAcct.seed))
-	hadStore := err == nil
+	// A data dir of the single account: the store's key and no owners'
+	// account yet.
+	_, errStore := os.Stat(filepath.Join(dir, storeAcct.seed))
+	_, errOwners := os.Stat(filepath.Join(dir, ownerAcct.seed))
+	single := errStore == nil && errors.Is(errOwners, os.ErrNotExist)
 	if t.accounts, err = loadAccountKeys(dir, true); err != nil {
 		return nil, err
 	}
@@ -285,10 +289,8 @@ func loadOrCreateTrust(dataDir, world string, l Limits) (*trust, error) {
 	if err != nil {
 		return nil, err
 	}
-	if hadStore {
-		if t.notes, err = migrateToAccounts(dataDir, t.accounts, rev); err != nil {
-			return nil, fmt.Errorf("move the data dir's users to the accounts: %w", err)
-		}
+	if t.notes, err = migrateToAccounts(dataDir, t.accounts, rev, single); err != nil {
+		return nil, fmt.Errorf("move the data dir's users to the accounts: %w", err)
 	}
 	t.creds = map[string]Creds{}
 	for _, role := range Roles {

@@ -161,27 +161,39 @@ func TestAttack_PlantedDrainLockRemoved(t *testing.T) {
 	require.Equal(t, []string{"mail"}, got)
 }
 
-// TestAttack_ConsumerAtRestRemoved: a durable consumer without an
-// inactivity threshold on another id's mailbox (created and kept at
-// rest, reading every message as it comes) is removed by fencepostd at
-// its creation, and counted; so is one whose threshold is a year.
+// TestAttack_ConsumerAtRestRemoved: an owner's durable consumer without
+// an inactivity threshold on another id's mailbox (which would be kept at
+// rest, reading every message as it comes), and one whose threshold is a
+// year, are refused at their creation by fencepostd's consumer gate, as
+// JetStream errors, and counted; nothing is created. One made otherwise
+// (the operator's) is removed by fencepostd at its creation, and counted.
 func TestAttack_ConsumerAtRestRemoved(t *testing.T) {
 	th := setupTheft(t)
-	js := th.mallory.c.JetStream()
-	for name, threshold := range map[string]time.Duration{"spy": 0, "patient-spy": 365 * 24 * time.Hour} {
-		_, err := js.CreateOrUpdateConsumer(th.ctx, wire.MailboxStream("default"), jetstream.ConsumerConfig{
-			Durable: name, FilterSubject: wire.MailboxSubject("default", th.victimID), AckPolicy: jetstream.AckNonePolicy,
-			InactiveThreshold: threshold, MemoryStorage: true,
-		})
-		require.NoError(t, err, "admitted by the server: owners create consumers to drain")
-		servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-			_, err := th.op.c.JetStream().Consumer(th.ctx, wire.MailboxStream("default"), name)
-			if err == nil {
-				return fmt.Errorf("consumer %s still there", name)
+	for who, js := range map[string]jetstream.JetStream{"mallory": th.mallory.c.JetStream(), "operator": th.op.c.JetStream()} {
+		for name, threshold := range map[string]time.Duration{"spy": 0, "patient-spy": 365 * 24 * time.Hour} {
+			_, err := js.CreateOrUpdateConsumer(th.ctx, wire.MailboxStream("default"), jetstream.ConsumerConfig{
+				Durable: name, FilterSubject: wire.MailboxSubject("default", th.victimID), AckPolicy: jetstream.AckNonePolicy,
+				InactiveThreshold: threshold, MemoryStorage: true,
+			})
+			if who == "mallory" {
+				var apiErr *jetstream.APIError
+				require.ErrorAs(t, err, &apiErr, "refused by the gate")
+				require.Contains(t, apiErr.Description, "durable")
+				_, err = th.op.c.JetStream().Consumer(th.ctx, wire.MailboxStream("default"), name)
+				require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "nothing created")
+				continue
 			}
-			return nil
-		})
+			require.NoError(t, err, "the operator's")
+			servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+				_, err := th.op.c.JetStream().Consumer(th.ctx, wire.MailboxStream("default"), name)
+				if err == nil {
+					return fmt.Errorf("consumer %s still there", name)
+				}
+				return nil
+			})
+		}
 	}
+	th.a.waitMetric(t, `fencepost_consumers_refused_total{reason="durable",world="default"}`, 2)
 	th.a.waitMetric(t, forgeries(daemon.ForgedConsumer), 2)
 }
 

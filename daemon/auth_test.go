@@ -113,6 +113,24 @@ func (r *roleConn) refused(t *testing.T, what, subject string, op func(ctx conte
 
 func ok(h drain.Result, err error) error { return err }
 
+// waitMarked waits until fencepostd wrote down epoch as the highest of
+// id (its mark h.<eid>, "Epochs" in docs/security.md): its last write
+// after a claim, before a test reads the bucket's last sequence.
+func (a *authed) waitMarked(t *testing.T, id string, epoch uint64) {
+	t.Helper()
+	kv := a.as(t, daemon.RoleOperator).bucket(t)
+	servertest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		e, err := kv.Get(testutil.Ctx(t, 2*time.Second), "h."+wire.EncodeID(id))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(e.Value()), fmt.Sprintf(`"epoch":%d,`, epoch)) {
+			return fmt.Errorf("mark of %s: %s", id, e.Value())
+		}
+		return nil
+	})
+}
+
 // TestAuth_NoCredentialsCannotConnect: with --auth the server refuses a
 // client without credentials, or with a wrong password; the three creds
 // files are written readable by fencepostd's user only.
@@ -165,6 +183,7 @@ func TestAuth_ProducerPostsAndNothingElse(t *testing.T) {
 	require.Equal(t, op.w.Queue.Limit(), p.w.Queue.Limit())
 	require.Equal(t, op.w.Queue.MaxBody(), p.w.Queue.MaxBody())
 
+	a.waitMarked(t, "held", l.Epoch)
 	before, err := handles.Of(op.w).Bucket.Info(ctx)
 	require.NoError(t, err)
 	mbBefore, err := handles.Of(op.w).Mailbox.Info(ctx)
@@ -297,8 +316,9 @@ func TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset(t *testing.T) {
 	require.NoError(t, err)
 	mbBefore, err := handles.Of(o.w).Mailbox.Info(ctx)
 	require.NoError(t, err)
-	_, err = o.w.Ownership.Claim(ctx, "held", "node-a", time.Minute)
+	lh, err := o.w.Ownership.Claim(ctx, "held", "node-a", time.Minute)
 	require.NoError(t, err)
+	a.waitMarked(t, "held", lh.Epoch)
 	before, err = handles.Of(o.w).Bucket.Info(ctx)
 	require.NoError(t, err)
 	o.refused(t, "force seize", wire.KeySubject("default", wire.ForceKey("held")), func(ctx context.Context) error {

@@ -86,16 +86,21 @@ type Config struct {
 
 	// With auth: the lifetime of the user JWTs written at start (default
 	// 90 days; issue them again before they expire: docs/security.md,
-	// "Limits and lifetimes"), and the account's limits: connections
-	// (default 1000), JetStream streams (256) and consumers (10000), file
-	// storage in bytes (default -1: none), and the largest message a
-	// producer or owner may publish (1 MiB). -1: no limit.
+	// "Limits and lifetimes"), and the accounts' limits: connections of
+	// each account (default 1000), JetStream streams (256) and consumers
+	// (10000, per stream), storage in bytes (file and memory each; default
+	// 10 GiB, DefaultAuthMaxStore), and the largest message a producer or
+	// owner may publish (1 MiB). -1: no limit.
 	CredsTTL         Duration `json:"creds_ttl,omitempty"`
 	AuthMaxConns     int      `json:"auth_max_conns,omitempty"`
 	AuthMaxStreams   int      `json:"auth_max_streams,omitempty"`
 	AuthMaxConsumers int      `json:"auth_max_consumers,omitempty"`
-	AuthMaxStore     int      `json:"auth_max_store,omitempty"`
-	AuthMaxPayload   int      `json:"auth_max_payload,omitempty"`
+	// AuthMaxConsumersPerUser: the consumers one producer or owner user
+	// may have on each of the world's streams (the consumer gate; the
+	// role files are one user each). Default 256; -1: no limit.
+	AuthMaxConsumersPerUser int `json:"auth_max_consumers_per_user,omitempty"`
+	AuthMaxStore            int `json:"auth_max_store,omitempty"`
+	AuthMaxPayload          int `json:"auth_max_payload,omitempty"`
 
 	// How fencepostd's own client connects (to --nats, or to the embedded
 	// server when its config requires authentication).
@@ -154,9 +159,16 @@ var Defaults = Config{
 	AuthMaxConns:     1000,
 	AuthMaxStreams:   256,
 	AuthMaxConsumers: 10_000,
-	AuthMaxStore:     -1,
-	AuthMaxPayload:   defaultPayload,
+
+	AuthMaxConsumersPerUser: DefaultMaxConsumersPerUser,
+	AuthMaxStore:            DefaultAuthMaxStore,
+	AuthMaxPayload:          defaultPayload,
 }
+
+// DefaultAuthMaxStore is auth_max_store's default: 10 GiB of JetStream
+// storage for the store account (file and memory each), of which the
+// world fencepostd creates takes seven eighths for its mailboxes.
+const DefaultAuthMaxStore = 10 << 30
 
 // ErrConfig wraps every configuration problem; main maps it to exit code 2.
 var ErrConfig = errors.New("fencepostd: invalid config")
@@ -195,7 +207,7 @@ func (c Config) WithDefaults() Config {
 	if c.CredsTTL == 0 {
 		c.CredsTTL = d.CredsTTL
 	}
-	for _, f := range []struct{ v, def *int }{{&c.AuthMaxConns, &d.AuthMaxConns}, {&c.AuthMaxStreams, &d.AuthMaxStreams}, {&c.AuthMaxConsumers, &d.AuthMaxConsumers}, {&c.AuthMaxStore, &d.AuthMaxStore}, {&c.AuthMaxPayload, &d.AuthMaxPayload}} {
+	for _, f := range []struct{ v, def *int }{{&c.AuthMaxConns, &d.AuthMaxConns}, {&c.AuthMaxStreams, &d.AuthMaxStreams}, {&c.AuthMaxConsumers, &d.AuthMaxConsumers}, {&c.AuthMaxConsumersPerUser, &d.AuthMaxConsumersPerUser}, {&c.AuthMaxStore, &d.AuthMaxStore}, {&c.AuthMaxPayload, &d.AuthMaxPayload}} {
 		if *f.v == 0 {
 			*f.v = *f.def
 		}
@@ -382,7 +394,7 @@ func (c Config) validateLimits() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"auth_max_conns", c.AuthMaxConns}, {"auth_max_streams", c.AuthMaxStreams}, {"auth_max_consumers", c.AuthMaxConsumers}, {"auth_max_store", c.AuthMaxStore}, {"auth_max_payload", c.AuthMaxPayload}} {
+	}{{"auth_max_conns", c.AuthMaxConns}, {"auth_max_streams", c.AuthMaxStreams}, {"auth_max_consumers", c.AuthMaxConsumers}, {"auth_max_consumers_per_user", c.AuthMaxConsumersPerUser}, {"auth_max_store", c.AuthMaxStore}, {"auth_max_payload", c.AuthMaxPayload}} {
 		if f.v < -1 {
 			return bad(f.name, "%d: give a positive limit, or -1 for none", f.v)
 		}

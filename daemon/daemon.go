@@ -50,6 +50,8 @@ type Daemon struct {
 	memReleases atomic.Int64 // and the idle heap it returned
 	own         Creds        // with --auth: the operator's, for fencepostd's own connection
 	accounts    []string     // with --auth: the public keys of the store's, producers' and owners' accounts
+	marks       *epochMarks  // with --auth: the auditor's highest epochs, kept across its watches
+	gate        *gate        // with --auth: the consumer gate
 }
 
 // Option configures a Daemon.
@@ -85,6 +87,11 @@ func Start(cfg Config, opts ...Option) (*Daemon, error) {
 	}
 	if err := d.connect(); err != nil {
 		return nil, err
+	}
+	if cfg.Auth && d.own.JWT != "" {
+		if err := d.startGate(); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.HTTP != "off" {
 		l, err := net.Listen("tcp", cfg.HTTP)
@@ -373,6 +380,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		g.Add(func() error { return d.retireLoop(d.stopCtx) }, func(error) { d.stop() })
 		g.Add(func() error { return d.auditLoop(d.stopCtx) }, func(error) { d.stop() })
 		g.Add(func() error { return d.reapLoop(d.stopCtx) }, func(error) { d.stop() })
+		g.Add(func() error { return d.gateLoop(d.stopCtx) }, func(error) { d.stop() })
+		g.Add(func() error { return d.batchLoop(d.stopCtx) }, func(error) { d.stop() })
 	}
 	if d.http != nil { // nobody reads the scrape without the endpoint
 		g.Add(func() error { return d.scrapeLoop(d.stopCtx) }, func(error) { d.stop() })

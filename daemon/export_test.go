@@ -15,6 +15,14 @@ func SetRetireLate(t interface{ Cleanup(func()) }, d time.Duration) {
 	t.Cleanup(func() { retireLate = 0 })
 }
 
+// SetBatchProbe makes fencepostd probe the bucket's batch slots every d
+// until the test ends.
+func SetBatchProbe(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := batchProbe
+	batchProbe = d
+	t.Cleanup(func() { batchProbe = old })
+}
+
 // SingleAccountForTest turns an --auth data dir (stopped) back into the
 // layout of the single account of earlier versions: no producers' or owners'
 // account, and every role file, node file and producer file issued by

@@ -1,0 +1,172 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/daemon"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/server/servertest"
+)
+
+// TestAttack_EpochNeverGoesBack: no write a node owner can make gives an
+// epoch twice or sets one back (issue 47: "a fencing token issued
+// twice", "an id locked forever"). Against a real fencepostd --auth,
+// node-a (mallory) writes the victim's record held by node-b: at a lower
+// epoch without the revision condition and with it, at epoch 2^64-1 and
+// free (which no claim could ever go past), as a delete marker (the next
+// claim would start at epoch 1), and as bytes that do not decode (the id
+// would be stuck); then fencepostd restarts and the epoch is set back
+// again. Each is detected (counted by kind) and freed at an epoch at
+// least the highest honest one; every claim after it gets an epoch above
+// every epoch claimed before. The settings entry (whose rewrite once made
+// fencepostd forget the epochs) and the marks of the highest epochs
+// (h.<eid>) are refused to it.
+func TestAttack_EpochNeverGoesBack(t *testing.T) {
+	th := setupTheft(t)
+	ctx := th.ctx
+	key := wire.RecordKey(th.victimID)
+	highest := th.epoch // the highest epoch any claim was given
+	claim := func(t *testing.T, what string) {
+		t.Helper()
+		var l uint64
+		servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+			got, err := th.holder.w.Ownership.Claim(ctx, th.victimID, "node-b", time.Minute)
+			if err != nil {
+				return err
+			}
+			l = got.Epoch
+			return nil
+		})
+		require.Greater(t, l, highest, "%s: the claim after it got epoch %d, not above every earlier one (%d)", what, l, highest)
+		highest = l
+	}
+	forge := func(t *testing.T, what, kind string, n float64, write func() error) {
+		t.Helper()
+		require.NoError(t, write(), "%s: admitted by the server (an owner writes records)", what)
+		th.a.waitMetric(t, forgeries(kind), n)
+		th.waitFreed(t, highest)
+		claim(t, what)
+	}
+	put := func(rec wire.Record) func() error {
+		return func() error {
+			b, err := wire.EncodeRecord(rec)
+			if err != nil {
+				return err
+			}
+			_, err = th.malKV.Put(ctx, key, b)
+			return err
+		}
+	}
+	held := func(epoch uint64) wire.Record {
+		return wire.Record{Node: "node-a", Epoch: epoch, State: wire.StateHeld, TTLms: 60_000, Acquired: time.Now(), Expires: time.Now().Add(time.Minute)}
+	}
+
+	forge(t, "epoch back", daemon.ForgedEpochBack, 1, put(held(1)))
+	forge(t, "epoch back at the revision", daemon.ForgedEpochBack, 2, func() error {
+		e, err := th.malKV.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		b, err := wire.EncodeRecord(held(highest - 1))
+		if err != nil {
+			return err
+		}
+		_, err = th.malKV.Update(ctx, key, b, e.Revision())
+		return err
+	})
+	forge(t, "epoch 2^64-1, free", daemon.ForgedEpochJump, 1, put(wire.Record{Epoch: math.MaxUint64, State: wire.StateFree}))
+	forge(t, "delete marker", daemon.ForgedRecordGone, 1, func() error { return th.malKV.Delete(ctx, key) })
+	forge(t, "bytes that do not decode", daemon.ForgedRecordBad, 1, func() error {
+		_, err := th.malKV.Put(ctx, key, []byte("not a record"))
+		return err
+	})
+
+	// What once made fencepostd forget the epochs, and its marks: refused.
+	for _, k := range []string{wire.WorldKey, "h." + wire.EncodeID(th.victimID)} {
+		subject := wire.KeySubject("default", k)
+		th.mallory.refused(t, "write "+k, subject, func(ctx context.Context) error {
+			_, err := th.mallory.c.JetStream().Publish(ctx, subject, []byte(`{"epoch":1,"rev":1}`))
+			return err
+		})
+	}
+
+	// A restart of fencepostd keeps the highest epochs.
+	th.a.shutdown(t)
+	again := startDaemon(t, th.a.dir, "--auth")
+	again.waitReady(t)
+	th.a.started = again
+	th.holder = th.a.asFile(t, daemon.NodeCredsFile(th.a.dir, "node-b"))
+	th.mallory = th.a.asFile(t, daemon.NodeCredsFile(th.a.dir, "node-a"))
+	th.op = th.a.as(t, daemon.RoleOperator)
+	th.malKV = th.mallory.bucket(t)
+	forge(t, "epoch back after a restart", daemon.ForgedEpochBack, 1, put(held(1)))
+	require.Empty(t, th.holder.violations(0))
+}
+
+// TestAuth_EpochMarksGoWithAReset: the marks of the highest
+// epochs are the bucket's: a reset of the world (a purge of the bucket,
+// the operator's) drops them with the records, and the epochs start
+// again at 1 without a forgery reported.
+func TestAuth_EpochMarksGoWithAReset(t *testing.T) {
+	th := setupTheft(t)
+	ctx := th.ctx
+	require.NoError(t, th.op.c.ResetWorld(ctx, "default"))
+	var l uint64
+	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		got, err := th.holder.w.Ownership.Claim(ctx, th.victimID, "node-b", time.Minute)
+		if err != nil {
+			return err
+		}
+		l = got.Epoch
+		return nil
+	})
+	require.Equal(t, uint64(1), l, "a reset starts the epochs again")
+	// The auditor follows the bucket after the reset: a write of the
+	// record is judged against the new epochs, not the old ones.
+	require.NoError(t, th.holder.w.Ownership.Release(ctx, th.victimID, "node-b"))
+	l2, err := th.holder.w.Ownership.Claim(ctx, th.victimID, "node-b", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), l2.Epoch)
+	_, err = th.op.c.JetStream().Publish(ctx, wire.KeySubject("default", wire.ForceKey("settle")), []byte("{}"), jetstream.WithExpectStream(wire.BucketStream("default")))
+	require.NoError(t, err)
+	for _, kind := range []string{daemon.ForgedEpochBack, daemon.ForgedEpochJump, daemon.ForgedRecordGone, daemon.ForgedRecordBad} {
+		require.LessOrEqual(t, th.a.metric(t, forgeries(kind)), 0.0, "nothing forged: %s", kind)
+	}
+	st, err := th.op.w.Ownership.Owner(ctx, th.victimID)
+	require.NoError(t, err)
+	require.True(t, st.Held, fmt.Sprintf("%+v", st))
+	_ = nats.ErrTimeout
+}
+
+// TestAttack_StateOfAHeldID: per-id state of an id node-b holds. node-a's
+// `fencepost state --delete` (Mailboxes.DeleteState) is refused while the
+// id is held: it claims the id first, and the claim is refused; the state
+// stays. node-a's raw write of the state key is stored (admitted, as a
+// cursor is: permissions are not per id, and the stored message does not
+// say who wrote it); the holder's next commit would build on it.
+func TestAttack_StateOfAHeldID(t *testing.T) {
+	th := setupTheft(t)
+	ctx := th.ctx
+	key := wire.StateKey(th.victimID, "count")
+	_, err := th.op.bucket(t).Put(ctx, key, []byte("41"))
+	require.NoError(t, err)
+	_, err = th.mallory.w.Mailboxes.DeleteState(ctx, th.victimID, "node-a")
+	require.Error(t, err, "refused: the id is held")
+	e, err := th.op.bucket(t).Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, "41", string(e.Value()), "the state stays")
+	st, err := th.op.w.Ownership.Owner(ctx, th.victimID)
+	require.NoError(t, err)
+	require.Equal(t, "node-b", st.Node)
+
+	_, err = th.malKV.Put(ctx, key, []byte("1000000"))
+	require.NoError(t, err, "admitted: an owner writes state keys")
+}
