@@ -274,8 +274,8 @@ func (r *run) createWorld(ctx context.Context, name string) (int, error) {
 	}
 }
 
-// removeWorld deletes the scratch world's two streams by name, and
-// nothing else.
+// removeWorld deletes the scratch world's three streams by name (its
+// mailboxes, its bucket, its timers), and nothing else.
 func (r *run) removeWorld(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -285,6 +285,9 @@ func (r *run) removeWorld(name string) error {
 		errs = append(errs, err)
 	}
 	if err := js.DeleteStream(ctx, wire.BucketStream(name)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		errs = append(errs, err)
+	}
+	if err := js.DeleteStream(ctx, wire.TimerStream(name)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

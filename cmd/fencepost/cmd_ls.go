@@ -21,17 +21,20 @@ var lsFlags struct {
 	Limit    limitValue `name:"limit" placeholder:"N" default:"${ls_limit}" help:"print at most N ids, N >= 1; a cut list ends with more next=ID"`
 	After    idValue    `name:"after" placeholder:"ID" help:"resume after this id: the next= of the page before (ids sort by their UTF-8 bytes); with --shards, after this shard"`
 	Shards   bool       `name:"shards" help:"list the shards of a sharded world (shard=S state=... node=... epoch=...), not its ids"`
+	// Scheduled: the pending timers (cmd_timer.go).
+	Scheduled bool `name:"scheduled" help:"list the pending timers (timer id=... key=... at=... due_in=...), sorted by id and key, not ids"`
 }
 
 func init() {
 	register("ls", &command{
-		usage: "ls [--held-by NODE] [--with-mail] [--dead] [--limit N] [--after ID] | ls --shards [--held-by NODE] [--limit N] [--after S]",
+		usage: "ls [--held-by NODE] [--with-mail] [--dead] [--limit N] [--after ID] | ls --shards [--held-by NODE] [--limit N] [--after S] | ls --scheduled [--limit N] [--after ID]",
 		short: "list ids in order, one line each (id ...), then listed count=K [more next=ID]",
 		examples: []string{
 			"fencepost ls --held-by node-a            # id id=order-42 state=held node=node-a epoch=1 ... per id, then listed count=K more=false",
 			"fencepost ls --with-mail --limit 100     # a page of ids with mail; the next: --after the listed next=ID",
 			"fencepost ls --dead --json",
 			"fencepost ls --shards                    # a sharded world's shards: shard shard=S state=held node=... epoch=... per shard, then listed count=K",
+			"fencepost ls --scheduled                 # pending timers: timer id=... key=... at=... due_in=... per timer, then listed count=K",
 		},
 		flags: &lsFlags,
 		run:   runLs,
@@ -51,6 +54,9 @@ func init() {
 func runLs(e *env, args []string) int {
 	if len(args) != 0 {
 		return e.usageErr("ls", "takes no arguments, got %d (filter with --held-by, --with-mail, --dead)", len(args))
+	}
+	if lsFlags.Scheduled {
+		return runLsScheduled(e)
 	}
 	if lsFlags.Shards {
 		return runLsShards(e)

@@ -22,6 +22,10 @@ var (
 	sendFlags struct {
 		From  string `name:"from" placeholder:"F" help:"the sender, shown to the handler"`
 		MsgID string `name:"msg-id" placeholder:"K" help:"dedupe key: a retry inside the world's window is stored once"`
+		// A timer (docs/contract.md section 11; cmd_timer.go).
+		At    atValue    `name:"at" placeholder:"TIME" help:"a timer: the message enters the mailbox at TIME (RFC 3339, e.g. 2026-05-01T09:00:00Z), never before"`
+		After afterValue `name:"after" placeholder:"DURATION" help:"a timer: the message enters the mailbox DURATION from now (e.g. 90s, 2h)"`
+		Key   string     `name:"key" placeholder:"K" help:"with --at or --after: the timer's key; a send with a pending timer's key replaces it, and timer cancel ID K removes it (default: made from --msg-id, or at random)"`
 	}
 	drainFlags struct {
 		Node  string     `name:"node" placeholder:"N" help:"the holding node (required)"`
@@ -41,13 +45,15 @@ var (
 func init() {
 	outcomeMappers = append(outcomeMappers, mailboxOutcome)
 	register("send", &command{
-		usage: "send ID [--from F] [--msg-id K] BODY",
-		short: `post into a mailbox (BODY "-" reads stdin): posted seq=N [duplicate] | full`,
+		usage: "send ID [--from F] [--msg-id K] [--at TIME | --after DURATION [--key K]] BODY",
+		short: `post into a mailbox (BODY "-" reads stdin): posted seq=N [duplicate] | full; with --at or --after a timer: scheduled key=K at=T`,
 		examples: []string{
 			`fencepost send order-42 --from shop "pay 10 EUR"    # posted seq=N (exit 0), owned or not`,
 			`fencepost send order-42 --msg-id k1 "ship it"       # posted seq=N; again inside the dedupe window: posted seq=N duplicate`,
 			`echo hello | fencepost send order-42 -              # the body from stdin`,
 			`fencepost send order-42 -- -1                       # a body that starts with '-' goes after --`,
+			`fencepost send order-42 --after 30m --key remind "check payment"   # scheduled key=remind at=... timer_seq=N: in the mailbox in 30 minutes`,
+			`fencepost send order-42 --at 2026-05-01T09:00:00Z "open"           # scheduled key=_... at=2026-05-01T09:00:00Z`,
 		},
 		flags: &sendFlags,
 		run:   runSend,
@@ -147,11 +153,24 @@ func runSend(e *env, args []string) int {
 	if sendFlags.MsgID != "" {
 		opts = append(opts, queue.WithMsgID(sendFlags.MsgID))
 	}
+	timerOpts, code := e.sendTimerOpts()
+	if code != exitOK {
+		return code
+	}
+	opts = append(opts, timerOpts...)
 	// A producer may post without reading the world's streams.
 	return e.worldOpWith(e.openWorldToPost, func(ctx context.Context, w *client.World) int {
 		p, err := w.Send(ctx, id, body, opts...)
-		if err != nil {
+		switch {
+		case errors.Is(err, queue.ErrInvalidTimer):
+			return e.usageErr("send", "%v; nothing was sent", err)
+		case err != nil:
 			return e.sendFailed(err)
+		case len(timerOpts) > 0:
+			// A timer: stored in the world's timer stream (timer_seq), in
+			// the mailbox at its time.
+			e.emit("scheduled", f("key", p.Key), f("at", p.At), f("timer_seq", p.Seq), f("duplicate", p.Duplicate))
+			return exitOK
 		}
 		e.emit("posted", f("seq", p.Seq), f("duplicate", p.Duplicate))
 		return exitOK
@@ -234,6 +253,7 @@ func runStat(e *env, args []string) int {
 				// Past 100,000 subjects: counted, not listed (mailbox.WorldStat).
 				fields = append(fields, f("unlisted", true))
 			}
+			fields = append(fields, e.timerStatFields(ctx, w, "")...)
 			e.emit("stat", fields...)
 			return exitOK
 		}
@@ -266,6 +286,7 @@ func runStat(e *env, args []string) int {
 		if st.NextSeq != 0 {
 			fields = append(fields, f("next_seq", st.NextSeq))
 		}
+		fields = append(fields, e.timerStatFields(ctx, w, args[0])...)
 		e.emit("stat", fields...)
 		return exitOK
 	})

@@ -94,7 +94,7 @@ func TestCLI_FlagGrammarKept(t *testing.T) {
 
 // allCommands are the commands `fencepost help` lists.
 var allCommands = []string{"bench", "call", "claim", "completion", "dlq", "drain", "guard", "help", "ls", "owner",
-	"release", "renew", "reset", "seize", "send", "stat", "state", "verify", "watch", "work", "world"}
+	"release", "renew", "reset", "seize", "send", "stat", "state", "timer", "verify", "watch", "work", "world"}
 
 // TestCLI_HelpCommand: `help COMMAND` and `COMMAND --help` (and -h) print
 // the command's usage, its flags, the global flags and an example, on

@@ -18,13 +18,14 @@ import (
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/server"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
 
-// snapshot is everything a world holds, as JetStream reports it: its two
-// streams' settings and state, and every key of its bucket with its
+// snapshot is everything a world holds, as JetStream reports it: its
+// three streams' settings and state, and every key of its bucket with its
 // revision and value.
 type snapshot struct {
 	Streams map[string]jetstream.StreamInfo
@@ -35,11 +36,16 @@ func takeSnapshot(t *testing.T, c *client.Client, w *client.World) snapshot {
 	t.Helper()
 	ctx := testutil.Ctx(t, 10*time.Second)
 	s := snapshot{Streams: map[string]jetstream.StreamInfo{}, Keys: map[string]string{}}
-	for _, st := range []jetstream.Stream{handles.Of(w).Bucket, handles.Of(w).Mailbox} {
+	timers, err := c.JetStream().Stream(ctx, wire.TimerStream(w.Name))
+	require.NoError(t, err)
+	for _, st := range []jetstream.Stream{handles.Of(w).Bucket, handles.Of(w).Mailbox, timers} {
 		info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
 		require.NoError(t, err)
 		info.Created, info.TimeStamp, info.Cluster = time.Time{}, time.Time{}, nil
 		info.State.FirstTime, info.State.LastTime = time.Time{}, time.Time{}
+		for _, so := range info.Sources {
+			so.Active = 0 // the time since the source was last heard from
+		}
 		s.Streams[info.Config.Name] = *info
 	}
 	keys, err := handles.Of(w).KV.ListKeys(ctx)
