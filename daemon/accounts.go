@@ -131,11 +131,11 @@ func accountImports(a acct, w string) []imported {
 			add(storeImport(s), false)
 		case strings.HasPrefix(g.Subject, "_INBOX."):
 			// Replies come back across the service import by
-			// themselves; push deliveries (an owner's watch) and the
-			// answers to calls (an owner publishes them to the
-			// caller's inbox in the store: docs/wire.md "Calls") need
-			// the stream import.
-			add(inboxDeliveries, true)
+			// themselves; push deliveries need the stream import, and
+			// only owners watch.
+			if slices.Contains(a.roles, RoleOwner) {
+				add(inboxDeliveries, true)
+			}
 		default:
 			add(s, true)
 		}
@@ -311,6 +311,7 @@ func signAccounts(dataDir string, operator nkeys.KeyPair, keys accountKeys, w st
 	out := map[string]string{}
 	for _, a := range allAccts {
 		ac := accountClaimsOf(a, keys.pub(a), keys.pub(storeAcct), w, l, rev)
+		routeAnswers(ac, a, keys)
 		vr := jwt.CreateValidationResults()
 		ac.Validate(vr)
 		if errs := vr.Errors(); len(errs) > 0 {
