@@ -60,15 +60,15 @@ func (e *errs) has(s string) error {
 }
 
 // TestAttack_LimitsEnforced: the account's JetStream stream limit refuses
-// a world beyond it (--auth-max-streams 2: the default world's two
-// streams); each account's connection limit (--auth-max-conns) refuses
+// a world beyond it (--auth-max-streams 3: the default world's three
+// streams, its mailboxes, bucket and timers); each account's connection limit (--auth-max-conns) refuses
 // a connection of its users beyond it, shuts no other account's users
 // out, and takes one again once another closed; a producer may hold 100 subscriptions and
 // not one more; a producer's message over --auth-max-payload closes its
 // connection and stores nothing, one under it is posted.
 func TestAttack_LimitsEnforced(t *testing.T) {
 	t.Run("streams and payload", func(t *testing.T) {
-		a := startAuthedWith(t, "--auth-max-streams", "2", "--auth-max-payload", "4096")
+		a := startAuthedWith(t, "--auth-max-streams", "3", "--auth-max-payload", "4096")
 		ctx := testutil.Ctx(t, 20*time.Second)
 		op := a.as(t, daemon.RoleOperator)
 		_, err := world.Create(ctx, op.c.JetStream(), "second", world.Config{})
