@@ -371,10 +371,16 @@ const commitLinger = 20 * time.Millisecond
 
 // FlushBy says by when the holding is to be flushed (Flush) to commit
 // what it owes: commitLinger after its last delivery, and within
-// WithCommitEvery's interval at the latest; zero: it owes nothing.
+// WithCommitEvery's interval at the latest; zero: it owes nothing. While
+// answers to calls wait for a commit (owed, or sent and not yet settled),
+// now: their callers wait for the commit's acceptance, not for the
+// linger, nor for the next delivery to settle it.
 func (h *Holding) FlushBy() time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if len(h.answers.list) > 0 && (h.owed != nil || h.sent != nil) {
+		return time.Now()
+	}
 	if h.owed == nil {
 		return time.Time{}
 	}
