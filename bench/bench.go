@@ -114,6 +114,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	} else if url == "" {
 		url = c.Conn().ConnectedUrl()
 	}
+	if cfg.Scenario == ScenarioCall {
+		return runCalls(ctx, c, cfg, tag, url) // call.go
+	}
 	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, TTLms: cfg.TTL.Milliseconds(), Auth: cfg.Auth, Cluster: cfg.Cluster, Partitions: cfg.Partitions, Shards: cfg.Shards}
 	if cfg.Replicas > 1 {
 		rep.Replicas = cfg.Replicas

@@ -143,6 +143,8 @@ func (c Config) PeerSupported() string {
 	switch {
 	case c.Scenario == ScenarioCounter:
 		return "the counter scenario counts in fencepost's per-id state"
+	case c.Scenario == ScenarioCall:
+		return "the call scenario compares with raw request-reply"
 	case c.Auth:
 		return "auth gives credentials to fencepost's owners only"
 	case c.KillLeaders:

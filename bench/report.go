@@ -27,6 +27,9 @@ type Report struct {
 	// LeaderKills are the stream leaders killed mid-run
 	// (Config.KillLeaders), each with the stall it caused.
 	LeaderKills []LeaderKill `json:"leader_kills,omitempty"`
+	// Calls is the call scenario's outcome (call.go); the message figures
+	// below are then zero.
+	Calls *CallReport `json:"calls,omitempty"`
 
 	Sent           int64   `json:"sent"`            // posts acknowledged by the stream
 	Delivered      int64   `json:"delivered"`       // handler calls that returned nil

@@ -37,7 +37,7 @@ func init() {
 
 // The flags of the bench command.
 var benchFlags struct {
-	Scenario    string        `name:"scenario" placeholder:"S" complete:"steady,takeover,handoff,fan-in,zipf,counter" default:"${bench_scenario}" help:"scenario: steady, takeover (owner processes killed, stopped past their ttl, force-seized), handoff (graceful stops), fan-in (10,000 ids, a pool of workers), zipf (100,000 ids, posts drawn from a Zipf distribution, owner processes killed every 5 s) or counter (takeover's faults, each message counted in its id's per-id state; every counter checked)"`
+	Scenario    string        `name:"scenario" placeholder:"S" complete:"steady,takeover,handoff,fan-in,zipf,counter,call" default:"${bench_scenario}" help:"scenario: steady, takeover (owner processes killed, stopped past their ttl, force-seized), handoff (graceful stops), fan-in (10,000 ids, a pool of workers), zipf (100,000 ids, posts drawn from a Zipf distribution, owner processes killed every 5 s), counter (takeover's faults, each message counted in its id's per-id state; every counter checked) or call (calls answered by a worker against NATS request-reply to one subscriber: calls/s, latency)"`
 	Size        string        `name:"size" placeholder:"SIZE" complete:"smoke,full" default:"${bench_size}" help:"size: smoke (about 30 s) or full (a few minutes)"`
 	Embedded    bool          `name:"embedded" default:"true" help:"run an embedded server with its store in a temporary directory; the default unless --server is given"`
 	IDs         int           `name:"ids" placeholder:"N" help:"mailboxes (default: the size's)"`
@@ -344,6 +344,10 @@ func (p *benchProgress) end() {
 }
 
 func printBenchTable(e *env, r bench.Report) {
+	if r.Calls != nil {
+		printCallTable(e, r) // cmd_bench_call.go
+		return
+	}
 	what := fmt.Sprintf("%.0f s of posting per side", r.Seconds)
 	if r.Scenario == bench.ScenarioFanIn {
 		what = fmt.Sprintf("%d message(s) per id per side", r.Rounds)
