@@ -67,8 +67,9 @@ const remindTries = 5
 // (ownership.ErrFenced, *ReminderFencedError).
 var ErrReminderFenced = ownership.ErrFenced
 
-// ReminderFencedError: the fence was refused; nothing of the reminder is
-// left stored, unless Revoke says otherwise.
+// ReminderFencedError: the fence was refused (or, Unanswered, the second
+// check got no answer); nothing of the reminder is left stored, unless
+// Revoked says otherwise.
 type ReminderFencedError struct {
 	ID, Key string
 	Fence   fencing.Fence
@@ -78,11 +79,19 @@ type ReminderFencedError struct {
 	Stored    bool
 	Revoked   bool
 	RevokeErr error
-	Cause     error // the check's refusal, or its error
+	// Unanswered: the second check got no answer (the holding may still
+	// be current); the reminder was undone all the same, and the error
+	// matches ErrUnknown rather than ErrReminderFenced.
+	Unanswered bool
+	Cause      error // the check's refusal, or its error
 }
 
 func (e *ReminderFencedError) Error() string {
-	s := fmt.Sprintf("queue: reminder %q of %q refused: the holding %s no longer holds the record (%v)", e.Key, e.ID, e.Fence, e.Cause)
+	what := "the holding %s no longer holds the record (%v)"
+	if e.Unanswered {
+		what = "the check of the holding %s got no answer (%v)"
+	}
+	s := fmt.Sprintf("queue: reminder %q of %q refused: "+what, e.Key, e.ID, e.Fence, e.Cause)
 	switch {
 	case e.Stored && e.Revoked:
 		s += "; it had been stored and was undone"
@@ -94,8 +103,14 @@ func (e *ReminderFencedError) Error() string {
 	return s
 }
 
-// Is matches ErrReminderFenced (ownership.ErrFenced).
-func (e *ReminderFencedError) Is(target error) bool { return target == ErrReminderFenced }
+// Is matches ErrReminderFenced (ownership.ErrFenced), or ErrUnknown when
+// the second check was Unanswered.
+func (e *ReminderFencedError) Is(target error) bool {
+	if e.Unanswered {
+		return target == ErrUnknown
+	}
+	return target == ErrReminderFenced
+}
 
 // Remind sets a timer (WithAt or WithAfter, and WithTimerKey: required,
 // so that a message handled again sets the same reminder again) for id,
@@ -122,8 +137,10 @@ func (q *Queue) Remind(ctx context.Context, f fencing.Fence, id string, body []b
 		if err != nil {
 			return Posted{}, fmt.Errorf("queue: reminder %q of %q: read its timer: %w; nothing was stored", o.timer.key, id, err)
 		}
-		if err := q.checkFence(ctx, f); err != nil {
-			return Posted{}, &ReminderFencedError{ID: id, Key: o.timer.key, Fence: f, Cause: err}
+		if moved, err := q.checkFence(ctx, f); err != nil {
+			return Posted{}, fmt.Errorf("queue: reminder %q of %q: check the fence %s: %w; nothing was stored", o.timer.key, id, f, err)
+		} else if moved != nil {
+			return Posted{}, &ReminderFencedError{ID: id, Key: o.timer.key, Fence: f, Cause: moved}
 		}
 		ack, err := q.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(seqOf(prev)))
 		if isWrongLast(err) && try < remindTries {
@@ -135,9 +152,13 @@ func (q *Queue) Remind(ctx context.Context, f fencing.Fence, id string, body []b
 		if remindStored != nil {
 			remindStored() // tests: a seizure between the store and the check
 		}
-		if err := q.checkFence(ctx, f); err != nil {
+		if moved, err := q.checkFence(ctx, f); moved != nil || err != nil {
 			rerr := q.revoke(context.WithoutCancel(ctx), m.Subject, ack.Sequence, prev)
-			return Posted{}, &ReminderFencedError{ID: id, Key: o.timer.key, Fence: f, Stored: true, Revoked: rerr == nil, RevokeErr: rerr, Cause: err}
+			fe := &ReminderFencedError{ID: id, Key: o.timer.key, Fence: f, Stored: true, Revoked: rerr == nil, RevokeErr: rerr, Cause: moved}
+			if err != nil {
+				fe.Unanswered, fe.Cause = true, err
+			}
+			return Posted{}, fe
 		}
 		return o.timer.posted(id, ack), nil
 	}
@@ -163,20 +184,41 @@ func (q *Queue) fenceCovers(f fencing.Fence, id string) error {
 	return nil
 }
 
-// checkFence is the fence check: nil when the record was at f's revision
-// when the barrier was stored.
-func (q *Queue) checkFence(ctx context.Context, f fencing.Fence) error {
-	res, err := jsapi.Barrier(ctx, q.js, wire.BucketStream(q.world), wire.BarrierSubject(q.world), f.RecordSubject(), f.Revision)
-	switch {
-	case err != nil:
-		return err
-	case res == jsapi.BarrierMoved:
-		return errors.New("the record moved on")
-	case res == jsapi.BarrierBusy:
-		return errors.New("a write of the record is in flight")
+// checkFence is the fence check: both nil when the barrier was stored,
+// so the record was at f's revision then; moved says why it was refused;
+// err is a check that got no answer or failed.
+//
+// On a replicated world a write of the record in flight (the holder's own
+// renewal, say) makes the leader refuse the barrier for a moment: it is
+// tried again, up to busyTries times.
+func (q *Queue) checkFence(ctx context.Context, f fencing.Fence) (moved, err error) {
+	for try := 1; ; try++ {
+		res, err := jsapi.Barrier(ctx, q.js, wire.BucketStream(q.world), wire.BarrierSubject(q.world), f.RecordSubject(), f.Revision)
+		switch {
+		case err != nil:
+			return nil, err
+		case res == jsapi.BarrierMoved:
+			return errors.New("the record moved on"), nil
+		case res == jsapi.BarrierBusy && try == busyTries:
+			return errors.New("a write of the record stayed in flight"), nil
+		case res == jsapi.BarrierBusy:
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(busyPause):
+			}
+			continue
+		}
+		return nil, nil
 	}
-	return nil
 }
+
+// busyTries and busyPause bound checkFence's tries while a write of the
+// record is in flight.
+const (
+	busyTries = 5
+	busyPause = 20 * time.Millisecond
+)
 
 // lastOn is subject's last message in the timer stream, read through the
 // stream leader; nil when it has none.

@@ -35,12 +35,16 @@ func timerOn(t *testing.T, w *client.World, id, key string) *jetstream.RawStream
 // set while it held stays as it was); one seized between the store and
 // the second check is undone (the schedule there before is written back,
 // or none is left); a fence of another id is refused; the holder's
-// reminder fires. Per-id and sharded worlds.
+// reminder fires. Per-id and sharded worlds, one node and R3.
 func TestRemind_Fenced(t *testing.T) {
-	env := testutil.Start(t, testutil.Target{Name: "single"})
-	for _, shards := range []int{0, 4} {
-		t.Run(map[int]string{0: "per-id", 4: "sharded"}[shards], func(t *testing.T) {
-			testRemindFenced(t, env, shards)
+	for _, tg := range testutil.Targets() {
+		t.Run(tg.Name, func(t *testing.T) {
+			env := testutil.Start(t, tg)
+			for _, shards := range []int{0, 4} {
+				t.Run(map[int]string{0: "per-id", 4: "sharded"}[shards], func(t *testing.T) {
+					testRemindFenced(t, env, shards)
+				})
+			}
 		})
 	}
 }
