@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/call"
@@ -218,4 +220,74 @@ func TestCall_AnswerTooLarge(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, r.Failed)
 	require.Contains(t, string(r.Body), "answer too large")
+}
+
+// TestCall_UnknownCommit: a holding whose commit's answer was lost sends
+// no answer then; its next run reads the cursor and answers the calls the
+// stored cursor covers, without handing them out again (stored), or hands
+// them out again and answers after that run's commit (not stored). One
+// answer either way.
+func TestCall_UnknownCommit(t *testing.T) {
+	for _, stored := range []bool{true, false} {
+		t.Run("stored="+strconv.FormatBool(stored), func(t *testing.T) {
+			env := testutil.Start(t, testutil.Target{Name: "single"})
+			ctx := testutil.Ctx(t, time.Minute)
+			w, d := newWorld(t, env, world.Config{})
+			nc := env.Client.Conn()
+			sub, err := nc.SubscribeSync("_INBOX.test.>")
+			require.NoError(t, err)
+			ss, err := w.Ownership.OpenSession(ctx, "n1", time.Minute)
+			require.NoError(t, err)
+			defer ss.Close()
+			l, err := ss.Claim(ctx, "x")
+			require.NoError(t, err)
+			h, err := d.Hold(l)
+			require.NoError(t, err)
+			var runs []string
+			hd := drain.CallHandler(func(_ context.Context, m drain.Message) ([]byte, error) {
+				runs = append(runs, string(m.Body))
+				return []byte("re:" + string(m.Body)), nil
+			}).Handler()
+			send(t, ctx, w, "x", "a")
+			_, err = h.Drain(ctx, hd)
+			require.NoError(t, err)
+
+			p, err := w.Queue.Send(ctx, "x", []byte("b"), queue.WithReplyTo("_INBOX.test.b"))
+			require.NoError(t, err)
+			msgs := mailboxMsgs(t, ctx, w, "x", storedCursor(t, w, "x"))
+			drain.SetCommitFault(h, func(send func() (jetstream.PubAckFuture, error)) (jetstream.PubAckFuture, error) {
+				if !stored {
+					return drain.LostAnswer(nil, nats.ErrTimeout), nil // never sent
+				}
+				f, err := send()
+				require.NoError(t, err)
+				select { // stored, and the answer is lost
+				case <-f.Ok():
+				case err := <-f.Err():
+					t.Fatalf("the commit was refused: %v", err)
+				}
+				return drain.LostAnswer(f.Msg(), nats.ErrTimeout), nil
+			})
+			_, ok, err := h.Deliver(ctx, msgs, hd)
+			require.True(t, ok)
+			require.NoError(t, err)
+			require.ErrorIs(t, h.Flush(ctx), drain.ErrUnknown)
+			drain.SetCommitFault(h, nil)
+			noAnswerYet(t, nc, sub)
+
+			_, err = h.Drain(ctx, hd)
+			require.NoError(t, err)
+			want := []string{"a", "b"}
+			if !stored {
+				want = append(want, "b")
+			}
+			require.Equal(t, want, runs)
+			m, err := sub.NextMsg(10 * time.Second)
+			require.NoError(t, err)
+			r, err := call.Parse(m)
+			require.NoError(t, err)
+			require.Equal(t, call.Reply{Seq: p.Seq, Body: []byte("re:b")}, r)
+			noAnswerYet(t, nc, sub)
+		})
+	}
 }
