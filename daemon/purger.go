@@ -8,11 +8,26 @@ import (
 
 	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/purge"
+	"github.com/fencepost/fencepost/timer"
 	"github.com/fencepost/fencepost/world"
 )
 
 // purgeScan is how often the purge loop looks for worlds.
 const purgeScan = 2 * time.Second
+
+// sweepTimers removes the world's fired timers that its mailbox stream has
+// taken in (timer.Timers.Sweep): cleanup of the timer stream, every
+// purgeScan. A world without a timer stream (made before timers) has
+// nothing to sweep.
+func (d *Daemon) sweepTimers(ctx context.Context, w *world.World) {
+	n, err := timer.New(w).Sweep(ctx)
+	switch {
+	case err != nil:
+		d.log.Debug("timers: sweep", "world", w.Name, "err", err)
+	case n > 0:
+		d.log.Debug("timers: fired copies swept", "world", w.Name, "count", n)
+	}
+}
 
 // purgeLoop runs a purger (purge.Purger.PurgeCommitted) for every world whose
 // config says purge=server, the worlds fencepostd --auth creates: their
@@ -48,7 +63,11 @@ func (d *Daemon) purgeLoop(ctx context.Context) error {
 		seen := map[string]bool{}
 		for _, name := range names {
 			w, err := world.Open(ctx, d.js, name)
-			if err != nil || w.Config.Purge != world.PurgeByServer {
+			if err != nil {
+				continue
+			}
+			d.sweepTimers(ctx, w)
+			if w.Config.Purge != world.PurgeByServer {
 				continue
 			}
 			created := w.Created()
