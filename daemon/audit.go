@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
@@ -40,7 +43,9 @@ import (
 //     have carried, so that the next claim gets a new epoch above every
 //     earlier one (epochs may skip, never repeat);
 //   - a drain lock whose term is above the world's max_ttl: deleted at its
-//     revision, so the holder's drains are no longer refused as contended.
+//     revision, so the holder's drains are no longer refused as contended;
+//   - a per-id state key written outside a fenced commit (state): put back
+//     to the value the last commit wrote.
 //
 // The highest epoch of each id, and the revision of the write that
 // carried it, are fencepostd's own: kept in its memory across restarts of
@@ -61,6 +66,7 @@ const (
 	ForgedEpochJump  = "epoch_jump"     // record whose epoch is above what the writes since could carry (2^64-1)
 	ForgedRecordGone = "record_deleted" // delete marker on a record
 	ForgedRecordBad  = "record_corrupt" // record that does not decode
+	ForgedState      = "state_unfenced" // per-id state written outside a fenced commit
 	ForgedLockTerm   = "lock_term"      // drain lock with a term above max_ttl
 	ForgedNodeTerm   = "node_term"      // node lease with a term above max_ttl (retired by the retirer)
 )
@@ -102,6 +108,9 @@ type auditor struct {
 	count  *prometheus.CounterVec
 	watch  uint64 // this watch's number among the daemon's
 	seen   uint64 // entries this watch delivered before the one judged
+	// records are the revisions of the records this watch saw last (a
+	// state key's repair is fenced on its id's).
+	records map[string]uint64
 }
 
 // epochMark is the highest epoch an id's record had, and the revision of
@@ -123,7 +132,22 @@ type epochMarks struct {
 	m       map[string]epochMark
 	lastRev uint64
 	watches uint64
+	// state is the last value a fenced commit wrote of each state key
+	// (nil value: deleted), up to stateCacheBytes in all: what a forged
+	// write of the key is repaired to.
+	state      map[string]stateValue
+	stateBytes int
 }
+
+// stateValue is a state key's value as its last fenced commit wrote it.
+type stateValue struct {
+	value   []byte
+	deleted bool
+}
+
+// stateCacheBytes bounds the state values fencepostd keeps to repair a
+// forged write; a key beyond it is repaired by a delete.
+const stateCacheBytes = 64 << 20
 
 // highPrefix begins the keys of the marks: h.<eid>, beside o.<eid>.
 const highPrefix = "h."
@@ -200,35 +224,78 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 		return err
 	}
 	if d.marks == nil {
-		d.marks = &epochMarks{m: map[string]epochMark{}}
+		d.marks = &epochMarks{m: map[string]epochMark{}, state: map[string]stateValue{}}
 	}
 	d.marks.watches++
-	a := &auditor{d: d, kv: handles.Of(w).KV, js: d.js, own: own, maxTTL: w.Config.MaxTTL, marks: d.marks, count: count, watch: d.marks.watches}
-	watch, err := handles.Of(w).KV.WatchFiltered(ctx, []string{wire.RecordPrefix + "*", wire.LockPrefix + "*", wire.WorldKey, highPrefix + "*"})
+	a := &auditor{d: d, kv: handles.Of(w).KV, js: d.js, own: own, maxTTL: w.Config.MaxTTL, marks: d.marks, count: count, watch: d.marks.watches, records: map[string]uint64{}}
+	// An ordered consumer of the bucket, as a watch is, but with each
+	// message's headers: a state key's tell whether a fenced commit
+	// wrote it.
+	var filters []string
+	for _, k := range []string{wire.RecordPrefix + "*", wire.LockPrefix + "*", wire.WorldKey, highPrefix + "*", wire.StatePrefix + ">"} {
+		filters = append(filters, wire.KeySubject(d.cfg.World, k))
+	}
+	cons, err := handles.Of(w).Bucket.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
 	if err != nil {
 		return err
 	}
-	defer watch.Stop()
+	msgs, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	defer msgs.Stop()
+	go func() {
+		<-ctx.Done()
+		msgs.Stop()
+	}()
+	prefix := wire.KeySubject(d.cfg.World, "")
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-watch.Updates():
-			if !ok {
-				return errors.New("the watch of the bucket ended")
+		m, err := msgs.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
 			}
-			if e != nil {
-				if err := a.check(ctx, e); err != nil {
-					return err
-				}
-				a.seen++
-			}
+			return fmt.Errorf("the watch of the bucket ended: %w", err)
 		}
+		meta, err := m.Metadata()
+		if err != nil {
+			continue
+		}
+		e := &entry{key: strings.TrimPrefix(m.Subject(), prefix), value: m.Data(), rev: meta.Sequence.Stream, created: meta.Timestamp, hdr: m.Headers(), op: jetstream.KeyValuePut}
+		switch m.Headers().Get(jsapi.HeaderKVOperation) {
+		case jsapi.KVOpDelete:
+			e.op = jetstream.KeyValueDelete
+		case "PURGE":
+			e.op = jetstream.KeyValuePurge
+		}
+		if err := a.check(ctx, e); err != nil {
+			return err
+		}
+		a.seen++
 	}
 }
 
+// entry is one message of the bucket as the auditor reads it: a key's
+// entry, with its headers.
+type entry struct {
+	key     string
+	value   []byte
+	rev     uint64
+	created time.Time
+	op      jetstream.KeyValueOp
+	hdr     nats.Header
+}
+
+func (e *entry) Bucket() string                  { return "" }
+func (e *entry) Key() string                     { return e.key }
+func (e *entry) Value() []byte                   { return e.value }
+func (e *entry) Revision() uint64                { return e.rev }
+func (e *entry) Created() time.Time              { return e.created }
+func (e *entry) Delta() uint64                   { return 0 }
+func (e *entry) Operation() jetstream.KeyValueOp { return e.op }
+
 // check judges one entry of the bucket.
-func (a *auditor) check(ctx context.Context, e jetstream.KeyValueEntry) error {
+func (a *auditor) check(ctx context.Context, e *entry) error {
 	key := e.Key()
 	switch {
 	case key == wire.WorldKey:
@@ -245,7 +312,7 @@ func (a *auditor) check(ctx context.Context, e jetstream.KeyValueEntry) error {
 			return err
 		}
 		if info.State.FirstSeq > a.marks.lastRev {
-			a.marks.m, a.marks.lastRev = map[string]epochMark{}, 0
+			a.marks.m, a.marks.lastRev, a.marks.state = map[string]epochMark{}, 0, map[string]stateValue{}
 		}
 	case strings.HasPrefix(key, highPrefix):
 		var m epochMark
@@ -258,8 +325,11 @@ func (a *auditor) check(ctx context.Context, e jetstream.KeyValueEntry) error {
 		}
 		a.marks.lastRev = max(a.marks.lastRev, e.Revision())
 	case strings.HasPrefix(key, wire.RecordPrefix):
+		a.records[key] = e.Revision()
 		a.record(ctx, e)
 		a.marks.lastRev = max(a.marks.lastRev, e.Revision())
+	case strings.HasPrefix(key, wire.StatePrefix):
+		a.state(ctx, e)
 	case e.Operation() != jetstream.KeyValuePut:
 	case strings.HasPrefix(key, wire.LockPrefix):
 		a.lock(ctx, e)
@@ -316,6 +386,47 @@ func (a *auditor) mark(key string, m epochMark) {
 	if _, err := a.js.PublishAsync(wire.KeySubject(a.d.cfg.World, highKey(key)), b); err != nil && a.d.stopCtx.Err() == nil {
 		a.d.log.Warn("auditor: could not write an epoch mark", "world", a.d.cfg.World, "key", key, "epoch", m.Epoch, "err", err)
 	}
+}
+
+// state judges a write of a per-id state key s.<eid>.<key>. Every
+// honest one is part of a commit: an atomic batch (Nats-Batch-Id) fenced
+// on a record of the world (Nats-Expected-Last-Subject-Sequence and its
+// -Subject). One without those was written by an owner outside any
+// commit (a holder's next commit would build on it): it is put back, in a
+// one-message batch fenced on the id's record at its revision, to the
+// last value a commit wrote (deleted, when fencepostd knows none), and
+// reported. A write made as a commit makes it, in a fenced batch at the
+// holder's revision, is not told from the holder's.
+func (a *auditor) state(ctx context.Context, e *entry) {
+	recordPrefix := wire.KeySubject(a.d.cfg.World, wire.RecordPrefix)
+	fenced := e.hdr.Get(jsapi.HeaderBatchID) != "" && e.hdr.Get(fencing.HeaderExpectedSeq) != "" &&
+		strings.HasPrefix(e.hdr.Get(fencing.HeaderExpectedSubject), recordPrefix)
+	marks := a.marks
+	if fenced {
+		old := marks.state[e.key]
+		size := len(e.value)
+		if marks.stateBytes-len(old.value)+size <= stateCacheBytes {
+			marks.stateBytes += size - len(old.value)
+			marks.state[e.key] = stateValue{value: e.value, deleted: e.op != jetstream.KeyValuePut}
+		}
+		return
+	}
+	eid, _, _ := strings.Cut(strings.TrimPrefix(e.key, wire.StatePrefix), ".")
+	rk := wire.RecordPrefix + eid
+	last, known := marks.state[e.key]
+	m := nats.NewMsg(wire.KeySubject(a.d.cfg.World, e.key))
+	if known && !last.deleted {
+		m.Data = last.value
+	} else {
+		m.Header.Set(jsapi.HeaderKVOperation, jsapi.KVOpDelete)
+	}
+	// Fenced on the record at the revision this watch saw it, and on the
+	// key at the forged revision: written over meanwhile, nothing is
+	// stored.
+	m.Header.Set(fencing.HeaderExpectedSeq, fmt.Sprint(a.records[rk]))
+	m.Header.Set(fencing.HeaderExpectedSubject, wire.KeySubject(a.d.cfg.World, rk))
+	_, err := jsapi.PublishBatch(ctx, a.js, []*nats.Msg{m})
+	a.report(ForgedState, e, err, "restored", known, "restored_deleted", !known || last.deleted)
 }
 
 func (a *auditor) lock(ctx context.Context, e jetstream.KeyValueEntry) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/daemon"
+	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/server/servertest"
 )
@@ -146,27 +148,62 @@ func TestAuth_EpochMarksGoWithAReset(t *testing.T) {
 	_ = nats.ErrTimeout
 }
 
-// TestAttack_StateOfAHeldID: per-id state of an id node-b holds. node-a's
-// `fencepost state --delete` (Mailboxes.DeleteState) is refused while the
-// id is held: it claims the id first, and the claim is refused; the state
-// stays. node-a's raw write of the state key is stored (admitted, as a
-// cursor is: permissions are not per id, and the stored message does not
-// say who wrote it); the holder's next commit would build on it.
+// TestAttack_StateOfAHeldID: per-id state of an id node-b holds (issue
+// 47: node-a published s.<eid>.count, and the holder's next commit built
+// on the forged value, 1000000 -> 1000001). node-b commits count=1 with a
+// message; node-a's raw write of 1000000 is stored (owners write state
+// keys), and fencepostd, which sees it was written outside any fenced
+// commit, puts back the value node-b committed, counts and logs it; node-b's
+// next commit builds on its own 1 (2). node-a's `fencepost state --delete`
+// (Mailboxes.DeleteState) is refused while the id is held: it claims the
+// id first; the state stays.
 func TestAttack_StateOfAHeldID(t *testing.T) {
 	th := setupTheft(t)
 	ctx := th.ctx
 	key := wire.StateKey(th.victimID, "count")
-	_, err := th.op.bucket(t).Put(ctx, key, []byte("41"))
+	l, err := th.holder.w.Ownership.Renew(ctx, th.victimID, "node-b", time.Minute)
 	require.NoError(t, err)
+	count := drain.StateHandler(func(_ context.Context, _ drain.Message, st *drain.State) error {
+		n := 0
+		if v, ok := st.Get("count"); ok {
+			n, _ = strconv.Atoi(string(v))
+		}
+		return st.Put("count", []byte(strconv.Itoa(n+1)))
+	}).Handler()
+	commit := func(want string) {
+		t.Helper()
+		_, err := th.holder.w.Send(ctx, th.victimID, []byte("+1"))
+		require.NoError(t, err)
+		res, err := th.holder.w.Drainer.DrainLease(ctx, l, count, drain.WithState())
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Acked)
+		e, err := th.opKV.Get(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, want, string(e.Value()))
+	}
+	commit("1")
+
+	_, err = th.malKV.Put(ctx, key, []byte("1000000"))
+	require.NoError(t, err, "stored: an owner writes state keys")
+	th.a.waitMetric(t, forgeries(daemon.ForgedState), 1)
+	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		e, err := th.opKV.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if string(e.Value()) != "1" {
+			return fmt.Errorf("count is %s", e.Value())
+		}
+		return nil
+	})
+	commit("2")
+
 	_, err = th.mallory.w.Mailboxes.DeleteState(ctx, th.victimID, "node-a")
 	require.Error(t, err, "refused: the id is held")
-	e, err := th.op.bucket(t).Get(ctx, key)
+	e, err := th.opKV.Get(ctx, key)
 	require.NoError(t, err)
-	require.Equal(t, "41", string(e.Value()), "the state stays")
+	require.Equal(t, "2", string(e.Value()), "the state stays")
 	st, err := th.op.w.Ownership.Owner(ctx, th.victimID)
 	require.NoError(t, err)
 	require.Equal(t, "node-b", st.Node)
-
-	_, err = th.malKV.Put(ctx, key, []byte("1000000"))
-	require.NoError(t, err, "admitted: an owner writes state keys")
 }
