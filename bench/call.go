@@ -72,14 +72,11 @@ type callSide struct {
 // runCalls runs the call scenario on c's server (url: the same server,
 // for the worker's and the responder's connections of their own).
 func runCalls(ctx context.Context, c *client.Client, cfg Config, tag, url string) (Report, error) {
-	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, TTLms: cfg.TTL.Milliseconds(), Cluster: cfg.Cluster, Partitions: cfg.Partitions}
+	rep := Report{Scenario: cfg.Scenario, Size: cfg.Size, IDs: cfg.IDs, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, TTLms: cfg.TTL.Milliseconds(), Cluster: cfg.Cluster, Partitions: cfg.Partitions, Shards: cfg.Shards}
 	if cfg.Replicas > 1 {
 		rep.Replicas = cfg.Replicas
 	}
-	if cfg.Shards > 0 {
-		return rep, errors.New("bench: the call scenario runs on a per-id world: a sharded world's workers do not answer calls yet")
-	}
-	w, err := c.CreateWorld(ctx, tag, world.Config{Replicas: cfg.Replicas, Partitions: cfg.Partitions})
+	w, err := c.CreateWorld(ctx, tag, world.Config{Replicas: cfg.Replicas, Partitions: cfg.Partitions, Shards: cfg.Shards})
 	if err != nil {
 		return rep, fmt.Errorf("bench: create world: %w", err)
 	}

@@ -31,6 +31,9 @@ func TestCallTiny(t *testing.T) {
 	require.Positive(t, c.Ratio)
 	require.Contains(t, bench.Scenarios, bench.ScenarioCall)
 
-	_, err = bench.Run(ctx, bench.Config{Scenario: bench.ScenarioCall, Size: bench.SizeSmoke, Shards: 4})
-	require.ErrorContains(t, err, "per-id world")
+	// A sharded world answers calls too (its shards' holders).
+	rep, err = bench.Run(ctx, bench.Config{Scenario: bench.ScenarioCall, Size: bench.SizeSmoke, IDs: 3, Producers: 4, Duration: 2 * time.Second, Rounds: 2, Shards: 4})
+	require.NoError(t, err)
+	require.Positive(t, rep.Calls.Ours.Calls)
+	require.Zero(t, rep.Calls.Ours.Timeouts+rep.Calls.Ours.Failed)
 }

@@ -73,6 +73,7 @@ func (h *holder) commit(c wire.ShardCursor) error {
 	case err == nil:
 		h.committed = c
 		h.stateCommitted(c)
+		h.answerCommitted(c)
 		h.wk.commits.Add(1)
 		return nil
 	case store.WrongLastSequence(err):

@@ -62,6 +62,10 @@ type holder struct {
 	states   map[string]*drain.IDState
 	unc      map[string][]handled
 	cursorAt uint64
+
+	// answers: the answers of calls handled (or dead-lettered) and not
+	// yet covered by an accepted commit (call.go).
+	answers []answer
 }
 
 type result struct {
@@ -74,6 +78,10 @@ type result struct {
 	st      *drain.IDState
 	notRun  bool
 	handled handled
+	// isCall: the message was a call, and answer what its handler
+	// answered (drain.CallAnswer).
+	isCall bool
+	answer []byte
 }
 
 func (wk *Worker) newHolder(q int, l *ownership.Lease) *holder {
@@ -313,12 +321,14 @@ func (h *holder) message(e *entry, delivery int) drain.Message {
 	if !ok {
 		h.log.Warn("message with an invalid sender; delivered without it", "id", e.id, "seq", e.m.Sequence)
 	}
-	return drain.Message{
+	m := drain.Message{
 		ID: e.id, Seq: e.m.Sequence, From: from, Body: e.m.Data,
 		Headers: queue.UserHeaders(e.m.Header), Posted: e.m.Time,
 		Delivery: delivery, Fence: h.lease.Fence,
 		Redelivered: delivery > 1 || (!h.lease.PriorUntil.IsZero() && !e.m.Time.After(h.lease.PriorUntil)),
 	}
+	drain.PrepareCall(&m, e.m.Header, handles.Of(h.wk.w).JS.Conn())
+	return m
 }
 
 // call runs the handler for one message and reports back. With state,
@@ -331,6 +341,12 @@ func (h *holder) call(e *entry, m drain.Message, st *drain.IDState) {
 		r = h.callWithState(e, m, st)
 	} else {
 		r.err = h.wk.handle(h.hctx, m)
+	}
+	if r.err == nil && !r.notRun && m.IsCall() {
+		// An answer that cannot be sent fails the delivery, as a
+		// handler's error does (drain.ErrAnswerTooLarge).
+		r.isCall = true
+		r.answer, r.err = drain.CallAnswer(m)
 	}
 	select {
 	case h.results <- r:
@@ -401,6 +417,11 @@ func (h *holder) settle(r result) {
 	case r.err == nil:
 		if len(r.handled.writes) > 0 {
 			h.unc[r.eid] = append(h.unc[r.eid], r.handled)
+		}
+		if e := q.msgs[0]; r.isCall {
+			h.answers = append(h.answers, answer{eid: r.eid, m: e.m, body: r.answer})
+		} else if r.dead && e.id != "" {
+			h.answers = append(h.answers, answer{eid: r.eid, m: e.m, failed: q.lastErr})
 		}
 		h.b.done(r.eid)
 	case h.hctx.Err() != nil:
