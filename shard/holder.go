@@ -161,6 +161,13 @@ func (h *holder) serve() error {
 			h.add(m)
 		case r := <-h.results:
 			h.settle(r)
+			if len(h.answers) > 0 {
+				// A caller waits for the commit: make it now, not at
+				// the next tick.
+				if err := h.commitDue(); err != nil {
+					return err
+				}
+			}
 		case eid := <-h.retries:
 			h.b.retry(eid)
 		case <-commitTick.C:
