@@ -85,24 +85,62 @@ func (h *holder) commit(c wire.ShardCursor) error {
 	}
 }
 
-// removeDue purges the shard's mail below the last accepted cursor's
-// bound, when it moved and the last removal is RemoveEvery old (or now).
+// removeDue starts a purge of the shard's mail below the last accepted
+// cursor's bound, when it moved and the last removal is removeWait old (or
+// now). One purge at a time per holder, and at most maxPurges per worker,
+// each in a goroutine of its own: a purge of a large stream can take the
+// server a while, and the holder delivers meanwhile. A failed purge makes
+// the next wait twice as long (up to maxRemoveWait): a server that times
+// purges out is not sent more of them.
 func (h *holder) removeDue(now bool) {
 	low := h.committed.Low()
-	if low <= h.removedTo || (!now && time.Since(h.lastRemove) < h.wk.cfg.RemoveEvery) {
+	if h.removing || low <= h.removedTo || (!now && time.Since(h.lastRemove) < h.removeWait) {
 		return
 	}
-	ctx, cancel := jsapi.WithTimeout(context.WithoutCancel(h.ctx))
-	defer cancel()
-	err := jsapi.Purge(ctx, handles.Of(h.wk.w).JS.Conn(), wire.MailboxStream(h.wk.w.Name), wire.ShardFilter(h.wk.w.Name, h.q), low)
+	select {
+	case h.wk.purges <- struct{}{}:
+	default:
+		return // the worker's purges are all busy: the next tick
+	}
+	h.removing = true
 	h.lastRemove = time.Now()
-	if err != nil {
-		h.log.Warn("removal of committed mail failed; trying again", "below", low, "error", err)
+	go func() {
+		defer func() { <-h.wk.purges }()
+		ctx, cancel := jsapi.WithTimeout(context.WithoutCancel(h.ctx))
+		err := jsapi.Purge(ctx, handles.Of(h.wk.w).JS.Conn(), wire.MailboxStream(h.wk.w.Name), wire.ShardFilter(h.wk.w.Name, h.q), low)
+		cancel()
+		select {
+		case h.removals <- removal{low: low, err: err}:
+		case <-h.ended:
+		}
+	}()
+}
+
+// removal is a purge's end.
+type removal struct {
+	low uint64
+	err error
+}
+
+// removed takes a purge's end.
+func (h *holder) removed(r removal) {
+	h.removing = false
+	if r.err != nil {
+		h.removeWait = min(2*h.removeWait, maxRemoveWait)
+		h.log.Warn("removal of committed mail failed; trying again", "below", r.low, "retry_in", h.removeWait, "error", r.err)
 		return
 	}
-	h.removedTo = low
+	h.removeWait = h.wk.cfg.RemoveEvery
+	h.removedTo = max(h.removedTo, r.low)
 	h.wk.removals.Add(1)
 }
+
+// maxPurges bounds a worker's purges in flight; maxRemoveWait a holder's
+// wait between removals after failures.
+const (
+	maxPurges     = 4
+	maxRemoveWait = 10 * time.Second
+)
 
 // finish is the end of a graceful stop: what was handled is committed and
 // removed, so the next holder starts after it.
@@ -119,7 +157,24 @@ func (h *holder) finish() error {
 			return fmt.Errorf("shard %d: the last commit failed %d times", h.q, try+1)
 		}
 	}
-	h.removeDue(true)
+	// The last removal: after any still running, within the drain's
+	// bound (a purge not made is made by the next holder's).
+	deadline := time.After(drainWait(h.wk.cfg.TTL))
+	for done := false; !done; {
+		if !h.removing {
+			h.removeDue(true)
+			if !h.removing {
+				break
+			}
+		}
+		select {
+		case r := <-h.removals:
+			h.removed(r)
+			done = r.err == nil && h.removedTo >= h.committed.Low()
+		case <-deadline:
+			done = true
+		}
+	}
 	return errDrained
 }
 

@@ -51,8 +51,11 @@ type holder struct {
 	retries    chan string
 	committing bool
 	committed  wire.ShardCursor // the last cursor the broker accepted
-	removedTo  uint64           // the last removal bound sent
+	removedTo  uint64           // the last removal bound the server took
 	lastRemove time.Time
+	removing   bool          // a purge is in flight (removals says its end)
+	removeWait time.Duration // between removals: RemoveEvery, more after failures
+	removals   chan removal
 	inflight   int // handler calls running
 
 	// Per-id state (Config.State; state.go): each id's state as this
@@ -91,12 +94,14 @@ func (wk *Worker) newHolder(q int, l *ownership.Lease) *holder {
 		wk: wk, q: q, unit: wire.ShardUnit(q), lease: l,
 		log: wk.log.With("shard", q, "epoch", l.Epoch),
 		ctx: ctx, cancel: cancel, hctx: hctx, hcancel: hcancel,
-		drainReq: make(chan struct{}),
-		ended:    make(chan struct{}),
-		results:  make(chan result, 64),
-		retries:  make(chan string, 64),
-		states:   map[string]*drain.IDState{},
-		unc:      map[string][]handled{},
+		drainReq:   make(chan struct{}),
+		ended:      make(chan struct{}),
+		results:    make(chan result, 64),
+		retries:    make(chan string, 64),
+		removals:   make(chan removal, 1),
+		removeWait: wk.cfg.RemoveEvery,
+		states:     map[string]*drain.IDState{},
+		unc:        map[string][]handled{},
 	}
 }
 
@@ -168,6 +173,8 @@ func (h *holder) serve() error {
 					return err
 				}
 			}
+		case r := <-h.removals:
+			h.removed(r)
 		case eid := <-h.retries:
 			h.b.retry(eid)
 		case <-commitTick.C:

@@ -55,8 +55,9 @@ type Worker struct {
 	h   drain.Handler
 	log *slog.Logger
 
-	slots chan struct{} // one per running handler call
-	rctx  context.Context
+	slots  chan struct{} // one per running handler call
+	purges chan struct{} // one per purge in flight (maxPurges)
+	rctx   context.Context
 	// crash (tests only) ends Run as a crash would: holders stopped at
 	// once, nothing committed, the node lease left to lapse.
 	crash  atomic.Bool
@@ -100,9 +101,10 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	}
 	return &Worker{
 		w: w, own: own, cfg: cfg, h: h,
-		log:   cfg.Log.With("node", cfg.Node, "world", w.Name),
-		slots: make(chan struct{}, cfg.Parallel),
-		held:  map[int]*holder{},
+		log:    cfg.Log.With("node", cfg.Node, "world", w.Name),
+		slots:  make(chan struct{}, cfg.Parallel),
+		purges: make(chan struct{}, maxPurges),
+		held:   map[int]*holder{},
 	}, nil
 }
 
