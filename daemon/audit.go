@@ -149,12 +149,28 @@ type stateValue struct {
 // forged write; a key beyond it is repaired by a delete.
 const stateCacheBytes = 64 << 20
 
-// highPrefix begins the keys of the marks: h.<eid>, beside o.<eid>.
-const highPrefix = "h."
+// highPrefix begins the keys of the marks of records: h.<eid>, beside
+// o.<eid>; nodeHighPrefix those of node leases: hn.<node>, beside
+// n.<node>.
+const (
+	highPrefix     = "h."
+	nodeHighPrefix = "hn."
+)
 
-// highKey is the mark's key of the record key o.<eid>.
-func highKey(recordKey string) string {
-	return highPrefix + strings.TrimPrefix(recordKey, wire.RecordPrefix)
+// highKey is the mark's key of the record key o.<eid> or n.<node>.
+func highKey(key string) string {
+	if node, ok := strings.CutPrefix(key, wire.NodePrefix); ok {
+		return nodeHighPrefix + node
+	}
+	return highPrefix + strings.TrimPrefix(key, wire.RecordPrefix)
+}
+
+// markedKey is the record key of the mark's key h.<eid> or hn.<node>.
+func markedKey(key string) string {
+	if node, ok := strings.CutPrefix(key, nodeHighPrefix); ok {
+		return wire.NodePrefix + node
+	}
+	return wire.RecordPrefix + strings.TrimPrefix(key, highPrefix)
 }
 
 // unseen counts the writes of the bucket between mark m and the entry at
@@ -232,7 +248,7 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 	// message's headers: a state key's tell whether a fenced commit
 	// wrote it.
 	var filters []string
-	for _, k := range []string{wire.RecordPrefix + "*", wire.LockPrefix + "*", wire.WorldKey, highPrefix + "*", wire.StatePrefix + ">"} {
+	for _, k := range []string{wire.RecordPrefix + "*", wire.NodePrefix + "*", wire.LockPrefix + "*", wire.WorldKey, highPrefix + "*", nodeHighPrefix + "*", wire.StatePrefix + ">"} {
 		filters = append(filters, wire.KeySubject(d.cfg.World, k))
 	}
 	cons, err := handles.Of(w).Bucket.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
@@ -314,17 +330,17 @@ func (a *auditor) check(ctx context.Context, e *entry) error {
 		if info.State.FirstSeq > a.marks.lastRev {
 			a.marks.m, a.marks.lastRev, a.marks.state = map[string]epochMark{}, 0, map[string]stateValue{}
 		}
-	case strings.HasPrefix(key, highPrefix):
+	case strings.HasPrefix(key, highPrefix), strings.HasPrefix(key, nodeHighPrefix):
 		var m epochMark
 		if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &m) != nil {
 			return nil
 		}
-		rk := wire.RecordPrefix + strings.TrimPrefix(key, highPrefix)
+		rk := markedKey(key)
 		if m.Epoch > a.marks.m[rk].Epoch {
 			a.marks.m[rk] = m
 		}
 		a.marks.lastRev = max(a.marks.lastRev, e.Revision())
-	case strings.HasPrefix(key, wire.RecordPrefix):
+	case strings.HasPrefix(key, wire.RecordPrefix), strings.HasPrefix(key, wire.NodePrefix):
 		a.records[key] = e.Revision()
 		a.record(ctx, e)
 		a.marks.lastRev = max(a.marks.lastRev, e.Revision())
@@ -338,6 +354,7 @@ func (a *auditor) check(ctx context.Context, e *entry) error {
 }
 
 func (a *auditor) record(ctx context.Context, e jetstream.KeyValueEntry) {
+	node := strings.HasPrefix(e.Key(), wire.NodePrefix) // a node lease n.<node>, else a record o.<eid>
 	m := a.marks.m[e.Key()]
 	var (
 		kind  string
@@ -358,7 +375,8 @@ func (a *auditor) record(ctx context.Context, e jetstream.KeyValueEntry) {
 			kind, epoch = ForgedEpochBack, a.freeAt(m, e.Revision())
 		case rec.Epoch > a.mostHonest(m, e.Revision()):
 			kind, epoch = ForgedEpochJump, a.freeAt(m, e.Revision())
-		case rec.State == wire.StateHeld && rec.Expires.Sub(e.Created()) > a.maxTTL+auditMargin:
+		case rec.State == wire.StateHeld && rec.Expires.Sub(e.Created()) > a.maxTTL+auditMargin && !node:
+			// (A node lease's: the retirer's.)
 			kind, epoch = ForgedRecordTerm, max(m.Epoch, rec.Epoch)
 		default:
 			if rec.Epoch > m.Epoch {
@@ -367,8 +385,12 @@ func (a *auditor) record(ctx context.Context, e jetstream.KeyValueEntry) {
 			return
 		}
 	}
-	id, derr := wire.DecodeID(strings.TrimPrefix(e.Key(), wire.RecordPrefix))
-	if derr == nil {
+	id, derr := wire.DecodeID(strings.TrimPrefix(strings.TrimPrefix(e.Key(), wire.RecordPrefix), wire.NodePrefix))
+	switch {
+	case derr != nil:
+	case node:
+		derr = a.own.FreeForgedNode(ctx, id, e.Revision(), rec, epoch, e.Created())
+	default:
 		derr = a.own.FreeForged(ctx, id, e.Revision(), rec, epoch, e.Created())
 	}
 	a.report(kind, e, derr, "node", rec.Node, "epoch", rec.Epoch, "highest_epoch", m.Epoch, "highest_at", m.Rev, "expires", rec.Expires, "freed_at_epoch", epoch)

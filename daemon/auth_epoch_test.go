@@ -207,3 +207,56 @@ func TestAttack_StateOfAHeldID(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "node-b", st.Node)
 }
+
+// TestAttack_NodeLeaseEpochNeverGoesBack: a node owner may write its own
+// node lease n.<node> as it likes; its epoch is the epoch of the node's
+// sessions, and a session's epoch given twice would make the records of
+// an ended session live again. node-a sets its lease's epoch back, and
+// writes a delete marker on it (the next session would start at epoch 1):
+// each is detected, counted and freed at or above the highest epoch, and
+// the next session's epoch is above every earlier one.
+func TestAttack_NodeLeaseEpochNeverGoesBack(t *testing.T) {
+	th := setupTheft(t)
+	ctx := th.ctx
+	key := wire.NodeKey("node-a")
+	var highest uint64
+	session := func(t *testing.T, what string) {
+		t.Helper()
+		var epoch uint64
+		servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+			ss, err := th.mallory.w.Ownership.OpenSession(ctx, "node-a", time.Minute)
+			if err != nil {
+				return err
+			}
+			defer ss.Close()
+			rec, _ := nodeLease(t, th.opKV, "node-a")
+			epoch = rec.Epoch
+			return nil
+		})
+		require.Greater(t, epoch, highest, "%s: the session after it got epoch %d, not above every earlier one (%d)", what, epoch, highest)
+		highest = epoch
+	}
+	session(t, "first")
+	session(t, "second")
+	forged := func(t *testing.T, what, kind string, write func() error) {
+		t.Helper()
+		require.NoError(t, write(), "%s: its own lease: admitted by the server", what)
+		th.a.waitMetric(t, forgeries(kind), 1)
+		servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+			if rec, _ := nodeLease(t, th.opKV, "node-a"); rec.State != wire.StateFree || rec.Epoch < highest {
+				return fmt.Errorf("node-a's lease: %s at epoch %d", rec.State, rec.Epoch)
+			}
+			return nil
+		})
+		session(t, what)
+	}
+	forged(t, "epoch back", daemon.ForgedEpochBack, func() error {
+		b, err := wire.EncodeRecord(wire.Record{Node: "node-a", Epoch: 1, State: wire.StateHeld, TTLms: 60_000, Acquired: time.Now(), Expires: time.Now().Add(time.Minute)})
+		if err != nil {
+			return err
+		}
+		_, err = th.malKV.Put(ctx, key, b)
+		return err
+	})
+	forged(t, "delete marker", daemon.ForgedRecordGone, func() error { return th.malKV.Delete(ctx, key) })
+}

@@ -58,6 +58,14 @@ func noGoroutinesLeft(total time.Duration) error {
 				strings.Contains(s, "testing.runFuzzing") || strings.TrimSpace(s) == "" {
 				continue
 			}
+			if strings.Contains(s, "nats-server/v2/server.(*stream).trySetupSourceConsumer") {
+				// nats-server's own: the mailbox stream sources a world's
+				// timer stream, and a source consumer's creation sent as
+				// the server stops waits out its 30 s for an answer
+				// (v2.15.3, stream.go: its select has no quit). It ends by
+				// itself; fencepost started nothing there.
+				continue
+			}
 			left = append(left, s)
 		}
 		if len(left) == 0 {

@@ -30,6 +30,23 @@ func (s *Store) RetireNode(ctx context.Context, node string, rev uint64, rec wir
 	return err
 }
 
+// FreeForgedNode writes node's lease, which the caller read at revision
+// rev as rec, free at epoch (the highest epoch the caller saw for it) and
+// at: how fencepostd undoes a node lease whose epoch went back or jumped,
+// or that was deleted (an owner may write its own node's lease as it
+// likes; a session's epoch given twice would make the records of an ended
+// session of it live again). It is conditional on rev: ErrContended when
+// the lease moved on meanwhile.
+func (s *Store) FreeForgedNode(ctx context.Context, node string, rev uint64, rec wire.Record, epoch uint64, at time.Time) error {
+	free := rec
+	free.Node, free.State, free.Epoch, free.NodeLease, free.Expires = node, wire.StateFree, epoch, 0, at
+	_, err := s.writeNode(ctx, "free-forged", node, view{rev: rev, rec: rec}, free)
+	if errors.Is(err, errConflict) {
+		return fmt.Errorf("%w: the node lease of %q changed", ErrContended, node)
+	}
+	return err
+}
+
 // FreeForged writes id's record, which the caller read at revision rev as
 // rec, free at epoch (the highest epoch the caller saw for id, so that
 // epochs never go back) and at: how fencepostd undoes a record no honest
