@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/fencepost/fencepost/call"
-	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/queue"
 )
@@ -114,7 +113,7 @@ func (w *World) Call(ctx context.Context, id string, body []byte, opts ...SendOp
 	}
 	msgID := queue.MsgIDOf(opts...)
 	subj := call.Subject(prefix, w.Name, id, msgID)
-	nc := handles.Of(w.World).JS.Conn()
+	nc := w.nc
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var done func() *NotPermittedError

@@ -110,8 +110,9 @@ type World struct {
 
 	refused *NotPermittedError // open for posting only: the server's refusal of the stream info
 
-	refusals *refusals // the client's, for Send
-	inbox    string    // the connection's reply inbox prefix, with its trailing '.'
+	refusals *refusals  // the client's, for Send
+	inbox    string     // the connection's reply inbox prefix, with its trailing '.'
+	nc       *nats.Conn // the client's connection (calls wait for answers on it)
 }
 
 // ErrPostOnly is wrapped by Readable's error: the world is open for posting
@@ -167,7 +168,7 @@ func (c *Client) World(ctx context.Context, name string) (*World, error) {
 	if perr != nil {
 		return nil, fmt.Errorf("%w; opening world %q for posting only: %w", refused, name, perr)
 	}
-	return &World{World: pw, Queue: queue.New(pw), Timers: timer.New(pw), refused: refused, refusals: &c.refusals, inbox: c.inbox()}, nil
+	return &World{World: pw, Queue: queue.New(pw), Timers: timer.New(pw), refused: refused, refusals: &c.refusals, inbox: c.inbox(), nc: c.nc}, nil
 }
 
 // CreateWorld creates a world (or opens it, if it exists with the same
@@ -193,7 +194,7 @@ func (c *Client) bind(w *world.World) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &World{World: w, Ownership: own, Queue: queue.New(w), Drainer: dr, Mailboxes: mb, Timers: timer.New(w), refusals: &c.refusals, inbox: c.inbox()}, nil
+	return &World{World: w, Ownership: own, Queue: queue.New(w), Drainer: dr, Mailboxes: mb, Timers: timer.New(w), refusals: &c.refusals, inbox: c.inbox(), nc: c.nc}, nil
 }
 
 // inbox is the prefix of the connection's reply subjects, with its
