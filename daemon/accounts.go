@@ -372,7 +372,7 @@ func migrateToAccounts(dataDir string, keys accountKeys, rev revocations, single
 	var notes []string
 	if _, ok := rev[jwt.All]; single && !ok {
 		now := time.Now()
-		rev[jwt.All] = revoked{Who: "every user issued before the producers' and owners' accounts (issue 47)", At: now.Unix()}
+		rev[jwt.All] = revoked{Who: "every user issued before the producers' and owners' accounts", At: now.Unix()}
 		if err := writeRevocations(dataDir, rev); err != nil {
 			return nil, err
 		}

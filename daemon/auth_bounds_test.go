@@ -24,7 +24,7 @@ import (
 	"github.com/fencepost/fencepost/worker"
 )
 
-// The shared resources of issue 47, each bounded against a real
+// The shared resources an attacker could exhaust, each bounded against a real
 // fencepostd --auth, with each bound as docs/security.md states it.
 
 // pullConsumer creates a pull consumer on the mailbox stream as fencepost's

@@ -19,7 +19,7 @@ import (
 )
 
 // TestAttack_EpochNeverGoesBack: no write a node owner can make gives an
-// epoch twice or sets one back (issue 47: "a fencing token issued
+// epoch twice or sets one back (the trust model: "a fencing token issued
 // twice", "an id locked forever"). Against a real fencepostd --auth,
 // node-a (mallory) writes the victim's record held by node-b: at a lower
 // epoch without the revision condition and with it, at epoch 2^64-1 and

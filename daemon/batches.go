@@ -17,7 +17,7 @@ import (
 	"github.com/fencepost/fencepost/internal/wire"
 )
 
-// Atomic batches in flight (issue 47; docs/security.md, "Atomic
+// Atomic batches in flight (docs/security.md, "Atomic
 // batches"). A stateful commit is one atomic batch on the world's bucket
 // (design 3.12), and JetStream keeps at most 50 batches open per stream
 // (1,000 per server) from a batch's first message to its commit, dropping

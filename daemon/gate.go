@@ -17,7 +17,7 @@ import (
 	"github.com/fencepost/fencepost/world"
 )
 
-// The consumer gate of fencepostd --auth (issue 47; docs/security.md,
+// The consumer gate of fencepostd --auth (docs/security.md,
 // "Consumers").
 //
 // Owners create consumers on the world's streams (a drain of a deep

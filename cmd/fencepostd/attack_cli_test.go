@@ -16,7 +16,7 @@ import (
 	"github.com/fencepost/fencepost/server/servertest"
 )
 
-// TestAttack_TheCLIWithEachRole: the attacks of issue 47 that the
+// TestAttack_TheCLIWithEachRole: the attacks of docs/security.md that the
 // `fencepost` CLI can make, with the real binaries and each role's
 // credentials (the raw NATS ones are in daemon's TestAttack_ tests):
 // victim is held by node-b. A producer (the role file and a named one)
