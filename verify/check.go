@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -45,8 +46,10 @@ const LinTimeout = 2 * time.Minute
 // deliveries and commits, the fence on every cursor write read from the
 // bucket stream, and the linearizability of the ownership operations. A
 // sharded world's run is checked per shard where ownership is the
-// shard's (shards.go).
+// shard's (shards.go). Calls and timers are checked as posts and by
+// their own invariants (checkct.go), after the others.
 func Check(rec *Recorded) Verdict {
+	rec = withTimerSends(rec) // a timer that fired is a post from then on (checkct.go)
 	h := rec.History
 	rep := history.Check(h)
 	if rec.Meta.Shards > 0 {
@@ -69,6 +72,8 @@ func Check(rec *Recorded) Verdict {
 		{Name: "cursor_back", Count: rep.CursorBack, Of: rep.Commits, Unit: "commits", What: "moved an id's cursor back"},
 		{Name: "linearizable", Count: linBad, Of: lin.Ops, Unit: "ownership ops", What: "not linearizable against the record's model (porcupine)"},
 	}
+	ct := checkCallsTimers(rec)
+	v.Invariants = append(v.Invariants, ct.invariants...)
 	bad := false
 	for i := range v.Invariants {
 		v.Invariants[i].OK = v.Invariants[i].Count == 0
@@ -78,6 +83,7 @@ func Check(rec *Recorded) Verdict {
 		v.Examples = append(v.Examples, fmt.Sprintf("unfenced commit: %s cursor %d at bucket seq %d (fence revision %d on %q)", u.ID, u.Cursor, u.Seq, u.Revision, u.Subject))
 	}
 	v.Examples = append(v.Examples, rep.Examples...)
+	v.Examples = append(v.Examples, ct.examples...)
 	if linBad > 0 {
 		v.Examples = append(v.Examples, "not linearizable: "+history.Explain(h.Ops, LinTimeout))
 	}
@@ -93,6 +99,7 @@ func Check(rec *Recorded) Verdict {
 	if !rec.Meta.FollowerCurrent {
 		v.Reasons = append(v.Reasons, "the bucket stream was not read to its end: commits may be missing")
 	}
+	v.Reasons = append(v.Reasons, ct.reasons...)
 	switch {
 	case bad:
 		v.Outcome = Violated
@@ -113,5 +120,6 @@ func Check(rec *Recorded) Verdict {
 		"commits_unattributed": rec.Coverage.Unattributed, "commits_from_owners": rec.Coverage.FromOwners,
 		"owner_starts": rec.OwnerStarts, "unknown_send_attempts": rec.UnknownSends,
 	}
+	maps.Copy(v.Figures, ct.figures)
 	return v
 }

@@ -60,7 +60,8 @@ func TestCheck_BrokenHistory(t *testing.T) {
 	v = Check(bad)
 	require.Equal(t, Violated, v.Outcome)
 	require.Equal(t, map[string]int{"lost": 1, "unexpected": 0, "order": 0, "stale_deliveries": 0, "stale_commits": 1,
-		"unfenced_commits": 1, "cursor_back": 0, "linearizable": 0}, counts(v))
+		"unfenced_commits": 1, "cursor_back": 0, "linearizable": 0, "call_answers": 0, "call_uncommitted": 0, "call_failed": 0,
+		"timer_early": 0, "timer_twice": 0, "timer_cancelled": 0, "timer_order": 0}, counts(v))
 	require.NotEmpty(t, v.Examples)
 
 	for _, rec := range []*Recorded{good, bad} {

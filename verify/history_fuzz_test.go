@@ -28,7 +28,7 @@ func FuzzReadHistory(f *testing.F) {
 	bad.History.Deliveries = bad.History.Deliveries[:1]
 	bad.Unfenced = []CursorWrite{{ID: "v-0", Seq: 11, Cursor: 3}}
 	bad.FaultEvents = []FaultEvent{{Kind: FaultCut}}
-	for _, rec := range []*Recorded{good, bad} {
+	for _, rec := range []*Recorded{good, bad, withCallsTimers()} {
 		var buf bytes.Buffer
 		if err := WriteHistory(&buf, rec); err != nil {
 			f.Fatal(err)

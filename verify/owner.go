@@ -43,12 +43,14 @@ const (
 // written with one write before the handler returns (a delivery) or
 // before the drain goes on (a commit):
 //
-//	D <id> <seq> <node> <epoch> <revision> <unix ns> <quoted body>
+//	D <id> <seq> <node> <epoch> <revision> <unix ns> <quoted body> <stored unix ns>
 //	C <id> <node> <epoch> <revision> <cursor> <bucket seq> <unix ns>
 //	F <cause>
 //
-// (tab-separated; F when the worker stops). It stops when in closes (the
-// parent is gone or done), and exits 3 after a self-fence.
+// (tab-separated; F when the worker stops; a delivery's stored time is
+// the mailbox stream's timestamp, 0 when unknown). Its handler answers a
+// call with answerFor (calls.go). It stops when in closes (the parent is
+// gone or done), and exits 3 after a self-fence.
 func OwnerMain(in io.Reader, out io.Writer) int {
 	rd := bufio.NewReader(in)
 	line, err := rd.ReadString('\n')
@@ -91,7 +93,11 @@ func serveOwner(ctx context.Context, spec ownerSpec, rep *reporter) error {
 		return err
 	}
 	h := func(_ context.Context, m drain.Message) error {
-		return rep.line("D\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", m.ID, m.Seq, m.Fence.Node, m.Fence.Epoch, m.Fence.Revision, time.Now().UnixNano(), strconv.Quote(string(m.Body)))
+		at := time.Now().UnixNano()
+		if err := rep.line("D\t%s\t%d\t%s\t%d\t%d\t%d\t%s\t%d\n", m.ID, m.Seq, m.Fence.Node, m.Fence.Epoch, m.Fence.Revision, at, strconv.Quote(string(m.Body)), unixNano(m.Posted)); err != nil {
+			return err
+		}
+		return m.Reply(answerFor(m, at))
 	}
 	obs := drain.WithCommitObserver(func(cm drain.Commit) {
 		_ = rep.line("C\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", cm.ID, cm.Node, cm.Epoch, cm.Revision, cm.Cursor, cm.StreamSeq, time.Now().UnixNano())
@@ -143,10 +149,19 @@ func (r *reporter) line(format string, args ...any) error {
 
 func oneLine(s string) string { return strings.NewReplacer("\n", " ", "\t", " ").Replace(s) }
 
+// unixNano is t in unix ns, 0 for the zero time.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
 // report is one parsed line of an owner's report.
 type report struct {
 	kind     byte // 'D', 'C' or 'F'
 	delivery history.Delivery
+	posted   time.Time // the delivered message's mailbox timestamp; zero: unknown
 	commit   history.Commit
 	cause    string
 }
@@ -163,11 +178,14 @@ func parseReport(line string) (r report, err error) {
 		return v
 	}
 	switch {
-	case f[0] == "D" && len(f) == 8:
+	case f[0] == "D" && len(f) == 9:
 		r.kind = 'D'
 		r.delivery = history.Delivery{ID: f[1], Seq: u(2), Node: f[3], Epoch: u(4), Revision: u(5), At: time.Unix(0, int64(u(6)))}
 		if err == nil {
 			r.delivery.Key, err = strconv.Unquote(f[7])
+		}
+		if p := u(8); p != 0 {
+			r.posted = time.Unix(0, int64(p))
 		}
 	case f[0] == "C" && len(f) == 8:
 		r.kind = 'C'

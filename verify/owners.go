@@ -19,11 +19,13 @@ import (
 
 // owners supervises the owner processes, one per slot, restarting each
 // one a ttl after it exits (as a supervisor would), and records what they
-// report: deliveries into rec, commits into reported.
+// report: deliveries into rec (and timers' into ct), commits into
+// reported.
 type owners struct {
 	cfg      Config
 	spec     ownerSpec
 	rec      *history.Recorder
+	ct       *ctLog
 	reported *commitLog
 	stopping atomic.Bool
 	stopCh   chan struct{}
@@ -46,8 +48,8 @@ type ownerProc struct {
 	stderr *tailbuf.Buffer
 }
 
-func startOwners(cfg Config, spec ownerSpec, rec *history.Recorder, reported *commitLog) *owners {
-	o := &owners{cfg: cfg, spec: spec, rec: rec, reported: reported, stopCh: make(chan struct{}), running: map[int]*ownerProc{}, causes: map[string]int{}}
+func startOwners(cfg Config, spec ownerSpec, rec *history.Recorder, ct *ctLog, reported *commitLog) *owners {
+	o := &owners{cfg: cfg, spec: spec, rec: rec, ct: ct, reported: reported, stopCh: make(chan struct{}), running: map[int]*ownerProc{}, causes: map[string]int{}}
 	for slot := range cfg.Owners {
 		o.wg.Add(1)
 		go o.supervise(slot)
@@ -127,6 +129,7 @@ func (o *owners) read(p *ownerProc, out io.Reader) {
 			o.badLines.Add(1)
 			o.fail(fmt.Sprintf("owner %s: %v", p.node, err))
 		case r.kind == 'D':
+			o.ct.deliver(r.delivery.Key, r.delivery.Seq, r.posted)
 			o.rec.Deliver(r.delivery)
 		case r.kind == 'C':
 			o.reported.add(r.commit)

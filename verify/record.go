@@ -24,8 +24,9 @@ type Meta struct {
 	Owners          int           `json:"owners"`
 	TTL             time.Duration `json:"ttl_ns"`
 	Faults          []string      `json:"faults"`
-	Drained         bool          `json:"drained"`          // the final drain emptied every mailbox
-	FollowerCurrent bool          `json:"follower_current"` // the bucket stream was read to its end
+	Drained         bool          `json:"drained"`             // the final drain emptied every mailbox
+	FollowerCurrent bool          `json:"follower_current"`    // the bucket stream was read to its end
+	DeadRead        bool          `json:"dead_read,omitempty"` // the dead letters were read after the final drain (Recorded.Dead)
 }
 
 // FaultEvent is one injected fault.
@@ -56,6 +57,12 @@ type Recorded struct {
 	// UnknownSends counts send attempts whose outcome was unknown (each
 	// retried with the same message id).
 	UnknownSends int64
+	Calls        []CallRecord  // the callers' calls (calls.go)
+	Timers       []TimerRecord // the timers set (timers.go)
+	// Stored is the mailbox stream's timestamp of each delivered timer's
+	// message, by its mailbox sequence (the broker's clock).
+	Stored map[uint64]time.Time
+	Dead   []DeadLetter // the world's dead letters after the final drain (Meta.DeadRead)
 }
 
 // One line of a history file: "t" says which kind, the other fields are
@@ -88,6 +95,7 @@ type (
 		Epoch    uint64    `json:"epoch"`
 		Revision uint64    `json:"revision"`
 		At       time.Time `json:"at"`
+		Posted   time.Time `json:"posted,omitzero"` // a timer's: the mailbox stream's timestamp
 	}
 	lineCommit struct {
 		T         string                    `json:"t"`
@@ -122,11 +130,24 @@ type (
 		T string `json:"t"`
 		FaultEvent
 	}
+	lineCall struct {
+		T string `json:"t"`
+		CallRecord
+	}
+	lineTimer struct {
+		T string `json:"t"`
+		TimerRecord
+	}
+	lineDead struct {
+		T string `json:"t"`
+		DeadLetter
+	}
 )
 
 // WriteHistory writes rec as JSON lines: one "meta" line, then one line
 // per "send", "delivery", "commit", "unfenced" cursor write, ownership
-// "op" and "fault" (docs/reliability.md describes the fields).
+// "op", "fault", "call", "timer" and "dead" letter (docs/reliability.md
+// describes the fields).
 func WriteHistory(w io.Writer, rec *Recorded) error {
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
@@ -139,7 +160,7 @@ func WriteHistory(w io.Writer, rec *Recorded) error {
 		put(lineSend{"send", s.Producer, s.ID, s.Key, s.Outcome.String(), s.Seq, s.Invoked, s.Returned})
 	}
 	for _, d := range h.Deliveries {
-		put(lineDelivery{"delivery", d.ID, d.Key, d.Seq, d.Node, d.Epoch, d.Revision, d.At})
+		put(lineDelivery{"delivery", d.ID, d.Key, d.Seq, d.Node, d.Epoch, d.Revision, d.At, rec.Stored[d.Seq]})
 	}
 	for _, c := range h.Commits {
 		put(lineCommit{"commit", c.ID, c.Node, c.Epoch, c.Revision, c.Cursor, c.StreamSeq, c.At, rec.Pending[c.StreamSeq]})
@@ -153,6 +174,15 @@ func WriteHistory(w io.Writer, rec *Recorded) error {
 	}
 	for _, f := range rec.FaultEvents {
 		put(lineFault{"fault", f})
+	}
+	for _, c := range rec.Calls {
+		put(lineCall{"call", c})
+	}
+	for _, t := range rec.Timers {
+		put(lineTimer{"timer", t})
+	}
+	for _, d := range rec.Dead {
+		put(lineDead{"dead", d})
 	}
 	return bw.Flush()
 }
@@ -194,6 +224,12 @@ func ReadHistory(r io.Reader) (*Recorded, error) {
 			var d lineDelivery
 			if err = json.Unmarshal(line, &d); err == nil {
 				hr.Deliver(history.Delivery{ID: d.ID, Key: d.Key, Seq: d.Seq, Node: d.Node, Epoch: d.Epoch, Revision: d.Revision, At: d.At})
+				if !d.Posted.IsZero() {
+					if rec.Stored == nil {
+						rec.Stored = map[uint64]time.Time{}
+					}
+					rec.Stored[d.Seq] = d.Posted
+				}
 			}
 		case "commit":
 			var c lineCommit
@@ -223,6 +259,21 @@ func ReadHistory(r io.Reader) (*Recorded, error) {
 			var f lineFault
 			if err = json.Unmarshal(line, &f); err == nil {
 				rec.FaultEvents = append(rec.FaultEvents, f.FaultEvent)
+			}
+		case "call":
+			var c lineCall
+			if err = json.Unmarshal(line, &c); err == nil {
+				rec.Calls = append(rec.Calls, c.CallRecord)
+			}
+		case "timer":
+			var t lineTimer
+			if err = json.Unmarshal(line, &t); err == nil {
+				rec.Timers = append(rec.Timers, t.TimerRecord)
+			}
+		case "dead":
+			var d lineDead
+			if err = json.Unmarshal(line, &d); err == nil {
+				rec.Dead = append(rec.Dead, d.DeadLetter)
 			}
 		default:
 			err = fmt.Errorf("unknown kind %q", probe.T)

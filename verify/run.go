@@ -41,10 +41,13 @@ type run struct {
 	w     *client.World
 	ids   []string
 	rec   *history.Recorder
+	ct    *ctLog // calls and timers
 	rep   *commitLog
 	ps    proxies
 	under Conn // how the clients under test connect (through the proxies with cut)
 	own   *owners
+
+	loadEnd atomic.Int64 // when the load stops, unix ns; 0 until known
 
 	mu        sync.Mutex
 	faults    []FaultEvent
@@ -61,7 +64,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	r := &run{cfg: cfg, rec: history.NewRecorder(), rep: &commitLog{}}
+	r := &run{cfg: cfg, rec: history.NewRecorder(), ct: newCTLog(), rep: &commitLog{}}
 	for i := range cfg.IDs {
 		r.ids = append(r.ids, fmt.Sprintf("v-%d", i))
 	}
@@ -129,7 +132,7 @@ func (r *run) exercise(ctx context.Context, res *Result) error {
 		}
 		defer r.ps.close()
 	}
-	r.own = startOwners(r.cfg, ownerSpec{Conn: r.under, World: name, TTLms: r.cfg.TTL.Milliseconds(), IDs: r.ids}, r.rec, r.rep)
+	r.own = startOwners(r.cfg, ownerSpec{Conn: r.under, World: name, TTLms: r.cfg.TTL.Milliseconds(), IDs: r.ids}, r.rec, r.ct, r.rep)
 	ownersStopped := false
 	defer func() {
 		if !ownersStopped {
@@ -153,12 +156,14 @@ func (r *run) exercise(ctx context.Context, res *Result) error {
 			r.cfg.Start, starts, exits, errs, r.own.lastStderr())
 	}
 	r.cfg.Progress("owners deliver; faults for %v: %v", r.cfg.Duration, r.cfg.Faults)
-	r.injectFaults(ctx, time.Now().Add(r.cfg.Duration))
+	end := time.Now().Add(r.cfg.Duration)
+	r.loadEnd.Store(end.UnixNano())
+	r.injectFaults(ctx, end)
 	load.stop()
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	pollUntil(ctx, 2*r.cfg.TTL+5*time.Second, func() bool { return r.rec.Undelivered() == 0 })
+	pollUntil(ctx, 2*r.cfg.TTL+5*time.Second, func() bool { return r.rec.Undelivered() == 0 && r.ct.waiting() == 0 })
 	r.own.stop(5 * time.Second)
 	ownersStopped = true
 	r.cfg.Progress("final drain")
@@ -166,6 +171,7 @@ func (r *run) exercise(ctx context.Context, res *Result) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	res.Dead, res.Meta.DeadRead = r.deadLetters(ctx)
 	res.Meta.FollowerCurrent = r.catchUp(ctx, fol, name)
 	r.collect(res, fol, load)
 	return nil
@@ -184,6 +190,26 @@ func (r *run) collect(res *Result, fol *follower, l *load) {
 	res.OwnerStarts, res.OwnerExits, res.OwnerErrors = r.own.summary()
 	res.FaultEvents = r.faultEvents()
 	res.UnknownSends = l.unknown.Load()
+	res.Calls, res.Timers, res.Stored = r.ct.snapshot()
+}
+
+// deadLetters are the dead letters of the run's ids; false if they could
+// not be read.
+func (r *run) deadLetters(ctx context.Context) ([]DeadLetter, bool) {
+	var out []DeadLetter
+	for _, id := range r.ids {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		dls, err := r.w.Mailboxes.DeadLetters(dctx, id, 0)
+		cancel()
+		if err != nil {
+			r.cfg.Log.Warn("verify: read the dead letters", "id", id, "error", err)
+			return out, false
+		}
+		for _, dl := range dls {
+			out = append(out, DeadLetter{ID: id, Seq: dl.MailboxSeq})
+		}
+	}
+	return out, true
 }
 
 // ErrWorldLeft is wrapped by Run's error when it could not remove its
@@ -408,8 +434,8 @@ func (l *load) stop() {
 	})
 }
 
-// startLoad starts a producer per id and two ownership clients, through
-// the proxies when there are.
+// startLoad starts a producer per id, two callers, a timer setter and two
+// ownership clients, through the proxies when there are.
 func (r *run) startLoad(ctx context.Context, name string) (*load, error) {
 	lctx, cancel := context.WithCancel(ctx)
 	l := &load{cancel: cancel}
@@ -431,6 +457,16 @@ func (r *run) startLoad(ctx context.Context, name string) (*load, error) {
 		l.stop()
 		return nil, err
 	}
+	cw, err := open() // the callers' and the timers'
+	if err != nil {
+		l.stop()
+		return nil, err
+	}
+	bucket, err := r.admin.JetStream().Stream(ctx, wire.BucketStream(name))
+	if err != nil {
+		l.stop()
+		return nil, fmt.Errorf("verify: the bucket stream: %w", err)
+	}
 	backlog := 50 * len(r.ids)
 	for i, id := range r.ids {
 		l.wg.Add(1)
@@ -445,7 +481,17 @@ func (r *run) startLoad(ctx context.Context, name string) (*load, error) {
 			defer l.wg.Done()
 			r.ownershipClient(lctx, ow, i)
 		}()
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			r.caller(lctx, cw, bucket, fmt.Sprintf("c%d", i))
+		}()
 	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		r.setTimers(lctx, cw, &l.wg)
+	}()
 	return l, nil
 }
 
@@ -521,8 +567,10 @@ func (r *run) finalDrain(ctx context.Context) bool {
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	h := func(_ context.Context, m drain.Message) error {
-		r.rec.Deliver(history.Delivery{ID: m.ID, Key: string(m.Body), Seq: m.Seq, Node: m.Fence.Node, Epoch: m.Fence.Epoch, Revision: m.Fence.Revision, At: time.Now()})
-		return nil
+		at := time.Now()
+		r.ct.deliver(string(m.Body), m.Seq, m.Posted)
+		r.rec.Deliver(history.Delivery{ID: m.ID, Key: string(m.Body), Seq: m.Seq, Node: m.Fence.Node, Epoch: m.Fence.Epoch, Revision: m.Fence.Revision, At: at})
+		return m.Reply(answerFor(m, at.UnixNano()))
 	}
 	obs := drain.WithCommitObserver(func(cm drain.Commit) {
 		r.rep.add(history.Commit{ID: cm.ID, Node: cm.Node, Epoch: cm.Epoch, Revision: cm.Revision, Cursor: cm.Cursor, StreamSeq: cm.StreamSeq, At: time.Now()})
@@ -541,7 +589,7 @@ func (r *run) finalDrain(ctx context.Context) bool {
 	done := make(chan error, 1)
 	go func() { done <- wk.Run(dctx) }()
 	empty := pollUntil(ctx, r.cfg.Final, func() bool {
-		if r.rec.Undelivered() > 0 {
+		if r.rec.Undelivered() > 0 || r.ct.waiting() > 0 {
 			return false
 		}
 		ictx, icancel := context.WithTimeout(ctx, 5*time.Second)

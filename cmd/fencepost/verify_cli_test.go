@@ -71,8 +71,10 @@ func streamNames(t *testing.T, c *client.Client) []string {
 
 // TestVerify_Cluster_PassesAndLeavesOtherWorldsAlone: `fencepost verify`
 // against an embedded 3-node cluster, with every fault, passes (every
-// invariant holds, each fault was injected, ids were taken over), on an R3
-// world it removes afterwards; a world that was there before, with mail,
+// invariant holds, each fault was injected, ids were taken over; its
+// calls were answered after their commits by the handler calls of their
+// messages, its timers fired once, none early, none of those cancelled),
+// on an R3 world it removes afterwards; a world that was there before, with mail,
 // a holding and a cursor, is exactly as it was (its streams' settings and
 // state, every key and revision of its bucket); the history file it wrote
 // checks again to the same verdict (--check).
@@ -121,7 +123,7 @@ func TestVerify_Cluster_PassesAndLeavesOtherWorldsAlone(t *testing.T) {
 	require.Equal(t, 3, out.Replicas)
 	require.Equal(t, hist, out.History)
 	require.True(t, strings.HasPrefix(out.World, "verify-"), out.World)
-	require.Len(t, out.Invariants, 8)
+	require.Len(t, out.Invariants, 15)
 	for _, inv := range out.Invariants {
 		require.True(t, inv.OK, "%+v", inv)
 		require.Positive(t, inv.Of, "%s checked nothing", inv.Name)
@@ -130,6 +132,7 @@ func TestVerify_Cluster_PassesAndLeavesOtherWorldsAlone(t *testing.T) {
 		require.Positive(t, out.Faults[f], "fault %s never injected: %v", f, out.Faults)
 	}
 	require.Positive(t, out.Figures["takeovers"], "%v", out.Figures)
+	requireCallsTimers(t, out.Figures)
 	require.Zero(t, out.Figures["commits_unattributed"], "%v", out.Figures)
 
 	require.Equal(t, before, takeSnapshot(t, env.Client, by), "the other world changed")
@@ -138,7 +141,21 @@ func TestVerify_Cluster_PassesAndLeavesOtherWorldsAlone(t *testing.T) {
 	r := cli(t, env.URL, "", "verify", "--check", hist)
 	require.Equal(t, 0, r.code, "%+v", r)
 	require.Regexp(t, `(?m)^passed world=`+out.World+` replicas=3 `, r.out)
-	require.Equal(t, 8, strings.Count(r.out, "\nok ")+boolInt(strings.HasPrefix(r.out, "ok ")), r.out)
+	require.Equal(t, 15, strings.Count(r.out, "\nok ")+boolInt(strings.HasPrefix(r.out, "ok ")), r.out)
+	require.Regexp(t, `(?m)^ok +call_uncommitted +0 of [1-9][0-9]* answers: came before a commit covering the call was stored$`, r.out)
+	require.Regexp(t, `(?m)^ok +timer_early +0 of [1-9][0-9]* timers fired: `, r.out)
+}
+
+// requireCallsTimers: a verify run made calls, most of them answered, and
+// set timers, some of them cancelled, that fired; none of its calls or
+// timers had an outcome it did not count.
+func requireCallsTimers(t *testing.T, figures map[string]float64) {
+	t.Helper()
+	require.Positive(t, figures["calls_replied"], "%v", figures)
+	require.Greater(t, figures["calls_replied"], figures["calls"]/2, "%v", figures)
+	require.Positive(t, figures["timers_fired"], "%v", figures)
+	require.Positive(t, figures["timers_cancelled"], "%v", figures)
+	require.Equal(t, figures["calls"], figures["calls_replied"]+figures["calls_failed"]+figures["calls_timeout"]+figures["calls_unknown"]+figures["calls_refused"], "%v", figures)
 }
 
 func boolInt(b bool) int {
@@ -222,7 +239,8 @@ func TestVerify_BrokenHistory(t *testing.T) {
 		got[inv.Name] = inv.Count
 	}
 	require.Equal(t, map[string]int{"lost": 1, "unexpected": 0, "order": 0, "stale_deliveries": 0, "stale_commits": 1,
-		"unfenced_commits": 0, "cursor_back": 0, "linearizable": 0}, got)
+		"unfenced_commits": 0, "cursor_back": 0, "linearizable": 0, "call_answers": 0, "call_uncommitted": 0, "call_failed": 0,
+		"timer_early": 0, "timer_twice": 0, "timer_cancelled": 0, "timer_order": 0}, got)
 
 	r = cli(t, nowhere, noWorld, "verify", "--check", filepath.Join(dir, "missing.jsonl"))
 	require.Equal(t, 1, r.code, "%+v", r)

@@ -19,7 +19,9 @@ import (
 // (kills, stops, seizes of a shard and connection cuts), and every
 // invariant holds: nothing lost, no stale commit (per shard, each cursor
 // write's newly covered messages delivered under its epoch), per-id order,
-// ownership linearizable; the history file checks again to the same
+// ownership linearizable, calls answered by the shards' holders after a
+// shard cursor covering them, timers fired once and never early, cancelled
+// ones never; the history file checks again to the same
 // verdict and names the shards. --shards out of range is a usage error
 // that creates nothing.
 func TestVerify_Shards_Passes(t *testing.T) {
@@ -51,13 +53,14 @@ func TestVerify_Shards_Passes(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(so.String()), &out), so.String())
 	require.Equal(t, "passed", out.Outcome, so.String())
 	require.Equal(t, 4, out.Shards)
-	require.Len(t, out.Invariants, 8)
+	require.Len(t, out.Invariants, 15)
 	for _, inv := range out.Invariants {
 		require.True(t, inv.OK, "%+v", inv)
 		require.Positive(t, inv.Of, "%s checked nothing", inv.Name)
 	}
 	require.Positive(t, out.Faults["kill"]+out.Faults["stop"]+out.Faults["seize"], "no fault injected: %v", out.Faults)
 	require.Positive(t, out.Figures["takeovers"], "%v", out.Figures)
+	requireCallsTimers(t, out.Figures)
 	require.Contains(t, se.String(), "(replicas 1, shards 4)")
 	require.ElementsMatch(t, names, streamNames(t, env.Client), "streams left behind")
 
