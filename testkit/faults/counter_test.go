@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,9 +26,10 @@ import (
 // after a takeover, a stale holder's batch stored) or lost (a batch whose
 // cursor landed without its state) puts a counter off.
 
-// OwnerSeize is a fault of counter rounds: every id held by one owner is
-// force-seized by another node ("operator") while the owner is live, and
-// released at once, so that the owners claim them again.
+// OwnerSeize is a fault of counter rounds and sharded ones: every id (in a
+// sharded world, every shard unit) held by one owner is force-seized by
+// another node ("operator") while the owner is live, and released at once,
+// so that the owners claim them again.
 const OwnerSeize = "owner-seize"
 
 // counterKey is the state key the counter rounds count in.
@@ -51,7 +53,8 @@ func counting(h drain.Handler) drain.StateHandler {
 	}
 }
 
-// seized is a holder displaced by a forced seize: id under epoch, from at.
+// seized is a holder displaced by a forced seize: id (a sharded world's
+// shard unit) under epoch, from at.
 type seized struct {
 	id    string
 	epoch uint64
@@ -60,17 +63,24 @@ type seized struct {
 
 // seizeOwner force-seizes, as node "operator" through the admin client
 // (direct), every id that the holder of a randomly chosen held id holds,
-// and releases each at once. It returns the holders it displaced (read
-// from the record just before each seize) and whether anything was
-// seized.
-func seizeOwner(ctx context.Context, d *deployment, mbIDs []string) ([]seized, error) {
+// and releases each at once; in a world of shards (> 0), every shard unit
+// of the ids that the holder of one of them holds. It returns the holders
+// it displaced (read from the record just before each seize) and whether
+// anything was seized.
+func seizeOwner(ctx context.Context, d *deployment, mbIDs []string, shards int) ([]seized, error) {
 	w, err := d.admin.World(ctx, d.world)
 	if err != nil {
 		return nil, err
 	}
+	var units []string
+	for _, id := range mbIDs {
+		if u := history.UnitOf(id, shards); !slices.Contains(units, u) {
+			units = append(units, u)
+		}
+	}
 	held := map[string]ownership.Status{}
 	var nodes []string
-	for _, id := range mbIDs {
+	for _, id := range units {
 		st, err := w.Ownership.Owner(ctx, id)
 		if err != nil {
 			return nil, err
@@ -131,8 +141,10 @@ func seizeOne(ctx context.Context, w *client.World, id string) error {
 // learns of the seize; its commit is refused, so the message is delivered
 // again and its effect applied once: the counters check that). It returns
 // how many stale deliveries remain without them (violations, with
-// examples) and how many were the seized holders'.
-func staleOfSeized(h history.History, rep history.Report, seizes []seized) (others int, examples []violation, ofSeized int) {
+// examples) and how many were the seized holders'. check is the run's
+// check (history.Check, or a sharded world's), shards the world's (0:
+// per-id), whose seizes are of shard units.
+func staleOfSeized(h history.History, rep history.Report, seizes []seized, shards int, check func(history.History) history.Report) (others int, examples []violation, ofSeized int) {
 	if len(seizes) == 0 || rep.StaleDeliveries == 0 {
 		return rep.StaleDeliveries, violationsOf(rep, "stale delivery"), 0
 	}
@@ -146,12 +158,12 @@ func staleOfSeized(h history.History, rep history.Report, seizes []seized) (othe
 	kept := h
 	kept.Deliveries = nil
 	for _, dl := range h.Deliveries {
-		if at, ok := from[[2]any{dl.ID, dl.Epoch}]; ok && dl.At.After(at) {
+		if at, ok := from[[2]any{history.UnitOf(dl.ID, shards), dl.Epoch}]; ok && dl.At.After(at) {
 			continue
 		}
 		kept.Deliveries = append(kept.Deliveries, dl)
 	}
-	r := history.Check(kept)
+	r := check(kept)
 	return r.StaleDeliveries, violationsOf(r, "stale delivery"), rep.StaleDeliveries - r.StaleDeliveries
 }
 
@@ -237,16 +249,16 @@ func TestStaleOfSeized(t *testing.T) {
 	if rep.StaleDeliveries != 2 {
 		t.Fatalf("the checker counts %d stale deliveries, want 2: %s", rep.StaleDeliveries, rep)
 	}
-	others, ex, ofSeized := staleOfSeized(h, rep, []seized{{id: "a", epoch: 1, at: at(50)}})
+	others, ex, ofSeized := staleOfSeized(h, rep, []seized{{id: "a", epoch: 1, at: at(50)}}, 0, history.Check)
 	if others != 1 || ofSeized != 1 || len(ex) != 1 || !strings.Contains(ex[0].text, "/2 ") {
 		t.Errorf("others %d %q, of seized holders %d; want 1 (epoch 2) and 1", others, texts(ex), ofSeized)
 	}
 	// A seize after the stale delivery exempts nothing.
-	if others, _, ofSeized := staleOfSeized(h, rep, []seized{{id: "a", epoch: 1, at: at(125)}}); others != 2 || ofSeized != 0 {
+	if others, _, ofSeized := staleOfSeized(h, rep, []seized{{id: "a", epoch: 1, at: at(125)}}, 0, history.Check); others != 2 || ofSeized != 0 {
 		t.Errorf("seized after the delivery: others %d, of seized holders %d; want 2 and 0", others, ofSeized)
 	}
 	// No seize: every stale delivery is a violation.
-	if others, _, ofSeized := staleOfSeized(h, rep, nil); others != 2 || ofSeized != 0 {
+	if others, _, ofSeized := staleOfSeized(h, rep, nil, 0, history.Check); others != 2 || ofSeized != 0 {
 		t.Errorf("no seize: others %d, of seized holders %d; want 2 and 0", others, ofSeized)
 	}
 }

@@ -74,7 +74,7 @@ func failures(sc scenario, res outcome) []violation {
 		}
 	}
 	switch {
-	case sc.Counter:
+	case sc.Counter || sc.seizes():
 		out = append(out, res.StaleExamples...)
 	case !sc.BeyondBounds:
 		out = append(out, violationsOf(res.Report, "stale delivery")...)
@@ -221,7 +221,7 @@ func TestDescribe_StaleDelivery(t *testing.T) {
 		t.Fatalf("want one stale delivery and nothing lost: %s", rep)
 	}
 	sc := scenario{Name: "stale"}
-	describes(t, describe(h, failures(sc, outcome{Report: rep})),
+	describes(t, describe(h, failures(sc, outcome{Report: rep}), 0),
 		"HOLDERS of mb-6 (first stale delivery seq 2)",
 		"owner-1/17: 2 deliveries, first 1 at 22:22:01.000, last 2 at 22:22:04.000; last before the stale delivery 1 at 22:22:01.000, first after -",
 		"VIOLATION stale delivery: mb-6 seq 2 to owner-1/17",

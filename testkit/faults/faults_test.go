@@ -53,12 +53,25 @@ func ciScenarios() []scenario {
 	// partitions (docs/design/partitions.md, "The default"), the server crashed under it.
 	counterParts := counter
 	counterParts.Name, counterParts.Partitions = "counter-partitioned", world.DefaultPartitions
+	// A sharded world (docs/design.md 3.14), 4 shards for the 6 ids (three
+	// shards of two ids each): owners serving shards, killed, stopped past
+	// their ttl, a live holder's shard units force-seized, and every
+	// client cut off through the proxy; checked per shard as fencepost
+	// verify --shards checks (history.CheckShards).
+	sharded := mk("sharded", Single, true, OwnerKill, OwnerSeize, OwnerStop, ProxyCut, OwnerKill, OwnerSeize, OwnerStop, ProxyCut)
+	sharded.Shards = 4
+	// Per-id state on a sharded world: the counter scenario's faults, the
+	// server crashed under it; every counter exact.
+	counterShards := counter
+	counterShards.Name, counterShards.Shards = "counter-sharded", 4
 	scs := []scenario{
 		owners,
 		partitioned,
 		listed,
 		counter,
 		counterParts,
+		sharded,
+		counterShards,
 		mk("proxy", Single, true, ProxyCut, ProxyLatency, ProxyRefuse, ProxyCut, ProxyLatency, ProxyRefuse, ProxyCut, ProxyLatency, ProxyRefuse),
 		mk("server-sync-always", ServerAlways, false, ServerCrash, ServerCrash, ServerCrash),
 		mk("server-sync-interval", ServerInterval, false, ServerCrash, ServerCrash, ServerCrash),

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -117,7 +118,18 @@ type scenario struct {
 	// mailbox id instead, so that each subscribes to each id's posts
 	// (docs/design/partitions.md, "Who reads what").
 	Listed bool
+	// Shards creates a sharded world of that many shards (docs/design.md
+	// 3.14): the owners and the final drain serve shards (workers without
+	// ids), OwnerSeize seizes shard units, the commits are the shard
+	// cursor writes read from the bucket stream (history.BucketFollower, verify's
+	// follower: shard workers report none), and the history is checked per shard as
+	// fencepost verify --shards checks it (history.CheckShards).
+	Shards int
 }
+
+// seizes says whether the scenario force-seizes live holders: stale
+// deliveries of the displaced holders are then counted apart (staleOfSeized).
+func (sc scenario) seizes() bool { return slices.Contains(sc.Faults, OwnerSeize) }
 
 // outcome is what one run measured.
 type outcome struct {
@@ -147,6 +159,11 @@ type outcome struct {
 	SeizedStale   int
 	StaleOthers   int
 	StaleExamples []violation
+	// Sharded rounds: the cursor writes read from the bucket stream
+	// without the fence of their own record (violations), and what the
+	// follower saw.
+	Unfenced []history.CursorWrite
+	Coverage history.Coverage
 }
 
 type deployment struct {
@@ -235,7 +252,7 @@ func deploy(t testing.TB, sc scenario) *deployment {
 	t.Cleanup(c.Close)
 	d.admin = c
 	d.world = fmt.Sprintf("f%d", worldSeq.Add(1))
-	cfg := world.Config{MinTTL: 10 * time.Millisecond, Partitions: sc.Partitions}
+	cfg := world.Config{MinTTL: 10 * time.Millisecond, Partitions: sc.Partitions, Shards: sc.Shards}
 	if d.cluster != nil {
 		cfg.Replicas = 3
 	}
@@ -364,8 +381,18 @@ func run(t testing.TB, sc scenario) outcome {
 		return env
 	}
 	ownIDs := strings.Join(mbIDs, ",")
-	if sc.Partitions > 0 && !sc.Listed {
-		ownIDs = "" // every id: a partitioned world's workers read by partition
+	if sc.Partitions > 0 && !sc.Listed || sc.Shards > 0 {
+		ownIDs = "" // every id: a partitioned world's workers read by partition, a sharded world's serve shards
+	}
+	// A sharded world's commits are read from its bucket stream, from
+	// before the first (shard workers report none).
+	var fol *history.BucketFollower
+	if sc.Shards > 0 {
+		var err error
+		if fol, err = history.FollowBucket(context.Background(), d.admin.JetStream(), d.world, sc.Shards); err != nil {
+			t.Fatal(err)
+		}
+		defer fol.Stop()
 	}
 	own := startOwners(t, rec, sc.Owners, sc.TTL, slotEnv, "FP_WORLD="+d.world, "FP_IDS="+ownIDs, fmt.Sprintf("FP_WORK=%v", sc.Work), fmt.Sprintf("FP_STATE=%v", sc.Counter))
 	ownersStopped := false
@@ -480,12 +507,16 @@ func run(t testing.TB, sc scenario) outcome {
 				}
 			case <-time.After(wait):
 				if holder {
-					t.Errorf("owner %s (%d deliveries) woke up past its ttl and did not self-fence", p.node, p.active.Load())
+					// Its goroutines, to see where it hangs: a Go
+					// process dumps them on stderr at SIGQUIT, and exits.
+					p.cmd.Process.Signal(syscall.SIGQUIT)
+					c, _ := p.fence.Load().(string)
+					t.Errorf("owner %s (%d deliveries) woke up past its ttl and did not self-fence within %v (cause reported: %q); its goroutines are dumped on stderr (SIGQUIT)", p.node, p.active.Load(), wait, c)
 				}
 			}
 		case OwnerSeize:
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			ss, err := seizeOwner(sctx, d, mbIDs)
+			ss, err := seizeOwner(sctx, d, mbIDs, sc.Shards)
 			cancel()
 			if err != nil {
 				res.SeizeFailures++
@@ -611,10 +642,17 @@ func run(t testing.TB, sc scenario) outcome {
 	lap("final drain")
 
 	h := rec.History()
-	res.Report = history.Check(h)
+	check := history.Check
+	if sc.Shards > 0 {
+		check = shardCheck(t, d, sc, fol, &h, &res)
+		lap("read the bucket stream's commits")
+	}
+	res.Report = check(h)
 	res.StaleOthers = res.Report.StaleDeliveries
+	if sc.Counter || sc.seizes() {
+		res.StaleOthers, res.StaleExamples, res.SeizedStale = staleOfSeized(h, res.Report, res.seizes, sc.Shards, check)
+	}
 	if sc.Counter {
-		res.StaleOthers, res.StaleExamples, res.SeizedStale = staleOfSeized(h, res.Report, res.seizes)
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		var err error
 		res.Counters, err = checkCounters(cctx, d, h, mbIDs)
@@ -645,7 +683,7 @@ func run(t testing.TB, sc scenario) outcome {
 	// Takeovers by the fault in force when the new epoch first acted.
 	firstAct := map[[2]any]time.Time{}
 	for _, dl := range h.Deliveries {
-		k := [2]any{dl.ID, dl.Epoch}
+		k := [2]any{history.UnitOf(dl.ID, sc.Shards), dl.Epoch} // a sharded world's epochs are its shards'
 		if at, ok := firstAct[k]; !ok || dl.At.Before(at) {
 			firstAct[k] = dl.At
 		}
@@ -677,6 +715,31 @@ func run(t testing.TB, sc scenario) outcome {
 	}
 	t.Logf("%s: owner exits: %s", sc.Name, own.causes())
 	return res
+}
+
+// shardCheck puts the commits of a sharded world's run into h: the shard
+// cursor writes its follower read from the bucket stream (once it has read
+// the stream to its end), each named by the holder its fence expected. It
+// returns the check of such a history, fencepost verify --shards's
+// (history.CheckShards): lenient when the follower missed a write (one
+// replaced before it was read, or whose holder nothing names), which may
+// have committed what a later write covers.
+func shardCheck(t testing.TB, d *deployment, sc scenario, fol *history.BucketFollower, h *history.History, res *outcome) func(history.History) history.Report {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	s, err := d.admin.JetStream().Stream(ctx, wire.BucketStream(d.world))
+	cancel()
+	if err != nil {
+		t.Fatalf("%s: the bucket stream: %v", sc.Name, err)
+	}
+	last := s.CachedInfo().State.LastSeq
+	if !waitUntil(30*time.Second, func() bool { return fol.CaughtUp(last) }) {
+		t.Errorf("%s: the follower did not read the bucket stream up to its last message (%d) within 30 s: commits may be missing", sc.Name, last)
+	}
+	commits, pending, unfenced, cov := fol.Commits(h.Commits, h.Deliveries)
+	h.Commits = commits
+	res.Unfenced, res.Coverage = unfenced, cov
+	lenient := cov.Skipped > 0 || cov.Unattributed > 0
+	return func(h history.History) history.Report { return history.CheckShards(h, sc.Shards, pending, lenient) }
 }
 
 // produce posts to id until ctx ends, one send at a time. Each key is sent
@@ -769,6 +832,14 @@ func finalDrain(t testing.TB, d *deployment, rec *history.Recorder, mbIDs []stri
 		rec.Commit(history.Commit{ID: cm.ID, Node: cm.Node, Epoch: cm.Epoch, Revision: cm.Revision, Cursor: cm.Cursor, StreamSeq: cm.StreamSeq, At: time.Now()})
 	})
 	cfg := worker.Config{Node: "final", TTL: sc.TTL, IDs: mbIDs, Log: quiet, DrainOptions: []drain.Option{obs}}
+	filter := wire.MailboxFilter(d.world)
+	if sc.Shards > 0 {
+		// Every shard (a sharded world's workers serve shards, and report
+		// no commits: the bucket stream's follower reads them), whose
+		// mail is stored under the shards' subjects.
+		cfg.IDs, cfg.DrainOptions = nil, nil
+		filter = wire.ShardedMailboxFilter(d.world)
+	}
 	if sc.Counter {
 		cfg.State, h = true, counting(h).Handler()
 	}
@@ -783,7 +854,7 @@ func finalDrain(t testing.TB, d *deployment, rec *history.Recorder, mbIDs []stri
 	empty := waitUntil(sc.Final, func() bool {
 		ictx, icancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer icancel()
-		info, err := handles.Of(w).Mailbox.Info(ictx, jetstream.WithSubjectFilter(wire.MailboxFilter(d.world)))
+		info, err := handles.Of(w).Mailbox.Info(ictx, jetstream.WithSubjectFilter(filter))
 		if err != nil {
 			return false
 		}
@@ -800,8 +871,20 @@ func finalDrain(t testing.TB, d *deployment, rec *history.Recorder, mbIDs []stri
 	}
 	if !empty {
 		t.Errorf("final drain: mailboxes not empty after %v (%d posted messages undelivered)", sc.Final, rec.Undelivered())
+		logStored(t, w, mbIDs)
 	}
 	return started
+}
+
+// logStored logs what each id's mailbox still stores: what waits after
+// its cursor, and what its cursor covers that was not removed.
+func logStored(t testing.TB, w *client.World, mbIDs []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, id := range mbIDs {
+		st, err := w.Mailboxes.Stat(ctx, id)
+		t.Logf("stored: %s: depth %d, committed and still stored %d, cursor %d, next seq %d, owner %s/%d held=%v (err %v)", id, st.Depth, st.CommittedStored, st.Cursor, st.NextSeq, st.Owner.Node, st.Owner.Epoch, st.Owner.Held, err)
+	}
 }
 
 // logUndelivered logs, for every id with posted messages not delivered
@@ -863,16 +946,30 @@ func verify(t testing.TB, sc scenario, res outcome) {
 	for _, n := range res.Notes {
 		t.Logf("%s: %s", sc.Name, n)
 	}
+	if sc.Shards > 0 {
+		c := res.Coverage
+		t.Logf("%s: %d shards; bucket stream: %d messages read, %d replaced before they were read, %d undecodable, %d cursor writes whose holder nothing names (left out); %d commits checked; %d cursor writes without their record's fence",
+			sc.Name, sc.Shards, c.Read, c.Skipped, c.Bad, c.Unattributed, rep.Commits, len(res.Unfenced))
+		if len(res.Unfenced) > 0 {
+			t.Errorf("%s: %d cursor writes stored without the fence of their own record, e.g. %+v", sc.Name, len(res.Unfenced), res.Unfenced[0])
+		}
+	}
+	if sc.seizes() && !sc.Counter {
+		t.Logf("%s: %d units force-seized in %d seizes (%d failed), %d stale deliveries of seized holders (counted apart), %d other stale deliveries",
+			sc.Name, len(res.seizes), res.Faults[OwnerSeize], res.SeizeFailures, res.SeizedStale, res.StaleOthers)
+	}
 	stale := res.StaleOthers
+	if sc.Counter || sc.seizes() {
+		if res.StaleOthers != 0 {
+			t.Errorf("%s: %d stale deliveries not of a seized holder:\n  %s", sc.Name, res.StaleOthers, strings.Join(texts(res.StaleExamples), "\n  "))
+		}
+	}
 	if sc.Counter {
 		c := res.Counters
 		t.Logf("%s: counters: %d checked, %d off, summing to %d for %d messages stored (%d posted); %d ids force-seized in %d seizes (%d failed), %d stale deliveries of seized holders (counted apart), %d other stale deliveries",
 			sc.Name, c.Checked, c.Off, c.Counted, c.Stored, rep.Posted, len(res.seizes), res.Faults[OwnerSeize], res.SeizeFailures, res.SeizedStale, res.StaleOthers)
 		if c.Off != 0 || c.Checked != sc.IDs || c.Counted != int64(c.Stored) {
 			t.Errorf("%s: %d counters off of %d checked (want %d), summing to %d for %d messages stored:\n  %s", sc.Name, c.Off, c.Checked, sc.IDs, c.Counted, c.Stored, strings.Join(c.Examples, "\n  "))
-		}
-		if res.StaleOthers != 0 {
-			t.Errorf("%s: %d stale deliveries not of a seized holder:\n  %s", sc.Name, res.StaleOthers, strings.Join(texts(res.StaleExamples), "\n  "))
 		}
 	}
 	if sc.BeyondBounds {
@@ -886,7 +983,7 @@ func verify(t testing.TB, sc scenario, res outcome) {
 		where := ""
 		if res.hist != nil {
 			if f, err := os.CreateTemp("", "fp-violation-*.txt"); err == nil {
-				f.WriteString(describe(*res.hist, timed))
+				f.WriteString(describe(*res.hist, timed, sc.Shards))
 				f.Close()
 				where = " (history around the violations in " + f.Name() + ")"
 			}
@@ -936,8 +1033,9 @@ func summary(res outcome) string {
 // deliveries and commits of its id around its sequence; and for every
 // violation of vs (those with a time: a stale delivery or commit, ...),
 // the holders and commits of its id and its deliveries around its
-// sequence.
-func describe(h history.History, vs []violation) string {
+// sequence. shards: the world's (0: per-id), whose commits and per-unit
+// violations are its shard units'.
+func describe(h history.History, vs []violation, shards int) string {
 	var b strings.Builder
 	delivered := map[string]bool{}
 	for _, d := range h.Deliveries {
@@ -951,7 +1049,7 @@ func describe(h history.History, vs []violation) string {
 		}
 		if !described[s.ID] {
 			described[s.ID] = true
-			describeHolders(&b, h, s.ID, s.Seq, "lost")
+			describeHolders(&b, h, s.ID, s.Seq, "lost", shards)
 		}
 		if n++; n > 10 {
 			break
@@ -969,7 +1067,7 @@ func describe(h history.History, vs []violation) string {
 		}
 		var cs []history.Commit
 		for _, c := range h.Commits {
-			if c.ID == s.ID {
+			if c.ID == history.UnitOf(s.ID, shards) {
 				cs = append(cs, c)
 			}
 		}
@@ -989,11 +1087,11 @@ func describe(h history.History, vs []violation) string {
 	for _, v := range vs {
 		if !holders[v.ID] {
 			holders[v.ID] = true
-			describeHolders(&b, h, v.ID, v.Seq, v.Kind)
+			describeHolders(&b, h, v.ID, v.Seq, v.Kind, shards)
 		}
 		fmt.Fprintf(&b, "VIOLATION %s\n", v.text)
 		for _, d := range h.Deliveries {
-			if d.ID == v.ID && d.Seq+5 >= v.Seq && d.Seq <= v.Seq+5 {
+			if (d.ID == v.ID || history.UnitOf(d.ID, shards) == v.ID) && d.Seq+5 >= v.Seq && d.Seq <= v.Seq+5 {
 				fmt.Fprintf(&b, "  delivery seq %d key %s %s/%d rev %d at %s\n", d.Seq, d.Key, d.Node, d.Epoch, d.Revision, d.At.Format(time.RFC3339Nano))
 			}
 		}
@@ -1006,7 +1104,9 @@ func describe(h history.History, vs []violation) string {
 // at lost, or of the first message of another violation, what) and every
 // commit, in the bucket's order: which holder skipped the lost messages,
 // and whether a drain or its inbox handed out what came after them.
-func describeHolders(b *strings.Builder, h history.History, id string, lost uint64, what string) {
+// In a world of shards (> 0), id may be a shard unit (a per-unit
+// violation's): its holders are those of every id of the shard.
+func describeHolders(b *strings.Builder, h history.History, id string, lost uint64, what string, shards int) {
 	type span struct {
 		node          string
 		epoch         uint64
@@ -1017,7 +1117,7 @@ func describeHolders(b *strings.Builder, h history.History, id string, lost uint
 	var order []*span
 	spans := map[string]*span{}
 	for _, d := range h.Deliveries {
-		if d.ID != id {
+		if d.ID != id && history.UnitOf(d.ID, shards) != id {
 			continue
 		}
 		k := fmt.Sprintf("%s/%d", d.Node, d.Epoch)
@@ -1049,7 +1149,7 @@ func describeHolders(b *strings.Builder, h history.History, id string, lost uint
 	}
 	var cs []history.Commit
 	for _, c := range h.Commits {
-		if c.ID == id {
+		if c.ID == id || c.ID == history.UnitOf(id, shards) {
 			cs = append(cs, c)
 		}
 	}
@@ -1079,7 +1179,7 @@ func TestDescribe_NamesTheHolderThatSkipped(t *testing.T) {
 		{ID: "mb-0", Node: "n0", Epoch: 1, Cursor: 1, StreamSeq: 10, At: t0.Add(time.Second)},
 		{ID: "mb-0", Node: "n1", Epoch: 2, Cursor: 4, StreamSeq: 12, At: t0.Add(4 * time.Second)},
 	}
-	describes(t, describe(h, nil),
+	describes(t, describe(h, nil, 0),
 		"LOST mb-0 key k3 seq 3",
 		"HOLDERS of mb-0 (first lost seq 3)",
 		"n1/2: 2 deliveries, first 2 at 05:00:02.000, last 4 at 05:00:03.000; last before the lost 2 at 05:00:02.000, first after 4 at 05:00:03.000",

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -47,6 +48,15 @@ func soakScenarios(round time.Duration) []scenario {
 	listed := partitioned
 	listed.Name, listed.Listed = "partitioned-listed", true
 	scs = append(scs, partitioned, listed)
+	// A sharded world (docs/design.md 3.14), 8 shards for the 16 ids:
+	// owners serving shards under the mixed faults and forced seizes of
+	// shard units, checked per shard (history.CheckShards); and per-id
+	// state on it, every counter exact.
+	sharded := mk("sharded", ServerInterval, true, OwnerKill, ProxyCut, OwnerSeize, OwnerStop, ProxyLatency, OwnerKill, ServerCrash, OwnerSeize, OwnerStop, ProxyRefuse)
+	sharded.Shards = 8
+	counterShards := counter
+	counterShards.Name, counterShards.Shards = "counter-sharded", 8
+	scs = append(scs, sharded, counterShards)
 	parts := mk("partitions", ClusterRoutes, false, PartMinority, OwnerKill, PartIsolate, OwnerStop, PartFlap, PartMinority, PartFlap)
 	parts.Cut, parts.MinorityOf = 6*time.Second, "mailbox" // the mailbox leader only, as CI before read barriers (docs/reliability.md section 6: not yet run with the bucket leader)
 	scs = append(scs, parts)
@@ -98,14 +108,18 @@ func TestSoak(t *testing.T) {
 		counterRounds, seizes            int
 		staleSeized                      int // stale deliveries of holders displaced by a forced seize (counted apart)
 		dupPct                           []string
+		shards                           shardTally
 	)
 	scs := soakScenarios(roundFor)
-	if only := os.Getenv("FP_SOAK_ONLY"); only != "" { // one kind of round
+	if only := os.Getenv("FP_SOAK_ONLY"); only != "" { // some kinds of round: names, comma-separated
 		var keep []scenario
 		for _, sc := range scs {
-			if sc.Name == only {
+			if slices.Contains(strings.Split(only, ","), sc.Name) {
 				keep = append(keep, sc)
 			}
+		}
+		if len(keep) == 0 {
+			t.Fatalf("FP_SOAK_ONLY=%s names no round of %s", only, names(scs))
 		}
 		scs = keep
 	}
@@ -144,7 +158,18 @@ func TestSoak(t *testing.T) {
 			counters.Counted += res.Counters.Counted
 			counters.Stored += res.Counters.Stored
 		default:
-			tr.StaleDeliveries += r.StaleDeliveries
+			// Without a forced seize StaleOthers is every stale delivery.
+			tr.StaleDeliveries += res.StaleOthers
+			staleSeized += res.SeizedStale
+			seizes += len(res.seizes)
+		}
+		if sc.Shards > 0 {
+			shards.rounds++
+			shards.commits += r.Commits
+			shards.unfenced += len(res.Unfenced)
+			shards.unattributed += res.Coverage.Unattributed
+			shards.read += res.Coverage.Read
+			shards.skipped += res.Coverage.Skipped
 		}
 		tr.StaleCommits += r.StaleCommits
 		tr.Order += r.Order
@@ -171,21 +196,33 @@ func TestSoak(t *testing.T) {
 			linUnsure++
 		}
 		dupPct = append(dupPct, fmt.Sprintf("%.2f", r.DuplicatePct()))
-		fmt.Printf("SOAK after %d rounds (%v, last round ok=%v): %s | beyond the clock bounds: %d stale deliveries of %d | %s\n", rounds, time.Since(start).Round(time.Second), ok, soakSummary(total, linOK, linBad, linUnsure), staleBeyond, delivBeyond, counterSummary(counterRounds, counters, seizes, staleSeized))
+		fmt.Printf("SOAK after %d rounds (%v, last round ok=%v): %s | beyond the clock bounds: %d stale deliveries of %d | %s | %s\n", rounds, time.Since(start).Round(time.Second), ok, soakSummary(total, linOK, linBad, linUnsure), staleBeyond, delivBeyond, counterSummary(counterRounds, counters, seizes, staleSeized), shards)
 		for _, n := range res.Notes {
 			fmt.Printf("SOAK round %d: %s\n", rounds, n)
 		}
 	}
 	total.Duration = time.Since(start)
-	fmt.Printf("SOAK SUMMARY\n  command: go test -run TestSoak -timeout 0 -v ./testkit/faults/ -soak %v\n  rounds: %d (%v each of faults, rotating %s)\n  duration: %v\n  %s\n  beyond the clock bounds (not failures): %d stale deliveries of %d deliveries\n  %s\n  duplicates per round (%%): %s\n",
-		d, rounds, roundFor, names(scs), total.Duration.Round(time.Second), soakSummary(total, linOK, linBad, linUnsure), staleBeyond, delivBeyond, counterSummary(counterRounds, counters, seizes, staleSeized), strings.Join(dupPct, " "))
+	fmt.Printf("SOAK SUMMARY\n  command: go test -run TestSoak -timeout 0 -v ./testkit/faults/ -soak %v\n  rounds: %d (%v each of faults, rotating %s)\n  duration: %v\n  %s\n  beyond the clock bounds (not failures): %d stale deliveries of %d deliveries\n  %s\n  %s\n  duplicates per round (%%): %s\n",
+		d, rounds, roundFor, names(scs), total.Duration.Round(time.Second), soakSummary(total, linOK, linBad, linUnsure), staleBeyond, delivBeyond, counterSummary(counterRounds, counters, seizes, staleSeized), shards, strings.Join(dupPct, " "))
 }
 
 // counterSummary: the counter rounds' figures (their stale deliveries
 // other than a seized holder's are in the summary's stale deliveries).
 func counterSummary(rounds int, c counterFigures, seizes, staleSeized int) string {
-	return fmt.Sprintf("counter rounds %d: counters checked %d, off %d (summing to %d for %d messages stored); ids force-seized %d, stale deliveries of seized holders %d (counted apart)",
+	return fmt.Sprintf("counter rounds %d: counters checked %d, off %d (summing to %d for %d messages stored); ids (shard units in sharded rounds) force-seized %d, stale deliveries of seized holders %d (counted apart)",
 		rounds, c.Checked, c.Off, c.Counted, c.Stored, seizes, staleSeized)
+}
+
+// shardTally: the sharded rounds' figures.
+type shardTally struct {
+	rounds, commits, unfenced, unattributed int
+	read                                    int
+	skipped                                 uint64
+}
+
+func (s shardTally) String() string {
+	return fmt.Sprintf("sharded rounds %d: %d shard cursor writes checked (%d bucket messages read, %d replaced before they were read, %d whose holder nothing names), %d without their record's fence",
+		s.rounds, s.commits, s.read, s.skipped, s.unattributed, s.unfenced)
 }
 
 func names(scs []scenario) string {
