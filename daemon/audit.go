@@ -362,6 +362,16 @@ func (a *auditor) record(ctx context.Context, e jetstream.KeyValueEntry) {
 		rec   wire.Record
 		err   error
 	)
+	if e.Operation() == jetstream.KeyValuePut && m.Epoch > 0 {
+		if r, derr := wire.DecodeRecord(e.Value()); derr == nil && r.Epoch < m.Epoch && a.purgedSince(ctx, m.Rev) {
+			// An epoch below the mark, and the bucket purged since the
+			// mark was made: a reset, whose world entry comes after
+			// this write (a claim right behind the purge). The marks are
+			// of the epochs before it.
+			a.marks.m, a.marks.lastRev, a.marks.state = map[string]epochMark{}, 0, map[string]stateValue{}
+			m = epochMark{}
+		}
+	}
 	switch {
 	case e.Operation() != jetstream.KeyValuePut:
 		kind, epoch = ForgedRecordGone, a.freeAt(m, e.Revision())
@@ -394,6 +404,19 @@ func (a *auditor) record(ctx context.Context, e jetstream.KeyValueEntry) {
 		derr = a.own.FreeForged(ctx, id, e.Revision(), rec, epoch, e.Created())
 	}
 	a.report(kind, e, derr, "node", rec.Node, "epoch", rec.Epoch, "highest_epoch", m.Epoch, "highest_at", m.Rev, "expires", rec.Expires, "freed_at_epoch", epoch)
+}
+
+// purgedSince says whether the bucket's first sequence is past rev now: a
+// purge (a reset of the world) removed what was written up to rev. It
+// reads the stream's info, so the auditor asks it only of a record that
+// would otherwise be judged against a mark; an error says no.
+func (a *auditor) purgedSince(ctx context.Context, rev uint64) bool {
+	w, err := world.Open(ctx, a.d.js, a.d.cfg.World)
+	if err != nil {
+		return false
+	}
+	info, err := handles.Of(w).Bucket.Info(ctx)
+	return err == nil && info.State.FirstSeq > rev
 }
 
 // mark remembers m as the highest epoch of record key, and writes it to

@@ -260,3 +260,39 @@ func TestAttack_NodeLeaseEpochNeverGoesBack(t *testing.T) {
 	})
 	forged(t, "delete marker", daemon.ForgedRecordGone, func() error { return th.malKV.Delete(ctx, key) })
 }
+
+// TestAuth_ClaimRightBehindAPurge: a reset purges the bucket before it
+// writes the world's entry again, and a claim can land in between: the
+// auditor sees a record whose epoch is below its mark before it learns of
+// the reset. It must not take that honest claim for a forgery (it freed
+// it above the old epochs, under load in CI). The window is made wide
+// here: the operator purges the bucket, as a reset does first, and writes
+// no world entry; the holder claims the id at epoch 1 and keeps it.
+func TestAuth_ClaimRightBehindAPurge(t *testing.T) {
+	th := setupTheft(t)
+	ctx := th.ctx
+	bucket, err := th.op.c.JetStream().Stream(ctx, wire.BucketStream("default"))
+	require.NoError(t, err)
+	require.NoError(t, bucket.Purge(ctx)) // what a reset does first
+	l, err := th.holder.w.Ownership.Claim(ctx, th.victimID, "node-b", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), l.Epoch, "the record was purged: epochs start again")
+	// The auditor has judged the claim once a later write was seen.
+	_, err = th.op.c.JetStream().Publish(ctx, wire.KeySubject("default", wire.ForceKey("settle")), []byte("{}"), jetstream.WithExpectStream(wire.BucketStream("default")))
+	require.NoError(t, err)
+	servertest.CheckFor(t, 5*time.Second, 50*time.Millisecond, func() error {
+		if n := th.a.metric(t, forgeries(daemon.ForgedEpochBack)); n > 0 {
+			return fmt.Errorf("the honest claim was taken for a forgery")
+		}
+		st, err := th.op.w.Ownership.Owner(ctx, th.victimID)
+		if err != nil {
+			return err
+		}
+		if !st.Held || st.Epoch != 1 {
+			return fmt.Errorf("the holder's claim was undone: %+v", st)
+		}
+		return nil
+	})
+	require.NoError(t, th.holder.w.Ownership.Release(ctx, th.victimID, "node-b"))
+	require.LessOrEqual(t, th.a.metric(t, forgeries(daemon.ForgedEpochBack)), 0.0)
+}
