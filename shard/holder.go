@@ -136,8 +136,10 @@ func (h *holder) serve() error {
 	if err != nil {
 		return err
 	}
+	// removedTo starts at 0: what the stored cursor covers may still be
+	// stored (a holder stopped before its next removal), and the first
+	// removal is due at once.
 	h.b, h.committed = newBook(cur), cur
-	h.removedTo = cur.Low()
 	msgs, stopRead, err := h.read(h.b.from())
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package faults
 
 import (
 	"context"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -31,13 +30,9 @@ import (
 // is posted. The stored cursor covers every message, so b must remove the
 // three within a few removal periods.
 //
-// It fails on package shard as of this commit (a holder starts with
-// removedTo at its stored cursor's Low, and removes only when its own
-// cursor moves); skipped until the fix, FP_SHARD_REMOVAL=1 runs it.
+// It failed when a holder started with its removal bound at its stored
+// cursor's Low (it removed only when its own cursor moved).
 func TestShard_TakeoverRemovesCommittedMail(t *testing.T) {
-	if os.Getenv("FP_SHARD_REMOVAL") == "" {
-		t.Skip("fails until package shard removes the mail a taken-over shard's stored cursor covers (FP_SHARD_REMOVAL=1 runs it)")
-	}
 	env := testutil.Start(t, testutil.Targets()[0])
 	w := env.World(t, world.Config{Shards: 1})
 	ctx := testutil.Ctx(t, time.Minute)
