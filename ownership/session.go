@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -140,6 +141,31 @@ func (ss *Session) Close() error {
 func (ss *Session) CloseContext(ctx context.Context) error {
 	ss.closed.Do(func() { ss.err = ss.k.Release(ctx) })
 	return ss.err
+}
+
+// End is a worker's last step with its session: the self-fence cause if
+// the session fenced; else the node lease released (within 5 s), which
+// frees every id or shard it backs at once, logged on log as "its <what>
+// are free". It returns the cause, or nil: a release that fails is logged
+// (the lease lapses on its own).
+func (ss *Session) End(log *slog.Logger, what string) error {
+	if c := ss.Cause(); c != "" {
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := ss.CloseContext(ctx)
+	switch {
+	case err == nil:
+		log.Info("node lease released: its "+what+" are free", "event", "lease_released", "epoch", ss.Epoch())
+	case errors.Is(err, ErrClosed):
+	default:
+		if c, ok := err.(fencing.Cause); ok {
+			return c
+		}
+		log.Warn("releasing the node lease", "error", err)
+	}
+	return nil
 }
 
 // Orphan stops renewing the node lease without releasing it: its ids lapse

@@ -202,18 +202,8 @@ func (wk *Worker) Run(ctx context.Context) error {
 	// Stop: holders drain (commit what they handled) unless fenced.
 	wk.stopAll(ss.Cause() == "")
 	cancel(err)
-	if c := ss.Cause(); c != "" {
-		return c
-	}
-	ectx, ecancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer ecancel()
-	if eerr := ss.CloseContext(ectx); eerr != nil && !errors.Is(eerr, ownership.ErrClosed) {
-		if c, ok := eerr.(fencing.Cause); ok {
-			return c
-		}
-		wk.log.Warn("releasing the node lease", "error", eerr)
-	} else if eerr == nil {
-		wk.log.Info("node lease released: its shards are free", "event", "lease_released", "epoch", ss.Epoch())
+	if cause := ss.End(wk.log, "shards"); cause != nil {
+		return cause
 	}
 	if err != nil && ctx.Err() == nil {
 		return err

@@ -82,23 +82,13 @@ type StateWrite struct {
 }
 
 // StateMsgs is a state batch of world: the writes, then the cursor, each
-// with the fence.
+// with the fence (the writes are of the fence's id).
 func StateMsgs(world string, f fencing.Fence, cursorSubj string, cursor []byte, w []StateWrite) []*nats.Msg {
-	msgs := make([]*nats.Msg, 0, len(w)+1)
-	for _, x := range w {
-		m := nats.NewMsg(wire.KeySubject(world, wire.StateKey(f.ID, x.Key)))
-		if x.Value == nil {
-			m.Header.Set(jsapi.HeaderKVOperation, jsapi.KVOpDelete)
-		} else {
-			m.Data = x.Value
-		}
-		f.Apply(m)
-		msgs = append(msgs, m)
+	ws := make([]IDStateWrite, len(w))
+	for i, x := range w {
+		ws[i] = IDStateWrite{ID: f.ID, StateWrite: x}
 	}
-	m := nats.NewMsg(cursorSubj)
-	m.Data = cursor
-	f.Apply(m)
-	return append(msgs, m)
+	return ShardStateMsgs(world, f, cursorSubj, cursor, ws)
 }
 
 // IDStateWrite is one write of a state batch that carries several ids'
