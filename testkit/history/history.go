@@ -220,7 +220,28 @@ const maxExamples = 20
 
 func (rep *Report) violation(count *int, v Violation, format string, args ...any) {
 	*count++
-	rep.example(v, format, args...)
+	rep.Examples, rep.Violations = addExample(rep.Examples, rep.Violations, fmt.Sprintf(format, args...), v)
+}
+
+// addExample adds an example of v (text) to ex and vs, at most
+// maxExamples of them. A violation takes the place of the last example of
+// a key stored twice (a figure, not a violation) when they are full, so
+// that a run's violations are never crowded out of its examples.
+func addExample(ex []string, vs []Violation, text string, v Violation) ([]string, []Violation) {
+	if len(ex) >= maxExamples {
+		if v.Kind == "stored twice" {
+			return ex, vs
+		}
+		i := len(vs) - 1
+		for i >= 0 && vs[i].Kind != "stored twice" {
+			i--
+		}
+		if i < 0 {
+			return ex, vs
+		}
+		ex, vs = slices.Delete(ex, i, i+1), slices.Delete(vs, i, i+1)
+	}
+	return append(ex, text), append(vs, v)
 }
 
 func (rep *Report) example(v Violation, format string, args ...any) {

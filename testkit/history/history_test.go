@@ -2,6 +2,7 @@ package history
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -261,4 +262,29 @@ func TestLin_ContendedWritesNothing(t *testing.T) {
 	require.Equal(t, porcupine.Ok, CheckOwnership(ops, 10*time.Second).Result)
 	ops[1] = op(OpOwner, "", 0, 20, 30, OwnOutput{Res: ResOwned, Node: "A", Epoch: 1, Expires: 5 + sec, Revision: 3})
 	require.Equal(t, porcupine.Illegal, CheckOwnership(ops, 10*time.Second).Result)
+}
+
+// TestCheck_ViolationsNotCrowdedOut: the examples of a report are
+// bounded; keys stored twice (a figure, reported apart) never crowd a
+// violation out of them (a soak round once failed on a stale delivery
+// whose example the first 20 keys stored twice had taken the place of).
+func TestCheck_ViolationsNotCrowdedOut(t *testing.T) {
+	h := good()
+	for i := range 25 {
+		k := "twice-" + string(rune('a'+i))
+		h.Sends = append(h.Sends, Send{Producer: "q" + k, ID: "y", Key: k, Outcome: Posted, Seq: uint64(100 + i), n: 1})
+		h.Deliveries = append(h.Deliveries,
+			Delivery{ID: "y", Key: k, Seq: uint64(100 + i), Node: "A", Epoch: 1, Revision: 5, At: at(1)},
+			Delivery{ID: "y", Key: k, Seq: uint64(200 + i), Node: "A", Epoch: 1, Revision: 5, At: at(1)})
+	}
+	h.Deliveries = append(h.Deliveries, Delivery{ID: "x", Key: "a3", Seq: 12, Node: "A", Epoch: 1, Revision: 5, At: at(20)})
+	rep := Check(h)
+	require.Equal(t, 25, rep.StoredTwice)
+	require.Equal(t, 1, rep.StaleDeliveries, rep.String())
+	require.Len(t, rep.Examples, maxExamples)
+	found := false
+	for i, v := range rep.Violations {
+		found = found || v.Kind == "stale delivery" && strings.HasPrefix(rep.Examples[i], "stale delivery:")
+	}
+	require.True(t, found, "the stale delivery's example: %q", rep.Examples)
 }

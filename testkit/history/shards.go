@@ -61,7 +61,7 @@ func ShardReport(h History, rep Report, n int, pending map[uint64]map[string]wir
 	keep := func(r Report, unitKinds bool) {
 		for i, v := range r.Violations {
 			if unitKind[v.Kind] == unitKinds {
-				out.Examples, out.Violations = appendExample(out.Examples, out.Violations, r.Examples[i], v)
+				out.Examples, out.Violations = addExample(out.Examples, out.Violations, r.Examples[i], v)
 			}
 		}
 	}
@@ -69,7 +69,7 @@ func ShardReport(h History, rep Report, n int, pending map[uint64]map[string]wir
 	keep(ru, true)
 	for _, v := range coverage(h, pending, n, lenient) {
 		out.StaleCommits++
-		out.Examples, out.Violations = appendExample(out.Examples, out.Violations, v.text, v.Violation)
+		out.Examples, out.Violations = addExample(out.Examples, out.Violations, v.text, v.Violation)
 	}
 	return out
 }
@@ -85,13 +85,6 @@ func UnitOf(id string, n int) string {
 
 // unitKind are the violations the per-unit check reports.
 var unitKind = map[string]bool{"stale commit": true, "stale delivery": true, "cursor back": true}
-
-func appendExample(ex []string, vs []Violation, text string, v Violation) ([]string, []Violation) {
-	if len(ex) >= maxExamples {
-		return ex, vs
-	}
-	return append(ex, text), append(vs, v)
-}
 
 // shardMsg is one message of a shard: its sequence and its id's token.
 type shardMsg struct {
