@@ -121,6 +121,10 @@ const (
 	readerStopWait = 2 * time.Second
 )
 
+// errNotHolder: the holder's lease is not valid by the local clock right
+// before a handler call, which is not made.
+var errNotHolder = errors.New("shard: the lease is not valid now")
+
 // errLost: the broker refused a commit, the shard's record moved.
 var errLost = errors.New("shard: the shard's record moved: another holder has it")
 
@@ -372,9 +376,15 @@ func (h *holder) message(e *entry, delivery int) drain.Message {
 func (h *holder) call(e *entry, m drain.Message, st *drain.IDState) {
 	defer func() { <-h.wk.slots }()
 	r := result{eid: e.eid}
-	if h.wk.cfg.State {
+	switch {
+	case h.hctx.Err() != nil || !h.lease.Valid():
+		// Checked again right before the handler: the loop's check came
+		// before this goroutine ran, and a pause (a stopped process) in
+		// between would otherwise hand the message out after a takeover.
+		r.notRun, r.err = true, errNotHolder
+	case h.wk.cfg.State:
 		r = h.callWithState(e, m, st)
-	} else {
+	default:
 		r.err = h.wk.handle(h.hctx, m)
 	}
 	if r.err == nil && !r.notRun && m.IsCall() {
@@ -444,6 +454,10 @@ func (h *holder) settle(r result) {
 		h.states[r.eid] = r.st
 	}
 	switch {
+	case r.notRun && errors.Is(r.err, errNotHolder):
+		h.b.release(r.eid) // the session renews, or fences and ends the holding
+		h.b.hold(r.eid)
+		h.later(r.eid, h.wk.cfg.BackoffMin)
 	case r.notRun:
 		h.log.Warn("the id's state could not be read; trying again", "id", q.id, "error", r.err)
 		h.b.release(r.eid)
