@@ -265,8 +265,11 @@ func (h *holder) read(from uint64) (<-chan *jetstream.RawStreamMsg, func(), erro
 			}
 			md, err := m.Metadata()
 			if err != nil {
-				h.log.Warn("shard reader: a message without metadata", "subject", m.Subject(), "error", err)
-				continue
+				// Not skipped: the book must see every message of the
+				// shard, or its mark could pass one unseen. The holding
+				// ends, and the shard is claimed and read again.
+				h.log.Warn("shard reader: a message without metadata; the reader stops", "subject", m.Subject(), "error", err)
+				return
 			}
 			raw := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp}
 			select {
