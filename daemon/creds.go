@@ -352,19 +352,12 @@ func ListCreds(dataDir string) ([]Issued, error) {
 	for _, role := range Roles {
 		paths = append(paths, CredsFile(dataDir, role))
 	}
-	nodes, err := filepath.Glob(filepath.Join(dataDir, "nodes", "*.creds"))
+	extra, err := extraCredsFiles(dataDir)
 	if err != nil {
 		return nil, err
 	}
-	producers, err := filepath.Glob(filepath.Join(dataDir, "producers", "*.creds"))
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(nodes)
-	slices.Sort(producers)
-	nodes = append(nodes, producers...)
 	var out []Issued
-	for _, p := range append(paths, nodes...) {
+	for _, p := range append(paths, extra...) {
 		c, err := ReadCreds(p)
 		if errors.Is(err, os.ErrNotExist) {
 			continue

@@ -30,16 +30,12 @@ import (
 // covers only what it handled: a message is never removed unhandled. Dead
 // letters are another subject (fp.<w>.dl.<eid>) and never purged here.
 
-// commitDue commits the book's cursor when it moved, one commit at a time,
-// and removes what the last accepted commit covers when removal is due.
+// commitDue commits the book's cursor when it moved (commit writes nothing
+// otherwise), and removes what the last accepted commit covers when
+// removal is due.
 func (h *holder) commitDue() error {
-	if !h.committing {
-		c := h.b.cursor()
-		if c.Seq != h.committed.Seq || !maps.Equal(c.Pending, h.committed.Pending) {
-			if err := h.commit(c); err != nil {
-				return err
-			}
-		}
+	if err := h.commit(h.b.cursor()); err != nil {
+		return err
 	}
 	h.removeDue(false)
 	return nil
@@ -58,7 +54,6 @@ func (h *holder) commit(c wire.ShardCursor) error {
 		return fmt.Errorf("shard %d: encode cursor: %w", h.q, err)
 	}
 	subj := wire.KeySubject(h.wk.w.Name, wire.CursorKey(h.unit))
-	h.committing = true
 	ctx, cancel := jsapi.WithTimeout(context.WithoutCancel(h.ctx))
 	if len(writes) > 0 {
 		_, err = jsapi.PublishBatch(ctx, handles.Of(h.wk.w).JS, store.ShardStateMsgs(h.wk.w.Name, h.lease.Fence, subj, data, writes))
@@ -68,7 +63,6 @@ func (h *holder) commit(c wire.ShardCursor) error {
 		_, err = handles.Of(h.wk.w).JS.PublishMsg(ctx, m)
 	}
 	cancel()
-	h.committing = false
 	switch {
 	case err == nil:
 		h.committed = c

@@ -49,7 +49,6 @@ type holder struct {
 	b          *book
 	results    chan result
 	retries    chan string
-	committing bool
 	committed  wire.ShardCursor // the last cursor the broker accepted
 	removedTo  uint64           // the last removal bound the server took
 	lastRemove time.Time
@@ -213,7 +212,7 @@ func (h *holder) readCursor() (wire.ShardCursor, error) {
 	if err != nil {
 		return wire.ShardCursor{}, fmt.Errorf("shard %d: read its cursor: %w", h.q, err)
 	}
-	if op := m.Header.Get("KV-Operation"); op != "" {
+	if jsapi.IsMarker(m.Header) {
 		return wire.ShardCursor{}, nil
 	}
 	c, err := wire.DecodeShardCursor(m.Data)

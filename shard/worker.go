@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,13 +90,13 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 		return nil, err
 	}
 	cfg.TTL = ttl
-	cfg.Parallel = cmpOr(cfg.Parallel, 256)
-	cfg.ReadAhead = cmpOr(cfg.ReadAhead, 4096)
-	cfg.CommitEvery = cmpOr(cfg.CommitEvery, 20*time.Millisecond)
-	cfg.RemoveEvery = cmpOr(cfg.RemoveEvery, 250*time.Millisecond)
-	cfg.BackoffMin = cmpOr(cfg.BackoffMin, drain.DefaultBackoffMin)
-	cfg.BackoffMax = cmpOr(cfg.BackoffMax, drain.DefaultBackoffMax)
-	cfg.Rebalance = cmpOr(cfg.Rebalance, ttl/3)
+	cfg.Parallel = cmp.Or(cfg.Parallel, 256)
+	cfg.ReadAhead = cmp.Or(cfg.ReadAhead, 4096)
+	cfg.CommitEvery = cmp.Or(cfg.CommitEvery, 20*time.Millisecond)
+	cfg.RemoveEvery = cmp.Or(cfg.RemoveEvery, 250*time.Millisecond)
+	cfg.BackoffMin = cmp.Or(cfg.BackoffMin, drain.DefaultBackoffMin)
+	cfg.BackoffMax = cmp.Or(cfg.BackoffMax, drain.DefaultBackoffMax)
+	cfg.Rebalance = cmp.Or(cfg.Rebalance, ttl/3)
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}

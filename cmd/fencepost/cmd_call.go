@@ -5,12 +5,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"unicode/utf8"
 
 	"github.com/fencepost/fencepost/client"
-	"github.com/fencepost/fencepost/queue"
 )
 
 // The flags of the call command.
@@ -49,23 +46,9 @@ Answers are at least once: the first one is taken.
 }
 
 func runCall(e *env, args []string) int {
-	if len(args) != 2 {
-		return e.usageErr("call", "want ID and BODY, got %d arguments", len(args))
-	}
-	id, body := args[0], []byte(args[1])
-	if args[1] == "-" {
-		b, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<20))
-		if err != nil {
-			return e.fail(fmt.Errorf("call: read stdin: %w", err))
-		}
-		body = b
-	}
-	var opts []queue.SendOption
-	if callFlags.From != "" {
-		opts = append(opts, queue.WithFrom(callFlags.From))
-	}
-	if callFlags.MsgID != "" {
-		opts = append(opts, queue.WithMsgID(callFlags.MsgID))
+	id, body, opts, code := e.postArgs("call", args, callFlags.From, callFlags.MsgID)
+	if code != exitOK {
+		return code
 	}
 	// A producer may call: it posts, and its answer comes to its inbox.
 	return e.worldOpWith(e.openWorldToPost, func(ctx context.Context, w *client.World) int {

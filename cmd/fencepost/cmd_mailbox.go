@@ -134,24 +134,34 @@ func (e *env) worldOpWith(open func(context.Context) (*client.World, error), fn 
 	return fn(ctx, w)
 }
 
-func runSend(e *env, args []string) int {
+// postArgs reads a post's ID and BODY ("-": stdin) for command cmd, and
+// the options of its --from and --msg-id; code is exitOK, or the command's
+// exit code when the arguments are refused.
+func (e *env) postArgs(cmd string, args []string, from, msgID string) (id string, body []byte, opts []queue.SendOption, code int) {
 	if len(args) != 2 {
-		return e.usageErr("send", "want ID and BODY, got %d arguments", len(args))
+		return "", nil, nil, e.usageErr(cmd, "want ID and BODY, got %d arguments", len(args))
 	}
-	id, body := args[0], []byte(args[1])
+	id, body = args[0], []byte(args[1])
 	if args[1] == "-" {
 		b, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<20))
 		if err != nil {
-			return e.fail(fmt.Errorf("send: read stdin: %w", err))
+			return "", nil, nil, e.fail(fmt.Errorf("%s: read stdin: %w", cmd, err))
 		}
 		body = b
 	}
-	var opts []queue.SendOption
-	if sendFlags.From != "" {
-		opts = append(opts, queue.WithFrom(sendFlags.From))
+	if from != "" {
+		opts = append(opts, queue.WithFrom(from))
 	}
-	if sendFlags.MsgID != "" {
-		opts = append(opts, queue.WithMsgID(sendFlags.MsgID))
+	if msgID != "" {
+		opts = append(opts, queue.WithMsgID(msgID))
+	}
+	return id, body, opts, exitOK
+}
+
+func runSend(e *env, args []string) int {
+	id, body, opts, code := e.postArgs("send", args, sendFlags.From, sendFlags.MsgID)
+	if code != exitOK {
+		return code
 	}
 	timerOpts, code := e.sendTimerOpts()
 	if code != exitOK {
