@@ -35,7 +35,7 @@ FUZZ_TARGETS := \
 	internal/wire:FuzzPlainRecord queue:FuzzUserHeaders \
 	world:FuzzDecodeConfigMeta world:FuzzConfigValidate world:FuzzConfigSizes \
 	daemon:FuzzDecodeConfig daemon:FuzzConfigDuration daemon:FuzzParseFlags bench:FuzzParseOwnerLine \
-	verify:FuzzReadHistory internal/wire:FuzzDecodeShardCursor
+	verify:FuzzReadHistory internal/wire:FuzzDecodeShardCursor internal/wire:FuzzDecodeReminder
 
 fuzz:
 	@set -e; for pt in $(FUZZ_TARGETS); do \
