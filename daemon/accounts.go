@@ -240,6 +240,11 @@ func accountClaimsOf(a acct, pub, storePub, w string, l Limits, rev revocations)
 				// the request (Nats-Request-Info, set by the server).
 				i.LocalSubject, i.Share = jwt.RenamingSubject(im.subject), true
 			}
+			if a.name == ownerAcct.name && attributed(w, im.subject) {
+				// Record and state writes: the writer's identity goes
+				// with the write, for the auditor (writers.go).
+				i.Share = true
+			}
 			ac.Imports.Add(i)
 		}
 	}

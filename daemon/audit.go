@@ -45,7 +45,10 @@ import (
 //   - a drain lock whose term is above the world's max_ttl: deleted at its
 //     revision, so the holder's drains are no longer refused as contended;
 //   - a per-id state key written outside a fenced commit (state): put back
-//     to the value the last commit wrote.
+//     to the value the last commit wrote;
+//   - a record naming a node, or a state key of an id a node holds,
+//     written by the owner of another node (the writer is read in flight,
+//     writers.go): the record is freed as above, the state put back.
 //
 // The highest epoch of each id, and the revision of the write that
 // carried it, are fencepostd's own: kept in its memory across restarts of
@@ -55,9 +58,9 @@ import (
 //
 // Each is logged at WARN with the key and counted in
 // fencepost_forgeries_total{world,kind}. A write by an owner that is not
-// the holder but looks like an honest one (a release of another node's id
-// at the current revision, a cursor within the mailbox) is not
-// detectable here: the stored message does not say who published it.
+// the holder but looks like an honest one is detectable only through its
+// writer, for records and state (writers.go); a cursor within the mailbox
+// is not.
 
 // Kinds of forgery the auditor detects.
 const (
@@ -69,6 +72,8 @@ const (
 	ForgedState      = "state_unfenced" // per-id state written outside a fenced commit
 	ForgedLockTerm   = "lock_term"      // drain lock with a term above max_ttl
 	ForgedNodeTerm   = "node_term"      // node lease with a term above max_ttl (retired by the retirer)
+	ForgedRecordNode = "record_node"    // record naming a node written by another node's owner (writers.go)
+	ForgedStateNode  = "state_node"     // state of an id held by a node written by another node's owner, in a fenced batch
 )
 
 // auditMargin is what the auditor allows above max_ttl for the clock
@@ -81,7 +86,7 @@ const auditMargin = 5 * time.Second
 func (d *Daemon) forgeries() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencepost_forgeries_total",
-		Help: "Writes of the bucket no honest owner makes (kind: record_term, epoch_back, lock_term, node_term, consumer_at_rest), detected and undone by fencepostd --auth; a WARN names each key (docs/security.md).",
+		Help: "Writes of the bucket no honest owner makes (kind: record_term, epoch_back, epoch_jump, record_deleted, record_corrupt, record_node, state_unfenced, state_node, lock_term, node_term, consumer_at_rest), detected and undone by fencepostd --auth; a WARN names each key (docs/security.md).",
 	}, []string{"world", "kind"})
 	reg, ok := d.gather.(prometheus.Registerer)
 	if !ok {
@@ -109,8 +114,10 @@ type auditor struct {
 	watch  uint64 // this watch's number among the daemon's
 	seen   uint64 // entries this watch delivered before the one judged
 	// records are the revisions of the records this watch saw last (a
-	// state key's repair is fenced on its id's).
+	// state key's repair is fenced on its id's), holders the node each
+	// names when held.
 	records map[string]uint64
+	holders map[string]string
 }
 
 // epochMark is the highest epoch an id's record had, and the revision of
@@ -243,7 +250,7 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 		d.marks = &epochMarks{m: map[string]epochMark{}, state: map[string]stateValue{}}
 	}
 	d.marks.watches++
-	a := &auditor{d: d, kv: handles.Of(w).KV, js: d.js, own: own, maxTTL: w.Config.MaxTTL, marks: d.marks, count: count, watch: d.marks.watches, records: map[string]uint64{}}
+	a := &auditor{d: d, kv: handles.Of(w).KV, js: d.js, own: own, maxTTL: w.Config.MaxTTL, marks: d.marks, count: count, watch: d.marks.watches, records: map[string]uint64{}, holders: map[string]string{}}
 	// An ordered consumer of the bucket, as a watch is, but with each
 	// message's headers: a state key's tell whether a fenced commit
 	// wrote it.
@@ -353,7 +360,7 @@ func (a *auditor) check(ctx context.Context, e *entry) error {
 	return nil
 }
 
-func (a *auditor) record(ctx context.Context, e jetstream.KeyValueEntry) {
+func (a *auditor) record(ctx context.Context, e *entry) {
 	node := strings.HasPrefix(e.Key(), wire.NodePrefix) // a node lease n.<node>, else a record o.<eid>
 	m := a.marks.m[e.Key()]
 	var (
@@ -361,7 +368,13 @@ func (a *auditor) record(ctx context.Context, e jetstream.KeyValueEntry) {
 		epoch uint64 // the epoch the forged record is freed at
 		rec   wire.Record
 		err   error
+		by    writer
+		known bool
 	)
+	if !node {
+		by, known = a.writerOf(e)
+	}
+	delete(a.holders, e.Key())
 	if e.Operation() == jetstream.KeyValuePut && m.Epoch > 0 {
 		if r, derr := wire.DecodeRecord(e.Value()); derr == nil && r.Epoch < m.Epoch && a.purgedSince(ctx, m.Rev) {
 			// An epoch below the mark, and the bucket purged since the
@@ -388,7 +401,15 @@ func (a *auditor) record(ctx context.Context, e jetstream.KeyValueEntry) {
 		case rec.State == wire.StateHeld && rec.Expires.Sub(e.Created()) > a.maxTTL+auditMargin && !node:
 			// (A node lease's: the retirer's.)
 			kind, epoch = ForgedRecordTerm, max(m.Epoch, rec.Epoch)
+		case known && by.bound && rec.Node != by.node:
+			// Another node's owner wrote a record naming this node: an
+			// id pinned to that node's lease, or released as its
+			// holder. No honest owner writes a record but its node's.
+			kind, epoch = ForgedRecordNode, max(m.Epoch, rec.Epoch)
 		default:
+			if rec.State == wire.StateHeld && !node {
+				a.holders[e.Key()] = rec.Node
+			}
 			if rec.Epoch > m.Epoch {
 				a.mark(e.Key(), epochMark{Epoch: rec.Epoch, Rev: e.Revision(), watch: a.watch, seen: a.seen + 1})
 			}
@@ -403,7 +424,17 @@ func (a *auditor) record(ctx context.Context, e jetstream.KeyValueEntry) {
 	default:
 		derr = a.own.FreeForged(ctx, id, e.Revision(), rec, epoch, e.Created())
 	}
-	a.report(kind, e, derr, "node", rec.Node, "epoch", rec.Epoch, "highest_epoch", m.Epoch, "highest_at", m.Rev, "expires", rec.Expires, "freed_at_epoch", epoch)
+	args := []any{"node", rec.Node, "epoch", rec.Epoch, "highest_epoch", m.Epoch, "highest_at", m.Rev, "expires", rec.Expires, "freed_at_epoch", epoch}
+	if known {
+		args = append(args, "written_by", by.String())
+	}
+	a.report(kind, e, derr, args...)
+}
+
+// writerOf is who published entry e, when fencepostd saw it in flight
+// (writers.go).
+func (a *auditor) writerOf(e *entry) (writer, bool) {
+	return a.d.writers.writerOf(wire.KeySubject(a.d.cfg.World, e.key), e.hdr, e.value, e.created)
 }
 
 // purgedSince says whether the bucket's first sequence is past rev now: a
@@ -441,11 +472,21 @@ func (a *auditor) mark(key string, m epochMark) {
 // one-message batch fenced on the id's record at its revision, to the
 // last value a commit wrote (deleted, when fencepostd knows none), and
 // reported. A write made as a commit makes it, in a fenced batch at the
-// holder's revision, is not told from the holder's.
+// holder's revision, is told from the holder's by its writer (writers.go):
+// one by the owner of another node than the id's holder is put back
+// likewise.
 func (a *auditor) state(ctx context.Context, e *entry) {
 	recordPrefix := wire.KeySubject(a.d.cfg.World, wire.RecordPrefix)
 	fenced := e.hdr.Get(jsapi.HeaderBatchID) != "" && e.hdr.Get(fencing.HeaderExpectedSeq) != "" &&
 		strings.HasPrefix(e.hdr.Get(fencing.HeaderExpectedSubject), recordPrefix)
+	eid, _, _ := strings.Cut(strings.TrimPrefix(e.key, wire.StatePrefix), ".")
+	rk := wire.RecordPrefix + eid
+	by, known := a.writerOf(e)
+	holder, held := a.holders[rk]
+	kind := ForgedState
+	if fenced && known && by.bound && held && holder != by.node {
+		fenced, kind = false, ForgedStateNode
+	}
 	marks := a.marks
 	if fenced {
 		old := marks.state[e.key]
@@ -456,11 +497,9 @@ func (a *auditor) state(ctx context.Context, e *entry) {
 		}
 		return
 	}
-	eid, _, _ := strings.Cut(strings.TrimPrefix(e.key, wire.StatePrefix), ".")
-	rk := wire.RecordPrefix + eid
-	last, known := marks.state[e.key]
+	last, restored := marks.state[e.key]
 	m := nats.NewMsg(wire.KeySubject(a.d.cfg.World, e.key))
-	if known && !last.deleted {
+	if restored && !last.deleted {
 		m.Data = last.value
 	} else {
 		m.Header.Set(jsapi.HeaderKVOperation, jsapi.KVOpDelete)
@@ -471,7 +510,11 @@ func (a *auditor) state(ctx context.Context, e *entry) {
 	m.Header.Set(fencing.HeaderExpectedSeq, fmt.Sprint(a.records[rk]))
 	m.Header.Set(fencing.HeaderExpectedSubject, wire.KeySubject(a.d.cfg.World, rk))
 	_, err := jsapi.PublishBatch(ctx, a.js, []*nats.Msg{m})
-	a.report(ForgedState, e, err, "restored", known, "restored_deleted", !known || last.deleted)
+	args := []any{"restored", restored, "restored_deleted", !restored || last.deleted}
+	if known {
+		args = append(args, "written_by", by.String(), "holder", holder)
+	}
+	a.report(kind, e, err, args...)
 }
 
 func (a *auditor) lock(ctx context.Context, e jetstream.KeyValueEntry) {

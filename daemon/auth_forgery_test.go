@@ -200,10 +200,12 @@ func TestAttack_ConsumerAtRestRemoved(t *testing.T) {
 // TestAttack_OwnerForgeriesAdmitted: what an owner can still do to an id
 // it does not hold, because the write looks like an honest one and the
 // stored message does not say who published it. Each is stored, and
-// fencepostd counts nothing:
+// fencepostd undoes nothing:
 //   - a release as the holder's node (a conditional write of the record
 //     at its revision, free): the holder is fenced (its next drain
-//     refuses), the id is free for anyone;
+//     refuses), the id is free for anyone; fencepostd counts it by its
+//     writer (record_node, TestAttack_RecordPinnedToAnotherNode), but the
+//     holder's fence is gone already;
 //   - a cursor c.<id> moved to the mailbox's last sequence: the messages
 //     below it count as delivered and are skipped (a cursor above the
 //     last sequence is refused by the purger: TestPurger_ForgedCursor);

@@ -52,6 +52,7 @@ type Daemon struct {
 	accounts    []string     // with --auth: the public keys of the store's, producers' and owners' accounts
 	marks       *epochMarks  // with --auth: the auditor's highest epochs, kept across its watches
 	gate        *gate        // with --auth: the consumer gate
+	writers     *writers     // with --auth: who wrote the records and state keys in flight (writers.go)
 }
 
 // Option configures a Daemon.
@@ -90,6 +91,9 @@ func Start(cfg Config, opts ...Option) (*Daemon, error) {
 	}
 	if cfg.Auth && d.own.JWT != "" {
 		if err := d.startGate(); err != nil {
+			return nil, err
+		}
+		if err := d.startWriters(); err != nil {
 			return nil, err
 		}
 	}
