@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/fencepost/fencepost/purge"
@@ -24,11 +25,16 @@ func (d *Daemon) sweepLoop(ctx context.Context) error {
 	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
 	running := map[string]follower{}
+	reminders := map[string]follower{} // reminders.go
 	for {
-		d.follow(ctx, running)
+		d.follow(ctx, running, d.followUnroutable)
+		d.follow(ctx, reminders, d.followReminders)
 		select {
 		case <-ctx.Done():
 			for _, f := range running {
+				<-f.done
+			}
+			for _, f := range reminders {
 				<-f.done
 			}
 			return nil
@@ -49,10 +55,11 @@ func (d *Daemon) purgerOf(w *world.World) (*purge.Purger, error) {
 	return purge.New(w, purge.WithLogger(d.log), purge.WithMetrics(d.metrics))
 }
 
-// follow starts a follower of unroutable messages for every world that has
-// none running, and stops the follower of a world no longer listed (a
-// world removed and added again is followed from its first message).
-func (d *Daemon) follow(ctx context.Context, running map[string]follower) {
+// follow starts a follower (run: of unroutable messages, of reminder
+// intents) for every world that has none running, and stops the follower
+// of a world no longer listed (a world removed and added again is followed
+// from its first message).
+func (d *Daemon) follow(ctx context.Context, running map[string]follower, run func(context.Context, *world.World) error) {
 	for name, f := range running {
 		select {
 		case <-f.done:
@@ -86,19 +93,27 @@ func (d *Daemon) follow(ctx context.Context, running map[string]follower) {
 		if err != nil {
 			continue
 		}
-		pg, err := d.purgerOf(w)
-		if err != nil {
-			continue
-		}
 		fctx, stop := context.WithCancel(ctx)
 		f := follower{stop: stop, done: make(chan struct{})}
 		running[name] = f
 		go func() {
 			defer close(f.done)
 			defer stop()
-			if err := pg.FollowUnroutable(fctx); err != nil && fctx.Err() == nil {
-				d.log.Warn("following a world for unroutable messages stopped; starting again later", "world", name, "err", err)
+			if err := run(fctx, w); err != nil && fctx.Err() == nil {
+				d.log.Warn("following a world stopped; starting again later", "world", name, "err", err)
 			}
 		}()
 	}
+}
+
+// followUnroutable is the follower of w's unroutable messages.
+func (d *Daemon) followUnroutable(ctx context.Context, w *world.World) error {
+	pg, err := d.purgerOf(w)
+	if err != nil {
+		return fmt.Errorf("unroutable messages: %w", err)
+	}
+	if err := pg.FollowUnroutable(ctx); err != nil {
+		return fmt.Errorf("unroutable messages: %w", err)
+	}
+	return nil
 }

@@ -152,9 +152,15 @@ func (q *Queue) timerMessage(id string, body []byte, h nats.Header, o *sendOptio
 		}
 		return nil, err
 	}
-	h.Set(wire.HeaderSchedule, wire.ScheduleAt(o.timer.at.UTC().Format(time.RFC3339Nano)))
+	return q.schedule(id, o.timer.key, o.timer.at, h, body), nil
+}
+
+// schedule is the schedule message of id's timer key firing at at, with
+// the timer's own headers h (which it takes) and body.
+func (q *Queue) schedule(id, key string, at time.Time, h nats.Header, body []byte) *nats.Msg {
+	h.Set(wire.HeaderSchedule, wire.ScheduleAt(at.UTC().Format(time.RFC3339Nano)))
 	h.Set(wire.HeaderScheduleTarget, wire.FiredSubject(q.world, id))
-	return &nats.Msg{Subject: wire.TimerSubject(q.world, id, o.timer.key), Header: h, Data: body}, nil
+	return &nats.Msg{Subject: wire.TimerSubject(q.world, id, key), Header: h, Data: body}
 }
 
 // errNoTimers is the refusal of a timer to a world without a timer
