@@ -144,6 +144,9 @@ type epochMarks struct {
 	// write of the key is repaired to.
 	state      map[string]stateValue
 	stateBytes int
+	// attributed is the highest revision whose writer was asked for
+	// (writers.go).
+	attributed uint64
 }
 
 // stateValue is a state key's value as its last fenced commit wrote it.
@@ -433,7 +436,13 @@ func (a *auditor) record(ctx context.Context, e *entry) {
 
 // writerOf is who published entry e, when fencepostd saw it in flight
 // (writers.go).
+// An entry a watch before this one asked about (the watch starts again
+// from each key's last entry) is not waited for again.
 func (a *auditor) writerOf(e *entry) (writer, bool) {
+	if e.rev <= a.marks.attributed {
+		return writer{}, false
+	}
+	a.marks.attributed = e.rev
 	return a.d.writers.writerOf(wire.KeySubject(a.d.cfg.World, e.key), e.hdr, e.value, e.created)
 }
 

@@ -74,7 +74,7 @@ func (w writer) String() string {
 // flight waits for its stored message (one refused by the stream never
 // comes).
 const (
-	writerWait = time.Second
+	writerWait = 500 * time.Millisecond
 	writerKeep = 30 * time.Second
 )
 
