@@ -369,5 +369,8 @@ func workersTakeOver(t *testing.T, timeout time.Duration, log *slog.Logger) (*ro
 	t.Logf("taken over %v after the kill; %s's refusals: %q", took, survivor, conns[survivor].violations(0))
 	stop()
 	require.NoError(t, <-done[survivor])
+	// Each worker wrote records naming its own node only: no writer
+	// check fired (writers.go).
+	require.LessOrEqual(t, a.metric(t, forgeries(daemon.ForgedRecordNode)), 0.0, "an honest takeover taken for another node's write")
 	return conns[survivor], holder, took
 }

@@ -126,6 +126,13 @@ func TestAttack_RecordPinnedToAnotherNode(t *testing.T) {
 	require.NoError(t, th.mallory.w.Ownership.Release(ctx, th.victimID, "node-b"), "stored: node-a writes node-b's record free")
 	th.a.waitMetric(t, forgeries(daemon.ForgedRecordNode), 2)
 	require.LessOrEqual(t, th.a.metric(t, forgeries(daemon.ForgedEpochBack)), 0.0)
+	l, err = ss.Claim(ctx, th.victimID)
+	require.NoError(t, err, "node-b claims its id again")
+	require.NoError(t, ss.Release(ctx, th.victimID))
+	l, err = th.op.w.Ownership.Claim(ctx, th.victimID, "node-b", time.Minute)
+	require.NoError(t, err, "the operator may write a record naming any node")
+	th.a.waitMarked(t, th.victimID, l.Epoch) // the auditor judged every write before it
+	require.Equal(t, 2.0, th.a.metric(t, forgeries(daemon.ForgedRecordNode)), "node-b's and the operator's own writes are not counted")
 }
 
 // TestAttack_StateInAFencedBatchOfAnotherNode: node-a writes a state key
@@ -181,4 +188,11 @@ func TestAttack_StateInAFencedBatchOfAnotherNode(t *testing.T) {
 	})
 	commit("2")
 	require.LessOrEqual(t, th.a.metric(t, forgeries(daemon.ForgedState)), 0.0, "fenced: not an unfenced write")
+	// A claim at the next epoch after node-b's commits: once the auditor
+	// marked it, it judged them.
+	require.NoError(t, th.holder.w.Ownership.Release(ctx, th.victimID, "node-b"))
+	l, err = th.holder.w.Ownership.Claim(ctx, th.victimID, "node-b", time.Minute)
+	require.NoError(t, err)
+	th.a.waitMarked(t, th.victimID, l.Epoch)
+	require.Equal(t, 1.0, th.a.metric(t, forgeries(daemon.ForgedStateNode)), "node-b's own commits are not taken for another node's")
 }
