@@ -146,6 +146,9 @@ func (ws *writers) seen(m *nats.Msg) {
 	} else if now.Sub(ws.pruned) > writerKeep {
 		ws.prune(now, false)
 	}
+	if ws.n >= maxPendingWriters {
+		return // full of writes not yet stored: this one is judged by its content
+	}
 	ws.pending[fp] = append(ws.pending[fp], w)
 	ws.n++
 	close(ws.changed)
@@ -178,13 +181,14 @@ func (ws *writers) identify(h string) writer {
 	return w
 }
 
-// prune forgets the writes older than writerKeep, or with all the oldest
-// half. ws.mu is held.
-func (ws *writers) prune(now time.Time, all bool) {
+// prune forgets the writes older than writerKeep, or, when full, than
+// twice writerWait (a stored write is met within writerWait, unless the
+// auditor lags). ws.mu is held.
+func (ws *writers) prune(now time.Time, full bool) {
 	ws.pruned = now
 	cut := now.Add(-writerKeep)
-	if all {
-		cut = now.Add(-writerKeep / 2)
+	if full {
+		cut = now.Add(-2 * writerWait)
 	}
 	for fp, list := range ws.pending {
 		i := 0
