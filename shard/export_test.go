@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 )
@@ -42,39 +40,3 @@ func (th TestHolder) ReadCursor() (wire.ShardCursor, error) { return th.h.readCu
 
 // ErrLost is errLost.
 var ErrLost = errLost
-
-// TestFeed is a worker's feed running outside its Run: for tests of what
-// each shard's holder is handed.
-type TestFeed struct{ f *feed }
-
-// StartTestFeed runs wk's feed until ctx ends; wait waits for its end.
-func StartTestFeed(ctx context.Context, wk *Worker) (tf TestFeed, wait func()) {
-	done := make(chan struct{})
-	go func() { defer close(done); wk.feed.run(ctx) }()
-	return TestFeed{wk.feed}, func() { <-done }
-}
-
-// TestSub is one shard's share of a TestFeed.
-type TestSub struct {
-	f *feed
-	s *sub
-}
-
-// Add begins reading shard q from sequence from, as a holder does.
-func (tf TestFeed) Add(q int, from uint64) TestSub { return TestSub{tf.f, tf.f.add(q, from)} }
-
-// Msgs is what the holder reads (closed when the shard cannot be read).
-func (ts TestSub) Msgs() <-chan *jetstream.RawStreamMsg { return ts.s.ch }
-
-// Remove ends the sub, as a holder's end does.
-func (ts TestSub) Remove() { ts.f.remove(ts.s) }
-
-// ResumeIfPaused is what a holder does before it reads: a paused shard is
-// resumed.
-func (ts TestSub) ResumeIfPaused() bool {
-	if ts.s.paused.Load() {
-		ts.f.resume(ts.s)
-		return true
-	}
-	return false
-}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
 	"github.com/fencepost/fencepost/world"
@@ -255,4 +256,26 @@ func TestShards_UnroutableMovedAside(t *testing.T) {
 		require.NoError(t, err)
 		return info.Mailbox.Msgs == 1 // the unroutable dead letter
 	})
+}
+
+// TestShards_EndedHoldingLeavesNoConsumer: a holding that ends deletes its
+// reader's consumer at once. A stopped reader's consumer kept its last
+// pull request open, and the server went on passing over the stream for
+// it and sending mail nobody read until it expired: with holdings ending
+// at every takeover, that was most of the cost of a sharded zipf run.
+func TestShards_EndedHoldingLeavesNoConsumer(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Shards: 4})
+	ctx := testutil.Ctx(t, time.Minute)
+	stop := pool(t, w, 1, 2*time.Second, func(context.Context, drain.Message) error { return nil })
+	consumers := func() int {
+		info, err := handles.Of(w.World).Mailbox.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Consumers
+	}
+	testutil.WaitFor(t, 20*time.Second, "a reader for each of the 4 shards", func() bool { return consumers() == 4 })
+	stop(0)
+	// Well inside the readers' inactive threshold (10 s) and their pull
+	// requests' expiry (5 s).
+	testutil.WaitFor(t, 3*time.Second, "no consumer left once the holdings ended", func() bool { return consumers() == 0 })
 }

@@ -58,7 +58,6 @@ type Worker struct {
 
 	slots  chan struct{} // one per running handler call
 	purges chan struct{} // one per purge in flight (maxPurges)
-	feed   *feed         // the node's one reader of its shards' mail
 	rctx   context.Context
 	// crash (tests only) ends Run as a crash would: holders stopped at
 	// once, nothing committed, the node lease left to lapse.
@@ -101,15 +100,13 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	wk := &Worker{
+	return &Worker{
 		w: w, own: own, cfg: cfg, h: h,
 		log:    cfg.Log.With("node", cfg.Node, "world", w.Name),
 		slots:  make(chan struct{}, cfg.Parallel),
 		purges: make(chan struct{}, maxPurges),
 		held:   map[int]*holder{},
-	}
-	wk.feed = newFeed(wk)
-	return wk, nil
+	}, nil
 }
 
 // Held lists the shards the worker holds now, in order.
@@ -187,9 +184,6 @@ func (wk *Worker) Run(ctx context.Context) error {
 	wk.mu.Lock()
 	wk.rctx, wk.cancel = rctx, cancel
 	wk.mu.Unlock()
-	var feedDone sync.WaitGroup
-	feedDone.Go(func() { wk.feed.run(rctx) })
-	defer func() { cancel(nil); feedDone.Wait() }()
 
 	a := newAssigner(wk, ss)
 	err = a.run(ctx, rctx)
