@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -99,9 +100,25 @@ func benchFaults(list string) (faults []string, msg string) {
 	return faults, ""
 }
 
+// benchProfileEnv, set to a file name, makes the bench write a CPU
+// profile of its own process there: the embedded server (or cluster) and
+// the producers of every side. The owner processes profile themselves
+// (bench.OwnerProfileEnv).
+const benchProfileEnv = "FENCEPOST_BENCH_CPUPROFILE"
+
 func runBench(e *env, args []string) int {
 	if len(args) != 0 {
 		return e.usageErr("bench", "takes no arguments, got %d", len(args))
+	}
+	if name := os.Getenv(benchProfileEnv); name != "" {
+		f, err := os.Create(name)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			return e.fail(fmt.Errorf("bench: %s: %w", benchProfileEnv, err))
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
 	sizes, ok := bench.ScenarioSizes[benchFlags.Scenario]
 	if !ok {
