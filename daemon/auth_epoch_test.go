@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/daemon"
-	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/server/servertest"
 )
@@ -161,29 +159,10 @@ func TestAttack_StateOfAHeldID(t *testing.T) {
 	th := setupTheft(t)
 	ctx := th.ctx
 	key := wire.StateKey(th.victimID, "count")
-	l, err := th.holder.w.Ownership.Renew(ctx, th.victimID, "node-b", time.Minute)
-	require.NoError(t, err)
-	count := drain.StateHandler(func(_ context.Context, _ drain.Message, st *drain.State) error {
-		n := 0
-		if v, ok := st.Get("count"); ok {
-			n, _ = strconv.Atoi(string(v))
-		}
-		return st.Put("count", []byte(strconv.Itoa(n+1)))
-	}).Handler()
-	commit := func(want string) {
-		t.Helper()
-		_, err := th.holder.w.Send(ctx, th.victimID, []byte("+1"))
-		require.NoError(t, err)
-		res, err := th.holder.w.Drainer.DrainLease(ctx, l, count, drain.WithState())
-		require.NoError(t, err)
-		require.Equal(t, 1, res.Acked)
-		e, err := th.opKV.Get(ctx, key)
-		require.NoError(t, err)
-		require.Equal(t, want, string(e.Value()))
-	}
+	commit := th.countingHolder(t, key)
 	commit("1")
 
-	_, err = th.malKV.Put(ctx, key, []byte("1000000"))
+	_, err := th.malKV.Put(ctx, key, []byte("1000000"))
 	require.NoError(t, err, "stored: an owner writes state keys")
 	th.a.waitMetric(t, forgeries(daemon.ForgedState), 1)
 	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {

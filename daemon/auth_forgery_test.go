@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,34 @@ type theft struct {
 	epoch    uint64 // the victim's, held by node-b
 	ctx      context.Context
 	victimID string
+}
+
+// countingHolder renews the victim id's lease as node-b, and returns
+// commit: one post to the id, drained by node-b with a handler that counts
+// it in the state key (key: wire.StateKey(th.victimID, "count")), then the
+// stored count checked against want.
+func (th *theft) countingHolder(t *testing.T, key string) (commit func(want string)) {
+	ctx := th.ctx
+	l, err := th.holder.w.Ownership.Renew(ctx, th.victimID, "node-b", time.Minute)
+	require.NoError(t, err)
+	count := drain.StateHandler(func(_ context.Context, _ drain.Message, st *drain.State) error {
+		n := 0
+		if v, ok := st.Get("count"); ok {
+			n, _ = strconv.Atoi(string(v))
+		}
+		return st.Put("count", []byte(strconv.Itoa(n+1)))
+	}).Handler()
+	return func(want string) {
+		t.Helper()
+		_, err := th.holder.w.Send(ctx, th.victimID, []byte("+1"))
+		require.NoError(t, err)
+		res, err := th.holder.w.Drainer.DrainLease(ctx, l, count, drain.WithState())
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Acked)
+		e, err := th.opKV.Get(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, want, string(e.Value()))
+	}
 }
 
 func setupTheft(t *testing.T) *theft {

@@ -1,10 +1,8 @@
 package daemon_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/daemon"
-	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
@@ -145,26 +142,7 @@ func TestAttack_StateInAFencedBatchOfAnotherNode(t *testing.T) {
 	th := setupTheft(t)
 	ctx := th.ctx
 	key := wire.StateKey(th.victimID, "count")
-	l, err := th.holder.w.Ownership.Renew(ctx, th.victimID, "node-b", time.Minute)
-	require.NoError(t, err)
-	count := drain.StateHandler(func(_ context.Context, _ drain.Message, st *drain.State) error {
-		n := 0
-		if v, ok := st.Get("count"); ok {
-			n, _ = strconv.Atoi(string(v))
-		}
-		return st.Put("count", []byte(strconv.Itoa(n+1)))
-	}).Handler()
-	commit := func(want string) {
-		t.Helper()
-		_, err := th.holder.w.Send(ctx, th.victimID, []byte("+1"))
-		require.NoError(t, err)
-		res, err := th.holder.w.Drainer.DrainLease(ctx, l, count, drain.WithState())
-		require.NoError(t, err)
-		require.Equal(t, 1, res.Acked)
-		e, err := th.opKV.Get(ctx, key)
-		require.NoError(t, err)
-		require.Equal(t, want, string(e.Value()))
-	}
+	commit := th.countingHolder(t, key)
 	commit("1")
 
 	st, err := th.op.w.Ownership.Owner(ctx, th.victimID)
@@ -191,7 +169,7 @@ func TestAttack_StateInAFencedBatchOfAnotherNode(t *testing.T) {
 	// A claim at the next epoch after node-b's commits: once the auditor
 	// marked it, it judged them.
 	require.NoError(t, th.holder.w.Ownership.Release(ctx, th.victimID, "node-b"))
-	l, err = th.holder.w.Ownership.Claim(ctx, th.victimID, "node-b", time.Minute)
+	l, err := th.holder.w.Ownership.Claim(ctx, th.victimID, "node-b", time.Minute)
 	require.NoError(t, err)
 	th.a.waitMarked(t, th.victimID, l.Epoch)
 	require.Equal(t, 1.0, th.a.metric(t, forgeries(daemon.ForgedStateNode)), "node-b's own commits are not taken for another node's")
