@@ -43,11 +43,12 @@ type params struct {
 	single    bool   // one single-filter ordered consumer per shard instead (the control)
 	read      int    // shards read (0..read-1) of the 64
 	producers int
-	purgeLag  uint64 // purge below the last acked seq minus this (and always below the reader's next)
-	slowEvery int    // the reader sleeps 1 ms every slowEvery messages (0: never), to lag behind
-	readers   int    // multi-filter readers sharing the read shards (each its own consumer)
-	moves     bool   // move a random shard from one reader to another every 0.3-1 s (a takeover)
-	fpStream  bool   // the stream as fencepost makes it: per-subject limit, discard new per subject, dedupe window, msg ids
+	purgeLag  uint64        // purge below the last acked seq minus this (and always below the reader's next)
+	slowEvery int           // the reader sleeps 1 ms every slowEvery messages (0: never), to lag behind
+	readers   int           // multi-filter readers sharing the read shards (each its own consumer)
+	moves     bool          // move a random shard from one reader to another every 0.3-1 s (a takeover)
+	fpStream  bool          // the stream as fencepost makes it: per-subject limit, discard new per subject, dedupe window, msg ids
+	kill      time.Duration // each reader has a connection of its own, closed under its consumer (no Stop) this often: a killed process
 }
 
 func env(name, def string) string {
@@ -89,6 +90,7 @@ func paramsFromEnv(seconds int) params {
 		readers:   envInt("MULTIFILTER_READERS", 1),
 		moves:     envBool("MULTIFILTER_MOVES", false),
 		fpStream:  envBool("MULTIFILTER_FPSTREAM", false),
+		kill:      time.Duration(envInt("MULTIFILTER_KILL_MS", 0)) * time.Millisecond,
 	}
 }
 
@@ -329,11 +331,21 @@ func run(t *testing.T, p params) {
 		default:
 		}
 	}
-	var moves atomic.Int64
+	var moves, kills atomic.Int64
 	read := func(me int, seed int64) {
 		defer readWG.Done()
 		r := rand.New(rand.NewSource(seed))
 		var handled int
+		// A reader killed from time to time reads on a connection of
+		// its own, closed under its consumer.
+		rstream := stream
+		var rnc *nats.Conn
+		var connected time.Time
+		defer func() {
+			if rnc != nil {
+				rnc.Close()
+			}
+		}()
 		for {
 			select {
 			case <-done:
@@ -382,7 +394,23 @@ func run(t *testing.T, p params) {
 			rn := len(rounds)
 			rounds = append(rounds, round{start: from, shards: len(set), at: time.Since(began)})
 			roundsMu.Unlock()
-			cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			if p.kill > 0 && (rnc == nil || rnc.IsClosed()) {
+				var err error
+				if rnc, err = nats.Connect(srv.ClientURL()); err != nil {
+					t.Error(err)
+					return
+				}
+				connected = time.Now()
+				rjs, err := jetstream.New(rnc)
+				if err == nil {
+					rstream, err = rjs.Stream(ctx, "S")
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			cons, err := rstream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 				FilterSubjects: filters,
 				DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 				OptStartSeq:    from,
@@ -398,16 +426,25 @@ func run(t *testing.T, p params) {
 				continue
 			}
 			stopRound := make(chan struct{})
+			var after <-chan time.Time
+			if p.restart || (p.changes && len(set) < len(owned)) {
+				after = time.After(time.Duration(200+r.Intn(300)) * time.Millisecond)
+			}
+			var killAt <-chan time.Time
+			if p.kill > 0 {
+				killAt = time.After(time.Until(connected.Add(p.kill)))
+			}
 			go func() {
-				var after <-chan time.Time
-				if p.restart || (p.changes && len(set) < len(owned)) {
-					after = time.After(time.Duration(200+r.Intn(300)) * time.Millisecond)
-				}
 				select {
 				case <-after:
 				case <-done:
 				case <-changed[me]:
 				case <-stopRound:
+				case <-killAt:
+					// Killed: the connection goes, the consumer stays on
+					// the server until its inactive threshold.
+					rnc.Close()
+					kills.Add(1)
 				}
 				it.Stop()
 			}()
@@ -596,8 +633,8 @@ func run(t *testing.T, p params) {
 		t.Errorf("unexpected message: %s", u)
 	}
 	unexpectedMu.Unlock()
-	t.Logf("read shards %d by %d readers: delivered %d, lost %d (gaps), not reached %d, out of order %d, wrong shard %d, unexpected %d, consumers made %d, moves %d",
-		p.read, nReaders, total, lost, notReached, outOfOrder, extra, unexpected.Load(), len(rounds), moves.Load())
+	t.Logf("read shards %d by %d readers: delivered %d, lost %d (gaps), not reached %d, out of order %d, wrong shard %d, unexpected %d, consumers made %d, moves %d, kills %d",
+		p.read, nReaders, total, lost, notReached, outOfOrder, extra, unexpected.Load(), len(rounds), moves.Load(), kills.Load())
 	require.Zero(t, lost, "lost")
 	require.Zero(t, outOfOrder, "out of order")
 	require.Zero(t, unexpected.Load(), "unexpected")
