@@ -165,16 +165,7 @@ func TestAttack_StateOfAHeldID(t *testing.T) {
 	_, err := th.malKV.Put(ctx, key, []byte("1000000"))
 	require.NoError(t, err, "stored: an owner writes state keys")
 	th.a.waitMetric(t, forgeries(daemon.ForgedState), 1)
-	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		e, err := th.opKV.Get(ctx, key)
-		if err != nil {
-			return err
-		}
-		if string(e.Value()) != "1" {
-			return fmt.Errorf("count is %s", e.Value())
-		}
-		return nil
-	})
+	th.waitStored(t, key, "1") // put back
 	commit("2")
 
 	_, err = th.mallory.w.Mailboxes.DeleteState(ctx, th.victimID, "node-a")

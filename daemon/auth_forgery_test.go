@@ -73,6 +73,21 @@ func (th *theft) countingHolder(t *testing.T, key string) (commit func(want stri
 	}
 }
 
+// waitStored waits until key's stored value is want.
+func (th *theft) waitStored(t *testing.T, key, want string) {
+	t.Helper()
+	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		e, err := th.opKV.Get(th.ctx, key)
+		if err != nil {
+			return err
+		}
+		if string(e.Value()) != want {
+			return fmt.Errorf("%s is %s, want %s", key, e.Value(), want)
+		}
+		return nil
+	})
+}
+
 func setupTheft(t *testing.T) *theft {
 	t.Helper()
 	a := startAuthed(t)

@@ -154,16 +154,7 @@ func TestAttack_StateInAFencedBatchOfAnotherNode(t *testing.T) {
 	_, err = jsapi.PublishBatch(ctx, th.mallory.c.JetStream(), []*nats.Msg{m})
 	require.NoError(t, err, "stored: fenced at the holder's revision, as its commit is")
 	th.a.waitMetric(t, forgeries(daemon.ForgedStateNode), 1)
-	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		e, err := th.opKV.Get(ctx, key)
-		if err != nil {
-			return err
-		}
-		if string(e.Value()) != "1" {
-			return fmt.Errorf("count is %s", e.Value())
-		}
-		return nil
-	})
+	th.waitStored(t, key, "1") // put back
 	commit("2")
 	require.LessOrEqual(t, th.a.metric(t, forgeries(daemon.ForgedState)), 0.0, "fenced: not an unfenced write")
 	// A claim at the next epoch after node-b's commits: once the auditor

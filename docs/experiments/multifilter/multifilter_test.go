@@ -143,25 +143,23 @@ func partition(id string) int {
 
 func idName(n int) string { return "i" + strconv.Itoa(n) }
 
-func run(t *testing.T, p params) {
-	t.Logf("params %+v", p)
-	opts := &server.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		NoLog:     true,
-		NoSigs:    true,
-		JetStream: true,
-		StoreDir:  t.TempDir(),
-	}
-	srv, err := server.NewServer(opts)
+// startServer starts an embedded server with JetStream, its store in the
+// test's temporary directory, and connects to it; both end with the test.
+func startServer(t *testing.T) (*server.Server, *nats.Conn) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
 	require.NoError(t, err)
 	srv.Start()
 	t.Cleanup(srv.Shutdown)
 	require.True(t, srv.ReadyForConnections(10*time.Second))
-
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
+	return srv, nc
+}
+
+func run(t *testing.T, p params) {
+	t.Logf("params %+v", p)
+	srv, nc := startServer(t)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -33,14 +31,7 @@ func TestMultiFilterNextMatchesSingleFilter(t *testing.T) {
 	secs, err := strconv.Atoi(env("MULTIFILTER_PROBE_SECONDS", "3"))
 	require.NoError(t, err)
 	bodySize := envInt("MULTIFILTER_BODY", 1024)
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
-	require.NoError(t, err)
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	require.True(t, srv.ReadyForConnections(10*time.Second))
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	_, nc := startServer(t)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
