@@ -56,8 +56,9 @@ func IsOwnerProcess() bool { return os.Getenv(OwnerEnv) != "" }
 
 // OwnerMain runs a bench owner process and returns its exit code: a
 // worker.Worker serving every id of the bench world, whose handler reports
-// each delivery on stdout, one line written with one unbuffered write
-// before the handler returns:
+// each delivery on stdout, one line written before the handler returns
+// (lineWriter: with the lines of the handlers that report at the same
+// time):
 //
 //	d ID SEQ EPOCH MSG SENT_NS HANDLER_NS
 //
@@ -109,7 +110,7 @@ func OwnerMain() int {
 		log.Error("open world", "error", err)
 		return exitOwnerError
 	}
-	out := os.Stdout
+	out := newLineWriter(os.Stdout)
 	handler := func(_ context.Context, m drain.Message) error {
 		at := time.Now().UnixNano()
 		var n, sent uint64
@@ -126,8 +127,7 @@ func OwnerMain() int {
 		b = append(b, '\n')
 		// The parent must know of the delivery before it can be committed:
 		// if the report cannot be written, the message is not acknowledged.
-		_, err := out.Write(b)
-		return err
+		return out.write(b)
 	}
 	wcfg := worker.Config{Node: spec.Node, TTL: time.Duration(spec.TTLms) * time.Millisecond, Idle: time.Hour, Log: log}
 	var wk *worker.Worker
@@ -150,13 +150,13 @@ func OwnerMain() int {
 			case <-t.C:
 			}
 		}
-		_, _ = fmt.Fprintf(out, "r %d\n", runtime.GOMAXPROCS(0))
+		_ = out.write(fmt.Appendf(nil, "r %d\n", runtime.GOMAXPROCS(0)))
 	}()
 	err = wk.Run(ctx)
 	var cause fencing.Cause
 	switch {
 	case errors.As(err, &cause):
-		_, _ = fmt.Fprintf(out, "f %s\n", string(cause))
+		_ = out.write(fmt.Appendf(nil, "f %s\n", string(cause)))
 		return exitOwnerFenced
 	case err != nil:
 		log.Error("worker", "error", err)

@@ -19,8 +19,8 @@ import (
 // pcgMemberMain runs a member process of the pcgroups side (OwnerMain
 // with a spec that has Pcgroups) and returns its exit code: an instance of
 // every member of the group, whose handler reports each delivery on
-// stdout, one line written with one unbuffered write before the message
-// is acknowledged:
+// stdout, one line written before the message is acknowledged (lineWriter,
+// as an owner's):
 //
 //	d ID SEQ MEMBER MSG SENT_NS HANDLER_NS
 //
@@ -49,7 +49,7 @@ func pcgMemberMain(spec ownerSpec) int {
 		log.Error("jetstream", "error", err)
 		return exitOwnerError
 	}
-	out := os.Stdout
+	out := newLineWriter(os.Stdout)
 	handler := func(member int) func(jetstream.Msg) {
 		return func(m jetstream.Msg) {
 			at := time.Now().UnixNano()
@@ -64,7 +64,7 @@ func pcgMemberMain(spec ownerSpec) int {
 			b = append(b, '\n')
 			// The parent must know of the delivery before it is
 			// acknowledged: unreported, it is redelivered after the ack wait.
-			if _, err := out.Write(b); err != nil {
+			if err := out.write(b); err != nil {
 				return
 			}
 			pcgAck(m)
@@ -79,7 +79,7 @@ func pcgMemberMain(spec ownerSpec) int {
 		log.Error("join", "error", err)
 		return exitOwnerError
 	}
-	_, _ = fmt.Fprintf(out, "r %d\n", runtime.GOMAXPROCS(0))
+	_ = out.write(fmt.Appendf(nil, "r %d\n", runtime.GOMAXPROCS(0)))
 	select {
 	case <-ctx.Done():
 		members.stop()
