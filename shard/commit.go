@@ -30,53 +30,94 @@ import (
 // covers only what it handled: a message is never removed unhandled. Dead
 // letters are another subject (fp.<w>.dl.<eid>) and never purged here.
 
-// commitDue commits the book's cursor when it moved (commit writes nothing
-// otherwise), and removes what the last accepted commit covers when
-// removal is due.
-func (h *holder) commitDue() error {
-	if err := h.commit(h.b.cursor()); err != nil {
-		return err
-	}
+// commitDue starts a commit of the book's cursor when it moved and no
+// commit is in flight, and removes what the last accepted commit covers
+// when removal is due. The commit's answer comes to serve's loop
+// (commitEnded), which goes on reading and handing out meanwhile: a commit
+// that waits on a bucket stream whose leader died (up to commitTimeout)
+// holds back no delivery, only the removal and the answers of calls.
+func (h *holder) commitDue() {
 	h.removeDue(false)
-	return nil
+	if h.committing {
+		return
+	}
+	c, writes := h.stateFor(h.b.cursor())
+	if c.Seq == h.committed.Seq && maps.Equal(c.Pending, h.committed.Pending) {
+		return
+	}
+	h.committing = true
+	go func() {
+		err := h.write(c, writes)
+		select {
+		case h.commits <- commitEnd{c: c, err: err}:
+		case <-h.ended:
+		}
+	}()
 }
 
-// commit writes c fenced by the shard's record and waits for the answer.
-// A refusal by the fence ends the holding (errLost); another error leaves
-// the cursor uncommitted, to be tried again at the next tick.
+// commitEnd is a commit's end: the cursor it wrote, and the broker's
+// answer.
+type commitEnd struct {
+	c   wire.ShardCursor
+	err error
+}
+
+// commitEnded takes a commit's end: an accepted cursor is the holding's
+// new committed point, a refusal by the fence ends the holding (errLost),
+// and another error leaves the cursor to the next tick.
+func (h *holder) commitEnded(e commitEnd) error {
+	h.committing = false
+	switch {
+	case e.err == nil:
+		h.committed = e.c
+		h.stateCommitted(e.c)
+		h.answerCommitted(e.c)
+		h.wk.commits.Add(1)
+		h.removeDue(false)
+		return nil
+	case store.WrongLastSequence(e.err):
+		h.log.Warn("commit refused: the shard was taken over", "event", "fenced", "error", e.err)
+		return errLost
+	default:
+		h.log.Warn("commit failed; trying again", "error", e.err)
+		return nil
+	}
+}
+
+// commit writes c fenced by the shard's record and waits for the answer
+// (the end of a graceful stop; tests), with commitEnded's outcomes.
 func (h *holder) commit(c wire.ShardCursor) error {
 	c, writes := h.stateFor(c)
 	if c.Seq == h.committed.Seq && maps.Equal(c.Pending, h.committed.Pending) {
 		return nil
 	}
+	h.committing = true
+	return h.commitEnded(commitEnd{c: c, err: h.write(c, writes)})
+}
+
+// commitTimeout bounds one commit: one to a bucket stream leader that
+// died is made again, after the next tick, to the one elected, instead of
+// waiting out jsapi.Timeout.
+const commitTimeout = time.Second
+
+// write stores c, with the state's writes, fenced by the shard's record.
+// It touches no loop state: a commit in flight runs it in a goroutine.
+func (h *holder) write(c wire.ShardCursor, writes []store.IDStateWrite) error {
 	data, err := wire.EncodeShardCursor(c)
 	if err != nil {
 		return fmt.Errorf("shard %d: encode cursor: %w", h.q, err)
 	}
 	subj := wire.KeySubject(h.wk.w.Name, wire.CursorKey(h.unit))
-	ctx, cancel := jsapi.WithTimeout(context.WithoutCancel(h.ctx))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), commitTimeout)
+	defer cancel()
 	if len(writes) > 0 {
 		_, err = jsapi.PublishBatch(ctx, handles.Of(h.wk.w).JS, store.ShardStateMsgs(h.wk.w.Name, h.lease.Fence, subj, data, writes))
-	} else {
-		m := &nats.Msg{Subject: subj, Data: data}
-		h.lease.Fence.Apply(m)
-		_, err = handles.Of(h.wk.w).JS.PublishMsg(ctx, m)
+		return err
 	}
-	cancel()
-	switch {
-	case err == nil:
-		h.committed = c
-		h.stateCommitted(c)
-		h.answerCommitted(c)
-		h.wk.commits.Add(1)
-		return nil
-	case store.WrongLastSequence(err):
-		h.log.Warn("commit refused: the shard was taken over", "event", "fenced", "error", err)
-		return errLost
-	default:
-		h.log.Warn("commit failed; trying again", "error", err)
-		return nil
-	}
+	m := &nats.Msg{Subject: subj, Data: data}
+	h.lease.Fence.Apply(m)
+	_, err = handles.Of(h.wk.w).JS.PublishMsg(ctx, m)
+	return err
 }
 
 // removeDue starts a purge of the shard's mail below the last accepted
@@ -139,6 +180,11 @@ const (
 // finish is the end of a graceful stop: what was handled is committed and
 // removed, so the next holder starts after it.
 func (h *holder) finish() error {
+	if h.committing {
+		if err := h.commitEnded(<-h.commits); err != nil {
+			return err
+		}
+	}
 	for try := 0; ; try++ {
 		c := h.b.cursor()
 		if c.Seq == h.committed.Seq && maps.Equal(c.Pending, h.committed.Pending) {

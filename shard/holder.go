@@ -50,7 +50,9 @@ type holder struct {
 	results    chan result
 	retries    chan string
 	committed  wire.ShardCursor // the last cursor the broker accepted
-	removedTo  uint64           // the last removal bound the server took
+	committing bool             // a commit is in flight (commits says its end)
+	commits    chan commitEnd
+	removedTo  uint64 // the last removal bound the server took
 	lastRemove time.Time
 	removing   bool          // a purge is in flight (removals says its end)
 	removeWait time.Duration // between removals: RemoveEvery, more after failures
@@ -98,6 +100,7 @@ func (wk *Worker) newHolder(q int, l *ownership.Lease) *holder {
 		results:    make(chan result, 64),
 		retries:    make(chan string, 64),
 		removals:   make(chan removal, 1),
+		commits:    make(chan commitEnd, 1),
 		removeWait: wk.cfg.RemoveEvery,
 		states:     map[string]*drain.IDState{},
 		unc:        map[string][]handled{},
@@ -181,18 +184,21 @@ func (h *holder) serve() error {
 			if len(h.answers) > 0 {
 				// A caller waits for the commit: make it now, not at
 				// the next tick.
-				if err := h.commitDue(); err != nil {
-					return err
-				}
+				h.commitDue()
+			}
+		case e := <-h.commits:
+			if err := h.commitEnded(e); err != nil {
+				return err
+			}
+			if e.err == nil && len(h.answers) > 0 {
+				h.commitDue() // the answers the commit did not cover
 			}
 		case r := <-h.removals:
 			h.removed(r)
 		case eid := <-h.retries:
 			h.b.retry(eid)
 		case <-commitTick.C:
-			if err := h.commitDue(); err != nil {
-				return err
-			}
+			h.commitDue()
 		case <-drainReq:
 			draining, drainReq = true, nil
 			drainTimeout = time.After(drainWait(h.wk.cfg.TTL))
