@@ -48,9 +48,9 @@ type TermConfig struct {
 // lock (package drain). It renews TTL/3 after the start of its last
 // confirmed renewal, or half way to ValidUntil if that comes first;
 // retries a renewal that failed without an answer every TTL/30 (2 ms..250
-// ms), each attempt bounded by ValidUntil; and self-fences when the
-// authority runs out (a watchdog timer at ValidUntil, whatever is in
-// flight) or when a renewal finds the lease gone. Then Done is closed,
+// ms), each attempt bounded by a third of the TTL and by ValidUntil; and
+// self-fences when the authority runs out (a watchdog timer at ValidUntil,
+// whatever is in flight) or when a renewal finds the lease gone. Then Done is closed,
 // Context is cancelled with the fencing.Cause, and the state is terminal.
 //
 // Close stops renewing and leaves the lease to lapse; Done is then closed
@@ -249,6 +249,25 @@ func (t *Term) nextRenewal() time.Time {
 	return at
 }
 
+// attemptDeadline bounds a renewal attempt started at start: a third of
+// the ttl, or the authority vu if that comes first. An attempt whose
+// request went to a stream leader that then died has no answer to wait
+// for; bounded by the authority alone, it waited until the lease lapsed,
+// and the holder self-fenced (a killed bucket leader, bench --cluster 3
+// --kill-leaders). So it gives up in time for at least one more attempt,
+// to the leader elected meanwhile. An attempt that gave up may still have
+// been stored: the next is refused and the read that follows adopts it
+// (Keeper.renew).
+func (t *Term) attemptDeadline(start, vu time.Time) time.Time {
+	if d := start.Add(max(t.ttl/3, minAttempt)); d.Before(vu) {
+		return d
+	}
+	return vu
+}
+
+// minAttempt is the shortest bound of a renewal attempt (attemptDeadline).
+const minAttempt = 100 * time.Millisecond
+
 // retryEvery is the pause between failed renewal attempts.
 func (t *Term) retryEvery() time.Duration {
 	return min(max(t.ttl/30, 2*time.Millisecond), 250*time.Millisecond)
@@ -309,9 +328,9 @@ func (t *Term) renewOnce(ctx context.Context, errp *error) renewResult {
 		t.fence(fencing.CauseWatchdog)
 		return fenced
 	}
-	ctx, cancel := context.WithDeadline(ctx, vu)
-	defer cancel()
 	start := time.Now()
+	ctx, cancel := context.WithDeadline(ctx, t.attemptDeadline(start, vu))
+	defer cancel()
 	expires, err := t.renew(ctx, start)
 	var c fencing.Cause
 	switch {

@@ -94,6 +94,28 @@ func TestTerm_Rules(t *testing.T) {
 		require.Less(t, starts[1].Sub(starts[0]), ttl/3, "the second attempt waited for the next period")
 	})
 
+	t.Run("a renewal never answered gives up in time for another", func(t *testing.T) {
+		// A request to a stream leader that died is never answered: the
+		// attempt must end before the authority does, so that the next,
+		// to the leader elected meanwhile, keeps the lease.
+		const ttl = 900 * time.Millisecond
+		var c calls
+		start := time.Now()
+		term := s.KeepTerm(ownership.TermConfig{TTL: ttl, MaxSkew: skew, Start: start, Expires: start.Add(ttl),
+			Renew: func(ctx context.Context, at time.Time) (time.Time, error) {
+				if c.add(ctx, at) == 1 {
+					<-ctx.Done()
+					return time.Time{}, ctx.Err()
+				}
+				return at.Add(ttl), nil
+			}})
+		defer term.Close()
+		testutil.WaitFor(t, 10*time.Second, "a renewal or an end", func() bool { return term.Renewals() >= 1 || term.Err() != nil })
+		require.NoError(t, term.Err(), "the unanswered attempt held on until the lease lapsed")
+		starts, deadlines := c.get()
+		require.LessOrEqual(t, deadlines[0].Sub(starts[0]), ttl/3+time.Millisecond, "the first attempt's bound")
+	})
+
 	t.Run("a lease found gone self-fences with the renewal's cause", func(t *testing.T) {
 		const ttl = 300 * time.Millisecond
 		start := time.Now()
