@@ -2,6 +2,8 @@ package faults
 
 import (
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,18 +167,27 @@ func extraScenarios() []scenario {
 
 // TestFaults is the CI-sized run (part of `go test -race -count=1 -p 1
 // -timeout 15m ./...`: it takes 6-7 minutes of CI's, close to go test's
-// default timeout of 10). FP_FAULTS=name runs one scenario.
+// default timeout of 10). FP_FAULTS=name[,name...] runs those scenarios;
+// a name that is no scenario's fails the test (it would run nothing).
 func TestFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fault runs take minutes")
 	}
-	only := os.Getenv("FP_FAULTS")
 	scs := ciScenarios()
-	if only != "" {
+	only := map[string]bool{}
+	if env := os.Getenv("FP_FAULTS"); env != "" {
 		scs = append(scs, extraScenarios()...)
+		for name := range strings.SplitSeq(env, ",") {
+			only[strings.TrimSpace(name)] = true
+		}
+		for name := range only {
+			if !slices.ContainsFunc(scs, func(sc scenario) bool { return sc.Name == name }) {
+				t.Fatalf("FP_FAULTS: no scenario is named %q", name)
+			}
+		}
 	}
 	for _, sc := range scs {
-		if only != "" && only != sc.Name {
+		if len(only) > 0 && !only[sc.Name] {
 			continue
 		}
 		t.Run(sc.Name, func(t *testing.T) {
