@@ -114,18 +114,6 @@ func drainWait(ttl time.Duration) time.Duration { return ttl / 3 }
 
 var errDrainTimeout = errors.New("shard: graceful stop: handlers cancelled")
 
-// The reader's pull requests: each lasts readerExpiry, and the server
-// sends a heartbeat every readerHeartbeat while it has nothing to send.
-const (
-	readerExpiry    = 5 * time.Second
-	readerHeartbeat = time.Second
-	// readerStopWait bounds the wait for a stopped reader (stop in read).
-	readerStopWait = 2 * time.Second
-	// readerInactive: how long the server keeps a reader's consumer
-	// that nobody pulls from.
-	readerInactive = 10 * time.Second
-)
-
 // errNotHolder: the holder's lease is not valid by the local clock right
 // before a handler call, which is not made.
 var errNotHolder = errors.New("shard: the lease is not valid now")
@@ -263,100 +251,6 @@ func (h *holder) readCursor() (wire.ShardCursor, error) {
 	}
 	h.cursorAt = m.Sequence
 	return c, nil
-}
-
-// read starts the shard's reader: an ordered consumer of the shard's
-// stored mail from seq on, which hands out every message in stream order
-// and, when it sees a gap (a lost delivery, a reset consumer), starts
-// again after the last message it handed out. The channel is closed when
-// the reader fails for good.
-func (h *holder) read(from uint64) (<-chan *jetstream.RawStreamMsg, func(), error) {
-	ctx, cancel := jsapi.WithTimeout(h.ctx)
-	defer cancel()
-	hd := handles.Of(h.wk.w)
-	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{wire.ShardFilter(h.wk.w.Name, h.q)},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    max(from, 1),
-		// A consumer whose delete (stop) was lost leaves the server
-		// soon, not after nats.go's default of 5 minutes.
-		InactiveThreshold: readerInactive,
-	}
-	cons, err := hd.Mailbox.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("shard %d: its reader: %w", h.q, err)
-	}
-	// A short heartbeat: a reader whose stream leader died (or whose
-	// connection lost the consumer) notices within two heartbeats and
-	// starts again from its last message, instead of after the default's
-	// 15 s.
-	it, err := cons.Messages(jetstream.PullMaxMessages(h.wk.cfg.ReadAhead), jetstream.PullExpiry(readerExpiry), jetstream.PullHeartbeat(readerHeartbeat))
-	if err != nil {
-		return nil, nil, fmt.Errorf("shard %d: its reader: %w", h.q, err)
-	}
-	out := make(chan *jetstream.RawStreamMsg, 256)
-	rctx, rcancel := context.WithCancel(h.ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		defer close(out)
-		for {
-			m, err := it.Next()
-			if err != nil {
-				if !errors.Is(err, jetstream.ErrMsgIteratorClosed) && rctx.Err() == nil {
-					h.log.Warn("shard reader stopped", "error", err)
-				}
-				return
-			}
-			md, err := m.Metadata()
-			if err != nil {
-				// Not skipped: the book must see every message of the
-				// shard, or its mark could pass one unseen. The holding
-				// ends, and the shard is claimed and read again.
-				h.log.Warn("shard reader: a message without metadata; the reader stops", "subject", m.Subject(), "error", err)
-				return
-			}
-			raw := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp}
-			select {
-			case out <- raw:
-			case <-rctx.Done():
-				return
-			}
-		}
-	})
-	// The reader may be blocked handing a message to a loop that no
-	// longer reads (a graceful stop): end it before waiting for it.
-	stop := func() {
-		rcancel()
-		it.Stop()
-		// A stopped iterator leaves its consumer on the server, with
-		// its last pull request still open: the server would go on
-		// passing over the stream for it, and sending mail nobody
-		// reads, until the request expires and the consumer has been
-		// idle for readerInactive. Deleting it at once was most of the
-		// sharded zipf figure (0.11-0.18x -> 0.24-0.29x of raw, 64
-		// shards: docs/bench-history.md).
-		if info := cons.CachedInfo(); info != nil {
-			go func() {
-				ctx, cancel := jsapi.WithTimeout(context.Background())
-				defer cancel()
-				_ = hd.JS.DeleteConsumer(ctx, info.Stream, info.Name)
-			}()
-		}
-		ended := make(chan struct{})
-		go func() { wg.Wait(); close(ended) }()
-		select {
-		case <-ended:
-		case <-time.After(readerStopWait):
-			// nats.go v1.55's ordered iterator can miss a Stop that comes
-			// while it remakes its consumer, and its Next then waits on a
-			// subscription nobody stops (the fault suite's soak: a
-			// self-fenced worker that never exited). The holder goes on
-			// ending; the reader ends with the connection, or when the
-			// subscription gets a message, which it drops (rctx).
-			h.log.Warn("the shard's reader did not stop; leaving it to end with its connection", "waited", readerStopWait)
-		}
-	}
-	return out, stop, nil
 }
 
 // add takes one message of the shard from the reader.

@@ -279,3 +279,57 @@ func TestShards_EndedHoldingLeavesNoConsumer(t *testing.T) {
 	// requests' expiry (5 s).
 	testutil.WaitFor(t, 3*time.Second, "no consumer left once the holdings ended", func() bool { return consumers() == 0 })
 }
+
+// TestShards_ReaderReadsAgainAfterItsConsumerIsGone: the readers'
+// consumers are deleted under them (as a stream leader's death takes its
+// consumers), between two rounds of posts; each reader makes its consumer
+// again from its last message, and every message is delivered once, in
+// order, with no holding lost.
+func TestShards_ReaderReadsAgainAfterItsConsumerIsGone(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Shards: 4})
+	ctx := testutil.Ctx(t, time.Minute)
+	l := newLedger()
+	pool(t, w, 1, 5*time.Second, l.handle)
+	mb := handles.Of(w.World).Mailbox
+	names := func() []string {
+		var out []string
+		for n := range mb.ConsumerNames(ctx).Name() {
+			out = append(out, n)
+		}
+		return out
+	}
+	testutil.WaitFor(t, 20*time.Second, "a reader for each of the 4 shards", func() bool { return len(names()) == 4 })
+	const ids = 40
+	want := map[string][]uint64{}
+	post := func(round int) {
+		for i := range ids {
+			id := fmt.Sprint("id-", i)
+			p, err := w.Send(ctx, id, []byte(fmt.Sprint(round)))
+			require.NoError(t, err)
+			want[id] = append(want[id], p.Seq)
+		}
+	}
+	post(0)
+	testutil.WaitFor(t, 20*time.Second, "the first round delivered", func() bool { return l.count() >= ids })
+	before := names()
+	for _, n := range before {
+		require.NoError(t, mb.DeleteConsumer(ctx, n))
+	}
+	post(1)
+	testutil.WaitFor(t, 30*time.Second, "the second round delivered", func() bool { return l.count() >= 2*ids })
+	after := names()
+	require.Len(t, after, 4, "one reader per shard again")
+	for _, n := range after {
+		require.NotContains(t, before, n, "a reader kept a consumer that was deleted")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, seqs := range want {
+		var got []uint64
+		for _, m := range l.calls[id] {
+			got = append(got, m.Seq)
+		}
+		require.Equal(t, seqs, got, "id %s: each message once, in order", id)
+	}
+}
