@@ -73,9 +73,12 @@ type holder struct {
 }
 
 type result struct {
-	eid  string
-	err  error // the handler's (nil: acknowledged)
-	dead bool  // a dead-letter write ended (err: its failure)
+	eid string
+	// acked: the id's messages acknowledged before the one this result
+	// is about (a batch); each is done before the rest is settled.
+	acked int
+	err   error // the handler's (nil: acknowledged)
+	dead  bool  // a dead-letter write ended (err: its failure)
 	// With state: the id's state (read for this call if it was not
 	// known), whether the call never ran (the state could not be read:
 	// not the message's fault), and an acknowledged message's writes.
@@ -306,10 +309,37 @@ func (h *holder) dispatch(draining bool) {
 			h.wk.spawn(func() { h.deadLetter(e, delivery-1, lastErr) })
 			continue
 		}
-		msg := h.message(e, delivery)
+		msgs := h.batch(q, delivery)
 		st := h.states[e.eid]
-		h.wk.spawn(func() { h.call(e, msg, st) })
+		h.wk.spawn(func() { h.call(e, msgs, st) })
 	}
+}
+
+// maxBatch bounds the messages of one id handed to one call (batch).
+const maxBatch = 64
+
+// batch is what one call hands the handler of the id of q, one message
+// after the other: its first message (delivery number delivery), and
+// after it, without state, the messages queued behind it, up to maxBatch
+// and up to the first call. One goroutine's turn, one result and one turn
+// of the loop per id instead of per message: an id with mail queued is
+// the common case of steady and takeover. A call comes alone (its answer
+// waits for the commit that covers it), and so does every message with
+// state (its writes are the message's own).
+func (h *holder) batch(q *idq, delivery int) []drain.Message {
+	first := h.message(q.msgs[0], delivery)
+	if h.wk.cfg.State || first.IsCall() {
+		return []drain.Message{first}
+	}
+	msgs := []drain.Message{first}
+	for _, e := range q.msgs[1:min(len(q.msgs), maxBatch)] {
+		m := h.message(e, 1)
+		if m.IsCall() {
+			break
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs
 }
 
 func (h *holder) message(e *entry, delivery int) drain.Message {
@@ -330,19 +360,28 @@ func (h *holder) message(e *entry, delivery int) drain.Message {
 // call runs the handler for one message and reports back. With state,
 // st is the id's state (nil: not read yet in this holding, read here:
 // only this call touches the id's state while it runs).
-func (h *holder) call(e *entry, m drain.Message, st *drain.IDState) {
+func (h *holder) call(e *entry, msgs []drain.Message, st *drain.IDState) {
 	defer func() { <-h.wk.slots }()
 	r := result{eid: e.eid}
-	switch {
-	case h.hctx.Err() != nil || !h.lease.Valid():
-		// Checked again right before the handler: the loop's check came
-		// before this goroutine ran, and a pause (a stopped process) in
-		// between would otherwise hand the message out after a takeover.
-		r.notRun, r.err = true, errNotHolder
-	case h.wk.cfg.State:
-		r = h.callWithState(e, m, st)
-	default:
-		r.err = h.wk.handle(h.hctx, m)
+	var m drain.Message
+	for i := range msgs {
+		m = msgs[i]
+		switch {
+		case h.hctx.Err() != nil || !h.lease.Valid():
+			// Checked again right before each call: the loop's check
+			// came before this goroutine ran, and a pause (a stopped
+			// process) in between would otherwise hand the message out
+			// after a takeover.
+			r.notRun, r.err = true, errNotHolder
+		case h.wk.cfg.State:
+			r = h.callWithState(e, m, st)
+		default:
+			r.err = h.wk.handle(h.hctx, m)
+		}
+		if r.err != nil || i == len(msgs)-1 {
+			break
+		}
+		r.acked++
 	}
 	if r.err == nil && !r.notRun && m.IsCall() {
 		// An answer that cannot be sent fails the delivery, as a
@@ -406,6 +445,9 @@ func (h *holder) moveUnroutable(e *entry) {
 // settle takes a handler call's or dead-letter write's end.
 func (h *holder) settle(r result) {
 	h.inflight--
+	for range r.acked {
+		h.b.done(r.eid)
+	}
 	q := h.b.ids[r.eid]
 	if r.st != nil {
 		h.states[r.eid] = r.st

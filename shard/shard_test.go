@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -332,4 +333,44 @@ func TestShards_ReaderReadsAgainAfterItsConsumerIsGone(t *testing.T) {
 		}
 		require.Equal(t, seqs, got, "id %s: each message once, in order", id)
 	}
+}
+
+// TestShards_FailureInsideAnIDsRun: an id's messages queued together go
+// to its handler one after the other; the fifth fails once. The four
+// before it are done once, the fifth is delivered again (delivery 2)
+// before any message after it, and the rest follow once each, in order.
+func TestShards_FailureInsideAnIDsRun(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Shards: 1})
+	ctx := testutil.Ctx(t, time.Minute)
+	const n = 40
+	for i := range n {
+		_, err := w.Send(ctx, "one", []byte(fmt.Sprint(i)))
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	var got []string
+	failed := false
+	pool(t, w, 1, 5*time.Second, func(_ context.Context, m drain.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, fmt.Sprintf("%s/%d", m.Body, m.Delivery))
+		if string(m.Body) == "4" && !failed {
+			failed = true
+			return errors.New("once")
+		}
+		return nil
+	})
+	testutil.WaitFor(t, 30*time.Second, "every message handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) >= n+1
+	})
+	want := []string{"0/1", "1/1", "2/1", "3/1", "4/1", "4/2"}
+	for i := 5; i < n; i++ {
+		want = append(want, fmt.Sprintf("%d/1", i))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, want, got)
 }
