@@ -45,6 +45,21 @@ func (l *ledger) count() int {
 	return l.n
 }
 
+// onceInOrder requires that each id of want was handed each of its
+// messages (stream sequences, in posting order) once, in that order.
+func (l *ledger) onceInOrder(t *testing.T, want map[string][]uint64) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, seqs := range want {
+		var got []uint64
+		for _, m := range l.calls[id] {
+			got = append(got, m.Seq)
+		}
+		require.Equal(t, seqs, got, "id %s: each message once, in order", id)
+	}
+}
+
 // pool runs n workers of w with handler h until the test ends.
 func pool(t testing.TB, w *client.World, n int, ttl time.Duration, h drain.Handler) (stop func(i int)) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -89,15 +104,7 @@ func TestShards_EveryMessageOnceInOrder(t *testing.T) {
 		}
 	}
 	testutil.WaitFor(t, 30*time.Second, "every message delivered", func() bool { return l.count() >= ids*per })
-	l.mu.Lock()
-	for id, seqs := range want {
-		var got []uint64
-		for _, m := range l.calls[id] {
-			got = append(got, m.Seq)
-		}
-		require.Equal(t, seqs, got, "id %s: each message once, in order", id)
-	}
-	l.mu.Unlock()
+	l.onceInOrder(t, want)
 	testutil.WaitFor(t, 10*time.Second, "the mailboxes empty", func() bool {
 		info, err := w.World.Inspect(ctx, world.InspectOptions{})
 		require.NoError(t, err)
@@ -324,15 +331,7 @@ func TestShards_ReaderReadsAgainAfterItsConsumerIsGone(t *testing.T) {
 	for _, n := range after {
 		require.NotContains(t, before, n, "a reader kept a consumer that was deleted")
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for id, seqs := range want {
-		var got []uint64
-		for _, m := range l.calls[id] {
-			got = append(got, m.Seq)
-		}
-		require.Equal(t, seqs, got, "id %s: each message once, in order", id)
-	}
+	l.onceInOrder(t, want)
 }
 
 // TestShards_FailureInsideAnIDsRun: an id's messages queued together go
