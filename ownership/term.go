@@ -50,8 +50,9 @@ type TermConfig struct {
 // retries a renewal that failed without an answer every TTL/30 (2 ms..250
 // ms), each attempt bounded by a third of the TTL and by ValidUntil; and
 // self-fences when the authority runs out (a watchdog timer at ValidUntil,
-// whatever is in flight) or when a renewal finds the lease gone. Then Done is closed,
-// Context is cancelled with the fencing.Cause, and the state is terminal.
+// whatever is in flight) or when a renewal finds the lease gone. Then Done
+// is closed, Context is cancelled with the fencing.Cause, and the state is
+// terminal.
 //
 // Close stops renewing and leaves the lease to lapse; Done is then closed
 // with Err() == ErrClosed.

@@ -170,7 +170,11 @@ func (wk *Worker) spawn(f func()) {
 	}
 	if int(wk.callers.Add(1)) > wk.cfg.Parallel {
 		wk.callers.Add(-1)
-		wk.calls <- f
+		select {
+		case wk.calls <- f:
+		case <-wk.rctx.Done():
+			go f() // the callers end with the run: none may take it
+		}
 		return
 	}
 	go wk.caller(f)
