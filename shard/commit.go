@@ -128,8 +128,11 @@ func (h *holder) write(c wire.ShardCursor, writes []store.IDStateWrite) error {
 // the next wait twice as long (up to maxRemoveWait): a server that times
 // purges out is not sent more of them.
 func (h *holder) removeDue(now bool) {
+	// Below 1 there is nothing to remove (a holding that has committed
+	// nothing yet): such a purge would only put off the first real one
+	// by removeWait.
 	low := h.committed.Low()
-	if h.removing || low <= h.removedTo || (!now && time.Since(h.lastRemove) < h.removeWait) {
+	if h.removing || low <= max(h.removedTo, 1) || (!now && time.Since(h.lastRemove) < h.removeWait) {
 		return
 	}
 	select {
