@@ -91,7 +91,6 @@ func (h *holder) commit(c wire.ShardCursor) error {
 	if c.Seq == h.committed.Seq && maps.Equal(c.Pending, h.committed.Pending) {
 		return nil
 	}
-	h.committing = true
 	return h.commitEnded(commitEnd{c: c, err: h.write(c, writes)})
 }
 

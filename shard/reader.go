@@ -85,8 +85,7 @@ type reader struct {
 	h    *holder
 	next uint64 // the stream sequence to hand out from
 
-	mu   sync.Mutex // guards cons and it (stop runs beside run)
-	cons jetstream.Consumer
+	mu   sync.Mutex // guards it and name (stop runs beside run)
 	it   jetstream.MessagesContext
 	name string
 	dseq uint64 // the last delivery sequence of the consumer (run only)
@@ -124,7 +123,7 @@ func (r *reader) start(ctx context.Context) error {
 		}
 		if err == nil {
 			r.mu.Lock()
-			r.cons, r.it, r.name, r.dseq = cons, it, name, 0
+			r.it, r.name, r.dseq = it, name, 0
 			r.mu.Unlock()
 			return nil
 		}
@@ -224,7 +223,7 @@ func (r *reader) pump(ctx context.Context, out chan<- *jetstream.RawStreamMsg) e
 func (r *reader) stopConsumer() {
 	r.mu.Lock()
 	it, name := r.it, r.name
-	r.it, r.cons, r.name = nil, nil, ""
+	r.it, r.name = nil, ""
 	r.mu.Unlock()
 	if it == nil {
 		return
