@@ -59,6 +59,31 @@ func (s *Store) authorize(id, node string, epoch uint64, v view, start time.Time
 	}, nil
 }
 
+// Adopt is Authorize as a Lease, for a holding won elsewhere (a claim
+// made by another process, whose node and epoch the caller names): the
+// fence at the record's current revision, valid by the local clock until
+// Authorize's Until, never renewed (for a holding through a node lease
+// session, Until as that lease stood at the read: the session's worker is
+// the one that keeps it). priorUntil becomes the lease's PriorUntil: messages
+// stored until then may have been handed out by an earlier holding (the
+// caller cannot know how the epoch was won). Errors as Authorize; it
+// writes nothing.
+func (s *Store) Adopt(ctx context.Context, id, node string, epoch uint64, priorUntil time.Time) (*Lease, error) {
+	if err := s.checkIDNode(id, node); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	v, err := s.read(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.authorize(id, node, epoch, v, start)
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{Fence: a.Fence, Expires: v.expires(), TTL: time.Duration(v.rec.TTLms) * time.Millisecond, PriorUntil: priorUntil, validUntil: a.Until, rec: v.rec}, nil
+}
+
 // Touch rewrites id's record unchanged, by compare-and-swap at the revision
 // it reads, if node holds id at epoch; then it authorizes again. Every
 // fenced write that expected an earlier revision is refused from then on:

@@ -121,6 +121,26 @@ func (b *book) take() (*idq, *entry, int, bool) {
 	return nil, nil, 0, false
 }
 
+// takeOldest is take for the ready id whose first message is the oldest,
+// so that the shard is handed out in stream order (a drain by hand, one
+// call at a time: what it handled is then a front the mark can pass).
+func (b *book) takeOldest() (*idq, *entry, int, bool) {
+	best, bestSeq := -1, uint64(0)
+	for i, eid := range b.ready {
+		q := b.ids[eid]
+		if q == nil || q.busy || q.waiting || len(q.msgs) == 0 {
+			continue
+		}
+		if seq := q.msgs[0].m.Sequence; best < 0 || seq < bestSeq {
+			best, bestSeq = i, seq
+		}
+	}
+	if best > 0 {
+		b.ready[0], b.ready[best] = b.ready[best], b.ready[0]
+	}
+	return b.take()
+}
+
 // done records that the first message of the id (token eid) was handled or
 // dead-lettered.
 func (b *book) done(eid string) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/store"
@@ -46,8 +47,9 @@ func (h *holder) commitDue() {
 		return
 	}
 	h.committing = true
+	fence := h.fence
 	go func() {
-		err := h.write(c, writes)
+		err := h.write(c, writes, fence)
 		select {
 		case h.commits <- commitEnd{c: c, err: err}:
 		case <-h.ended:
@@ -76,6 +78,9 @@ func (h *holder) commitEnded(e commitEnd) error {
 		h.removeDue(false)
 		return nil
 	case store.WrongLastSequence(e.err):
+		if h.once != nil && h.once.refence(h) {
+			return nil // the holder renewed: commit again at the next tick
+		}
 		h.log.Warn("commit refused: the shard was taken over", "event", "fenced", "error", e.err)
 		return errLost
 	default:
@@ -91,7 +96,7 @@ func (h *holder) commit(c wire.ShardCursor) error {
 	if c.Seq == h.committed.Seq && maps.Equal(c.Pending, h.committed.Pending) {
 		return nil
 	}
-	return h.commitEnded(commitEnd{c: c, err: h.write(c, writes)})
+	return h.commitEnded(commitEnd{c: c, err: h.write(c, writes, h.fence)})
 }
 
 // commitTimeout bounds one commit: one to a bucket stream leader that
@@ -99,9 +104,10 @@ func (h *holder) commit(c wire.ShardCursor) error {
 // waiting out jsapi.Timeout.
 const commitTimeout = time.Second
 
-// write stores c, with the state's writes, fenced by the shard's record.
-// It touches no loop state: a commit in flight runs it in a goroutine.
-func (h *holder) write(c wire.ShardCursor, writes []store.IDStateWrite) error {
+// write stores c, with the state's writes, fenced by the shard's record
+// at fence's revision. It touches no loop state: a commit in flight runs
+// it in a goroutine.
+func (h *holder) write(c wire.ShardCursor, writes []store.IDStateWrite, fence fencing.Fence) error {
 	data, err := wire.EncodeShardCursor(c)
 	if err != nil {
 		return fmt.Errorf("shard %d: encode cursor: %w", h.q, err)
@@ -110,11 +116,11 @@ func (h *holder) write(c wire.ShardCursor, writes []store.IDStateWrite) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), commitTimeout)
 	defer cancel()
 	if len(writes) > 0 {
-		_, err = jsapi.PublishBatch(ctx, handles.Of(h.wk.w).JS, store.ShardStateMsgs(h.wk.w.Name, h.lease.Fence, subj, data, writes))
+		_, err = jsapi.PublishBatch(ctx, handles.Of(h.wk.w).JS, store.ShardStateMsgs(h.wk.w.Name, fence, subj, data, writes))
 		return err
 	}
 	m := &nats.Msg{Subject: subj, Data: data}
-	h.lease.Fence.Apply(m)
+	fence.Apply(m)
 	_, err = handles.Of(h.wk.w).JS.PublishMsg(ctx, m)
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/store"
@@ -51,6 +52,9 @@ type holder struct {
 	retries    chan string
 	committed  wire.ShardCursor // the last cursor the broker accepted
 	committing bool             // a commit is in flight (commits says its end)
+	// fence is what commits are written with: the lease's, or, for a
+	// drain by hand whose holder renewed, the record's revision since.
+	fence      fencing.Fence
 	commits    chan commitEnd
 	removedTo  uint64 // the last removal bound the server took
 	lastRemove time.Time
@@ -70,6 +74,11 @@ type holder struct {
 	// answers: the answers of calls handled (or dead-lettered) and not
 	// yet covered by an accepted commit (call.go).
 	answers []answer
+
+	// rd is the shard's reader; once is set for a drain by hand
+	// (handdrain.go), nil for a worker's holding.
+	rd   *reader
+	once *handDrain
 }
 
 type result struct {
@@ -95,7 +104,7 @@ func (wk *Worker) newHolder(q int, l *ownership.Lease) *holder {
 	ctx, cancel := context.WithCancelCause(wk.rctx)
 	hctx, hcancel := context.WithCancelCause(ctx)
 	return &holder{
-		wk: wk, q: q, unit: wire.ShardUnit(q), lease: l,
+		wk: wk, q: q, unit: wire.ShardUnit(q), lease: l, fence: l.Fence,
 		log: wk.log.With("shard", q, "epoch", l.Epoch),
 		ctx: ctx, cancel: cancel, hctx: hctx, hcancel: hcancel,
 		drainReq:   make(chan struct{}),
@@ -155,6 +164,9 @@ func (h *holder) serve() error {
 	var drainTimeout <-chan time.Time
 	for {
 		h.dispatch(draining)
+		if h.once != nil && !draining && h.once.over(h, len(msgs)) {
+			draining, drainReq = true, nil
+		}
 		if draining && h.inflight == 0 {
 			return h.finish()
 		}
@@ -289,12 +301,19 @@ func (h *holder) dispatch(draining bool) {
 			// runs: the session renews or self-fences; until then, wait.
 			return
 		}
+		take := h.b.take
+		if h.once != nil {
+			if h.once.budget() == 0 {
+				return
+			}
+			take = h.b.takeOldest
+		}
 		select {
 		case h.wk.slots <- struct{}{}:
 		default:
 			return
 		}
-		q, e, delivery, ok := h.b.take()
+		q, e, delivery, ok := take()
 		if !ok {
 			<-h.wk.slots
 			return
@@ -332,6 +351,9 @@ func (h *holder) batch(q *idq, delivery int) []drain.Message {
 		return []drain.Message{first}
 	}
 	msgs := []drain.Message{first}
+	if h.once != nil {
+		return msgs // a drain by hand: one message at a time, in stream order
+	}
 	for _, e := range q.msgs[1:min(len(q.msgs), maxBatch)] {
 		m := h.message(e, 1)
 		if m.IsCall() {
@@ -350,7 +372,7 @@ func (h *holder) message(e *entry, delivery int) drain.Message {
 	m := drain.Message{
 		ID: e.id, Seq: e.m.Sequence, From: from, Body: e.m.Data,
 		Headers: queue.UserHeaders(e.m.Header), Posted: e.m.Time,
-		Delivery: delivery, Fence: h.lease.Fence,
+		Delivery: delivery, Fence: h.fence,
 		Redelivered: delivery > 1 || (!h.lease.PriorUntil.IsZero() && !e.m.Time.After(h.lease.PriorUntil)),
 	}
 	drain.PrepareCall(&m, e.m.Header, handles.Of(h.wk.w).JS.Conn())
@@ -445,8 +467,11 @@ func (h *holder) moveUnroutable(e *entry) {
 // settle takes a handler call's or dead-letter write's end.
 func (h *holder) settle(r result) {
 	h.inflight--
+	if h.once != nil && !r.notRun && !r.dead {
+		h.once.deliveries += r.acked + 1
+	}
 	for range r.acked {
-		h.b.done(r.eid)
+		h.done(r.eid, false)
 	}
 	q := h.b.ids[r.eid]
 	if r.st != nil {
@@ -471,7 +496,7 @@ func (h *holder) settle(r result) {
 		} else if r.dead && e.id != "" {
 			h.answers = append(h.answers, answer{eid: r.eid, m: e.m, failed: q.lastErr})
 		}
-		h.b.done(r.eid)
+		h.done(r.eid, r.dead)
 	case h.hctx.Err() != nil:
 		// Stopped while it ran: not the message's fault.
 		h.b.release(r.eid)
@@ -494,6 +519,15 @@ func (h *holder) settle(r result) {
 		h.b.hold(r.eid)
 		h.later(r.eid, wait)
 	}
+}
+
+// done records that the id's first message was handled (dead: moved to
+// the dead letters).
+func (h *holder) done(eid string, dead bool) {
+	if h.once != nil {
+		h.once.record(h.b.ids[eid], dead)
+	}
+	h.b.done(eid)
 }
 
 // later makes the id ready again after d.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,6 +52,7 @@ const (
 // consumer.
 func (h *holder) read(from uint64) (<-chan *jetstream.RawStreamMsg, func(), error) {
 	r := &reader{h: h, next: max(from, 1)}
+	h.rd = r
 	ctx, cancel := jsapi.WithTimeout(h.ctx)
 	err := r.start(ctx)
 	cancel()
@@ -89,6 +91,9 @@ type reader struct {
 	it   jetstream.MessagesContext
 	name string
 	dseq uint64 // the last delivery sequence of the consumer (run only)
+	// pending: the messages of the shard stored after the last one
+	// handed out, as the server last said (a drain by hand ends at 0).
+	pending atomic.Uint64
 }
 
 // start makes a consumer of the shard's mail from r.next on, and its
@@ -125,6 +130,7 @@ func (r *reader) start(ctx context.Context) error {
 			r.mu.Lock()
 			r.it, r.name, r.dseq = it, name, 0
 			r.mu.Unlock()
+			r.pending.Store(cons.CachedInfo().NumPending)
 			return nil
 		}
 		if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -178,6 +184,11 @@ func (r *reader) pump(ctx context.Context, out chan<- *jetstream.RawStreamMsg) e
 	r.mu.Lock()
 	it, name := r.it, r.name
 	r.mu.Unlock()
+	if it == nil {
+		// stop came first (it ends ctx before it stops the consumer): a
+		// holding that ended as soon as it began.
+		return fmt.Errorf("%w: stopped", errReaderFatal)
+	}
 	for {
 		m, err := it.Next()
 		if err != nil {
@@ -207,6 +218,7 @@ func (r *reader) pump(ctx context.Context, out chan<- *jetstream.RawStreamMsg) e
 		select {
 		case out <- raw:
 			r.next = md.Sequence.Stream + 1
+			r.pending.Store(md.NumPending)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

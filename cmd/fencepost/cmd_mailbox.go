@@ -15,6 +15,7 @@ import (
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/queue"
+	"github.com/fencepost/fencepost/shard"
 )
 
 // The flags of the mailbox commands (one command runs per process).
@@ -31,6 +32,7 @@ var (
 		Node  string     `name:"node" placeholder:"N" help:"the holding node (required)"`
 		Epoch epochValue `name:"epoch" placeholder:"E" help:"the holding's epoch (required)"`
 		Max   maxValue   `name:"max" placeholder:"N" help:"stop after N messages, N >= 1 (default: until the mailbox is empty)"`
+		shardFlag
 	}
 	dlqFlags struct {
 		Limit int `name:"limit" placeholder:"N" help:"ls: list at most N (default all)"`
@@ -59,11 +61,12 @@ func init() {
 		run:   runSend,
 	})
 	register("drain", &command{
-		usage: "drain ID --node N --epoch E [--max N]",
+		usage: "drain ID --node N --epoch E [--max N]   (--shard S for ID: a shard of a sharded world)",
 		short: "print the mailbox in order, then done count=K | held-by | free | fenced | contended",
 		examples: []string{
 			"fencepost drain order-42 --node node-a --epoch 1          # message seq=... body=... per message, then done count=K",
 			"fencepost drain order-42 --node node-a --epoch 1 --json   # one object per message (body_b64 too when not UTF-8), then the outcome",
+			"fencepost --world sharded drain order-42 --node node-a --epoch 3   # the id's shard, which node-a claimed: message id=... seq=... per message of the shard, then done count=K shard=S",
 		},
 		flags: &drainFlags,
 		run:   runDrain,
@@ -210,12 +213,17 @@ func (e *env) sendFailed(err error) int {
 }
 
 // runDrain drains until the mailbox is empty (or --max), or until
-// interrupted; --timeout bounds each request, not the drain.
+// interrupted; --timeout bounds each request, not the drain. In a sharded
+// world the mailbox is the id's shard's (or --shard's): the holder of the
+// shard drains every id of it (shard.Drain).
 func runDrain(e *env, args []string) int {
-	if len(args) != 1 {
-		return e.usageErr("drain", "want exactly one ID, got %d arguments", len(args))
-	}
-	if drainFlags.Node == "" || drainFlags.Epoch == 0 {
+	byShard := e.given["shard"]
+	switch {
+	case byShard && len(args) != 0:
+		return e.usageErr("drain", "give an ID or --shard S, not both")
+	case !byShard && len(args) != 1:
+		return e.usageErr("drain", "want exactly one ID (or --shard S in a sharded world), got %d arguments", len(args))
+	case drainFlags.Node == "" || drainFlags.Epoch == 0:
 		return e.usageErr("drain", "--node and --epoch are required")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -226,22 +234,38 @@ func runDrain(e *env, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	if w.Config.Sharded() {
-		// An id's commit in a sharded world is its shard's cursor, fenced
-		// by the shard's record: only the shard's holder writes it.
-		return e.fail(fmt.Errorf("world %q is sharded (%d shards): a sharded world is drained by its workers: fencepost work; nothing was read or written", w.Name, w.Config.Shards))
+	var u client.Unit
+	if byShard {
+		if u, err = w.ShardUnit(int(drainFlags.Shard)); err != nil {
+			return e.usageErr("drain", "--shard %d: %v", drainFlags.Shard, err)
+		}
+	} else if u, err = w.Unit(args[0]); err != nil {
+		return e.fail(err)
 	}
-	res, err := w.Drainer.Drain(ctx, args[0], drainFlags.Node, uint64(drainFlags.Epoch), func(_ context.Context, m drain.Message) error {
-		e.emit("message", append([]field{f("seq", m.Seq), f("from", m.From), f("delivery", m.Delivery), f("epoch", m.Fence.Epoch), f("redelivered", m.Redelivered)}, bodyFields(m.Body)...)...)
+	e.sharded, e.shard = u.Sharded(), u.Shard
+	handler := func(_ context.Context, m drain.Message) error {
+		var fields []field
+		if u.Sharded() {
+			fields = append(fields, f("id", m.ID)) // a shard holds many ids
+		}
+		fields = append(fields, f("seq", m.Seq), f("from", m.From), f("delivery", m.Delivery), f("epoch", m.Fence.Epoch), f("redelivered", m.Redelivered))
+		e.emit("message", append(fields, bodyFields(m.Body)...)...)
 		return nil
-	}, drain.WithMax(int(drainFlags.Max)))
+	}
+	var res drain.Result
+	if u.Sharded() {
+		res, err = shard.Drain(ctx, w.World, w.Ownership, w.Drainer, u.Shard, drainFlags.Node, uint64(drainFlags.Epoch), handler,
+			shard.DrainOptions{Max: int(drainFlags.Max), Log: e.log})
+	} else {
+		res, err = w.Drainer.Drain(ctx, args[0], drainFlags.Node, uint64(drainFlags.Epoch), handler, drain.WithMax(int(drainFlags.Max)))
+	}
 	if err != nil {
 		if res.Count > 0 {
 			fmt.Fprintf(e.err, "drain: %d messages were committed before this\n", res.Count)
 		}
 		return e.fail(err)
 	}
-	e.emit("done", f("count", res.Count), f("dead", res.DeadLettered))
+	e.emitUnit("done", f("count", res.Count), f("dead", res.DeadLettered))
 	return exitOK
 }
 

@@ -188,6 +188,9 @@ func TestCLI_ShardedWorld(t *testing.T) {
 		{perID, []string{"ls", "--shards"}, "per-id world"},
 		{sw, []string{"ls", "--shards", "--with-mail"}, "--with-mail"},
 		{sw, []string{"ls", "--shards", "--after", "x"}, "shard number"},
+		{sw, []string{"drain", "--shard", "8", "--node", "n1", "--epoch", "1"}, "shard 8 is outside 0..7"},
+		{sw, []string{"drain", a, "--shard", "1", "--node", "n1", "--epoch", "1"}, "not both"},
+		{perID, []string{"drain", "--shard", "0", "--node", "n1", "--epoch", "1"}, "per-id world"},
 	} {
 		r := cli(t, url, s.world, s.args...)
 		require.Equal(t, 2, r.code, "%v: %+v", s.args, r)
@@ -255,12 +258,30 @@ func TestCLI_ShardedWorld(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{a, b}, idsOf(ids))
 
-	// drain of an id: the shard's workers drain a sharded world.
+	// drain of an id: the drain of its shard, by the shard's holder (n1 at
+	// epoch 4): every message of the shard, each with its id, in order.
 	before[0] = lastSeqs(t, env, sw)
-	r = cli(t, url, sw, "drain", a, "--node", "n1", "--epoch", "4")
-	require.Equal(t, 1, r.code, "%+v", r)
-	require.Contains(t, r.err, "a sharded world is drained by its workers: fencepost work")
+	m = jsonOf(t, cli(t, url, sw, "drain", a, "--node", "n2", "--epoch", "4", "--json"))
+	require.Equal(t, "held-by", m["outcome"])
 	require.Equal(t, before[0], lastSeqs(t, env, sw), "a refused drain wrote nothing")
+	r = cli(t, url, sw, "drain", a, "--node", "n1", "--epoch", "4", "--json")
+	require.Equal(t, 0, r.code, "%+v", r)
+	lines := jsonLines(t, r)
+	require.Len(t, lines, 4, "%+v", r)
+	var got []string
+	for _, m := range lines[:3] {
+		require.Equal(t, "message", m["outcome"])
+		require.Equal(t, "hello", m["body"])
+		require.EqualValues(t, 4, m["epoch"])
+		got = append(got, m["id"].(string))
+	}
+	require.Equal(t, []string{a, a, b}, got, "the shard's messages in posting order, each with its id")
+	require.Equal(t, "done", lines[3]["outcome"])
+	require.EqualValues(t, 3, lines[3]["count"])
+	require.EqualValues(t, q, lines[3]["shard"])
+	r = cli(t, url, sw, "drain", "--shard", sq, "--node", "n1", "--epoch", "4")
+	require.Equal(t, 0, r.code, "%+v", r)
+	require.Equal(t, fmt.Sprintf("done count=0 dead=0 shard=%d\n", q), r.out, "the first drain committed")
 	r = cli(t, url, sw, "stat", a)
-	require.True(t, strings.HasPrefix(r.out, "stat depth=2 "), r.out)
+	require.True(t, strings.HasPrefix(r.out, "stat depth=0 "), r.out)
 }
