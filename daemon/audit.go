@@ -109,6 +109,7 @@ type auditor struct {
 	js     jetstream.JetStream
 	own    *ownership.Store // its record writes
 	maxTTL time.Duration
+	shards int         // the world's (0: a per-id world)
 	marks  *epochMarks // the daemon's, kept across watches
 	count  *prometheus.CounterVec
 	watch  uint64 // this watch's number among the daemon's
@@ -253,7 +254,7 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 		d.marks = &epochMarks{m: map[string]epochMark{}, state: map[string]stateValue{}}
 	}
 	d.marks.watches++
-	a := &auditor{d: d, kv: handles.Of(w).KV, js: d.js, own: own, maxTTL: w.Config.MaxTTL, marks: d.marks, count: count, watch: d.marks.watches, records: map[string]uint64{}, holders: map[string]string{}}
+	a := &auditor{d: d, kv: handles.Of(w).KV, js: d.js, own: own, maxTTL: w.Config.MaxTTL, shards: w.Config.Shards, marks: d.marks, count: count, watch: d.marks.watches, records: map[string]uint64{}, holders: map[string]string{}}
 	// An ordered consumer of the bucket, as a watch is, but with each
 	// message's headers: a state key's tell whether a fenced commit
 	// wrote it.
@@ -332,7 +333,7 @@ func (a *auditor) check(ctx context.Context, e *entry) error {
 		if err != nil {
 			return err
 		}
-		a.maxTTL = w.Config.MaxTTL
+		a.maxTTL, a.shards = w.Config.MaxTTL, w.Config.Shards
 		info, err := handles.Of(w).Bucket.Info(ctx)
 		if err != nil {
 			return err
@@ -490,6 +491,10 @@ func (a *auditor) state(ctx context.Context, e *entry) {
 		strings.HasPrefix(e.hdr.Get(fencing.HeaderExpectedSubject), recordPrefix)
 	eid, _, _ := strings.Cut(strings.TrimPrefix(e.key, wire.StatePrefix), ".")
 	rk := wire.RecordPrefix + eid
+	if a.shards > 0 {
+		// In a sharded world an id's record is its shard's.
+		rk = wire.RecordKey(wire.ShardUnit(wire.Partition(eid, a.shards)))
+	}
 	by, known := a.writerOf(e)
 	holder, held := a.holders[rk]
 	kind := ForgedState

@@ -370,10 +370,6 @@ func (c Config) validateWorld() error {
 		return bad("shards", "%d is outside 0 (a per-id world, the default) and 1..%d", c.Shards, wire.MaxShards)
 	case c.Shards > 0 && c.Partitions > 0:
 		return bad("shards", "a sharded world stores each post under its shard and has no partitions: give shards or partitions, not both")
-	case c.Shards > 0 && c.Auth:
-		// With --auth the world gets purge=server (owners may not purge),
-		// which a sharded world's holders do not leave to the server.
-		return bad("shards", "a sharded world's holders remove their shards' committed mail, and with --auth owners may not purge: run --auth with a per-id world (no --shards)")
 	}
 	if c.ScrapeInterval < Duration(100*time.Millisecond) {
 		return bad("scrape_interval", "%v is below 100ms", time.Duration(c.ScrapeInterval))

@@ -15,9 +15,8 @@ import (
 )
 
 // TestParse_Shards: --shards (and "shards" in the file) is the kind of
-// fencepostd's own world: 1..1024 shards, without partitions, and not with
-// --auth (whose world the server purges, which a sharded world's holders
-// do themselves); 0, the default, is a per-id world.
+// fencepostd's own world: 1..1024 shards, without partitions, also with
+// --auth; 0, the default, is a per-id world.
 func TestParse_Shards(t *testing.T) {
 	cfg, err := daemon.Parse(nil, io.Discard)
 	require.NoError(t, err)
@@ -28,6 +27,9 @@ func TestParse_Shards(t *testing.T) {
 	cfg, err = daemon.Parse([]string{"--config", writeFile(t, `{"shards": 1024}`)}, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, 1024, cfg.Shards)
+	cfg, err = daemon.Parse([]string{"--shards", "4", "--auth"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 4, cfg.Shards)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -35,7 +37,6 @@ func TestParse_Shards(t *testing.T) {
 		{[]string{"--shards", "1025"}, "shards: 1025 is outside 0 (a per-id world, the default) and 1..1024"},
 		{[]string{"--shards", "-1"}, "shards: -1 is outside"},
 		{[]string{"--shards", "4", "--partitions", "4"}, "shards or partitions, not both"},
-		{[]string{"--shards", "4", "--auth"}, "--auth"},
 	} {
 		_, err := daemon.Parse(tc.args, io.Discard)
 		require.True(t, errors.Is(err, daemon.ErrConfig), "%v: %v", tc.args, err)

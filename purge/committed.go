@@ -14,6 +14,7 @@ import (
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/world"
 )
 
 // Refusal is why PurgeCommitted refused a cursor entry (and purged nothing
@@ -54,18 +55,55 @@ func OnRefusal(f func(Refusal)) PurgeOption {
 	return func(o *purgeOptions) { o.onRefusal = f }
 }
 
-// cursorEntry is one revision of a cursor key whose token decodes to an id.
+// cursorEntry is one revision of a cursor key whose token decodes to an
+// id (or, in a sharded world, names one of its shards).
 type cursorEntry struct {
 	key   string // c.<token>
-	subj  string // the id's mailbox subject
+	subj  string // the id's mailbox subject, or the shard's stored subjects
 	rev   uint64 // of the key
-	seq   uint64 // the cursor's seq
+	top   uint64 // the highest stream sequence the cursor names
+	below uint64 // the cursor covers every message of subj below it
 	value []byte
+}
+
+// cursorEntryOf reads one revision of a cursor key of world w: an id's
+// cursor (c.<eid>) in a per-id world, a shard's (the key of unit
+// shard/<q>, wire.ShardCursor) in a sharded one. A key of the other kind is refused
+// (RefusedBadKey): it names no mailbox of the world.
+func cursorEntryOf(w *world.World, key string, rev uint64, value []byte) (cursorEntry, Refusal, error) {
+	token := strings.TrimPrefix(key, wire.CursorPrefix)
+	e := cursorEntry{key: key, rev: rev, value: value}
+	id, err := wire.DecodeID(token)
+	if err != nil {
+		return e, RefusedBadKey, err
+	}
+	if n := w.Config.Shards; n > 0 {
+		q, ok := wire.UnitShard(id, n)
+		if !ok {
+			return e, RefusedBadKey, fmt.Errorf("%q is not a shard of the world's %d", id, n)
+		}
+		c, err := wire.DecodeShardCursor(value)
+		if err != nil {
+			return e, 0, err
+		}
+		// Every pending id's seq is at or below the mark
+		// (DecodeShardCursor refuses others).
+		e.subj, e.top, e.below = wire.ShardFilter(w.Name, q), c.Seq, c.Low()
+		return e, 0, nil
+	}
+	c, err := wire.DecodeCursor(value)
+	if err != nil {
+		return e, 0, err
+	}
+	e.subj, e.top, e.below = wire.MailboxSubject(w.Name, id), c.Seq, c.Seq+1
+	return e, 0, nil
 }
 
 // PurgeCommitted removes committed messages from the world's mailboxes
 // until ctx ends: it follows every stored cursor (c.<id>) and purges id's
-// mailbox below it. fencepostd runs it for the worlds whose config says
+// mailbox below it; in a sharded world, every shard's cursor
+// (c.shard/<q>), and purges the shard's stored mail below its Low, as the
+// shard's holder does where owners may purge (design 3.14). fencepostd runs it for the worlds whose config says
 // purge=server, so that owners, who may not call the purge API there,
 // never need to.
 //
@@ -145,19 +183,18 @@ func (p *Purger) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error 
 			if e == nil {
 				continue // the end of the initial values
 			}
-			id, err := wire.DecodeID(strings.TrimPrefix(e.Key(), wire.CursorPrefix))
-			if err != nil {
-				p.log.Warn("purge: cursor key names no id; nothing purged for it", "world", p.world, "key", e.Key(), "revision", e.Revision(), "reason", err)
+			ce, refusal, err := cursorEntryOf(p.w, e.Key(), e.Revision(), e.Value())
+			switch {
+			case refusal == RefusedBadKey:
+				p.log.Warn("purge: cursor key names no mailbox of the world; nothing purged for it", "world", p.world, "key", e.Key(), "revision", e.Revision(), "reason", err)
 				refused(RefusedBadKey)
 				continue
-			}
-			c, err := wire.DecodeCursor(e.Value())
-			if err != nil {
+			case err != nil:
 				p.log.Warn("purge: unreadable cursor left alone", "world", p.world, "key", e.Key(), "error", err)
 				continue
 			}
 			mu.Lock()
-			requeue(cursorEntry{key: e.Key(), subj: wire.MailboxSubject(p.world, id), rev: e.Revision(), seq: c.Seq, value: e.Value()})
+			requeue(ce)
 			mu.Unlock()
 			poke()
 		}
@@ -170,7 +207,7 @@ func (p *Purger) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error 
 		// forged judges e; the judgement of a revision sticks, so that the
 		// stream growing past a forged cursor before its repair succeeds
 		// never makes it purge.
-		forged = func(e cursorEntry) bool { return warned[e.key] == e.rev || e.seq > lastSeq }
+		forged = func(e cursorEntry) bool { return warned[e.key] == e.rev || e.top > lastSeq }
 		retry  bool
 	)
 	for {
@@ -199,7 +236,7 @@ func (p *Purger) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error 
 		mu.Unlock()
 		var top uint64
 		for _, e := range batch {
-			top = max(top, e.seq)
+			top = max(top, e.top)
 		}
 		if top > lastSeq {
 			ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -226,14 +263,14 @@ func (p *Purger) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error 
 				if warned[key] != e.rev {
 					warned[key] = e.rev
 					p.log.Warn("purge: cursor above the mailbox stream's last sequence, which no commit writes; nothing purged, the key is repaired",
-						"world", p.world, "key", key, "revision", e.rev, "seq", e.seq, "last_seq", lastSeq)
+						"world", p.world, "key", key, "revision", e.rev, "seq", e.top, "last_seq", lastSeq)
 					refused(RefusedForged)
 				}
 				repairs = append(repairs, e)
 				continue
 			}
 			genuine[key] = e
-			if e.seq+1 > done[key] {
+			if e.below > done[key] {
 				purges = append(purges, e)
 			}
 		}
@@ -243,7 +280,7 @@ func (p *Purger) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error 
 			e := purges[i]
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			err := jsapi.Purge(pctx, handles.Of(p.w).JS.Conn(), wire.MailboxStream(p.world), e.subj, e.seq+1)
+			err := jsapi.Purge(pctx, handles.Of(p.w).JS.Conn(), wire.MailboxStream(p.world), e.subj, e.below)
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
 					p.log.Warn("purge: purge of committed messages failed; retrying", "world", p.world, "subject", e.subj, "error", err)
@@ -254,7 +291,7 @@ func (p *Purger) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error 
 			}
 		})
 		for _, e := range purges {
-			done[e.key] = max(done[e.key], e.seq+1)
+			done[e.key] = max(done[e.key], e.below)
 		}
 		for _, e := range repairs {
 			if err := p.repairCursor(ctx, e, genuine); err != nil {
@@ -293,9 +330,9 @@ func (p *Purger) repairCursor(ctx context.Context, e cursorEntry, genuine map[st
 	}
 	switch {
 	case err == nil && restore:
-		p.log.Warn("purge: forged cursor restored to the last one seen", "world", p.world, "key", e.key, "seq", g.seq, "forged_seq", e.seq)
+		p.log.Warn("purge: forged cursor restored to the last one seen", "world", p.world, "key", e.key, "seq", g.top, "forged_seq", e.top)
 	case err == nil:
-		p.log.Warn("purge: forged cursor deleted (none seen before it): the id's next drain starts at its oldest message", "world", p.world, "key", e.key, "forged_seq", e.seq)
+		p.log.Warn("purge: forged cursor deleted (none seen before it): the next drain starts at the oldest message", "world", p.world, "key", e.key, "forged_seq", e.top)
 	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || store.WrongLastSequence(err):
 		p.log.Info("purge: forged cursor already overwritten; left alone", "world", p.world, "key", e.key, "revision", e.rev)
 		return nil

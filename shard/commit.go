@@ -14,12 +14,14 @@ import (
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/world"
 )
 
 // The shard's commits and its removal of committed mail.
 //
 // Who removes what, and why it is safe (the one removal path of a sharded
-// world): the holder of a shard, after the broker accepted a cursor c of
+// world; in a world of purge=server, fencepostd's purger in the holder's
+// place, by the same rule): the holder of a shard, after the broker accepted a cursor c of
 // the shard under the holder's fence, purges the shard's stored mail below
 // c.Low() with one request. Every message below c.Low() is covered by c
 // (wire.ShardCursor.Low), and c was stored while the shard's record was
@@ -138,6 +140,13 @@ func (h *holder) removeDue(now bool) {
 	// by removeWait.
 	low := h.committed.Low()
 	if h.removing || low <= max(h.removedTo, 1) || (!now && time.Since(h.lastRemove) < h.removeWait) {
+		return
+	}
+	if h.wk.w.Config.Purge == world.PurgeByServer {
+		// The owners of this world may not purge (fencepostd --auth):
+		// fencepostd removes what the stored cursors cover
+		// (purge.Purger.PurgeCommitted).
+		h.removedTo = low
 		return
 	}
 	select {

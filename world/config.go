@@ -286,8 +286,6 @@ func (c Config) Validate() error {
 		return bad("shards", "%d is outside 0 (a per-id world)..%d", c.Shards, wire.MaxShards)
 	case c.Shards > 0 && c.Partitions > 0:
 		return bad("partitions", "%d: a sharded world stores each post under its shard and republishes nothing; give shards or partitions, not both", c.Partitions)
-	case c.Shards > 0 && c.Purge == PurgeByServer:
-		return bad("purge", "%q: a sharded world's holders remove their shard's committed mail; purge=server is for per-id worlds", c.Purge)
 	}
 	return nil
 }

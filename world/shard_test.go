@@ -17,12 +17,12 @@ import (
 // shard (the server's partition transform agrees with wire.ShardOf), so
 // that one filter reads a shard's mail in order and one purge of the
 // filter below a sequence removes only that shard's mail up to there.
-// Shards outside 0..1024, or with partitions or purge=server, are refused
-// and create nothing.
+// Shards outside 0..1024, or with partitions, are refused and create
+// nothing.
 func TestCreate_Shards(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	ctx := testutil.Ctx(t, 20*time.Second)
-	for _, bad := range []world.Config{{Shards: -1}, {Shards: wire.MaxShards + 1}, {Shards: 4, Partitions: 4}, {Shards: 4, Purge: world.PurgeByServer}} {
+	for _, bad := range []world.Config{{Shards: -1}, {Shards: wire.MaxShards + 1}, {Shards: 4, Partitions: 4}} {
 		_, err := world.Create(ctx, env.Client.JetStream(), "bad", bad)
 		require.ErrorIs(t, err, world.ErrInvalidConfig, "%+v", bad)
 		_, err = world.Open(ctx, env.Client.JetStream(), "bad")
