@@ -33,7 +33,7 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 		}
 	}()
 	wcfg := world.Config{MaxMsgSize: 4096, MinTTL: min(cfg.TTL, time.Second), Replicas: cfg.Replicas, Partitions: cfg.Partitions, Shards: cfg.Shards}
-	if cfg.auth != nil && cfg.Shards == 0 {
+	if cfg.auth != nil {
 		wcfg.Purge = world.PurgeByServer // as fencepostd --auth creates its world: owners may not purge
 	}
 	w, err := c.CreateWorld(ctx, tag, wcfg)
