@@ -46,9 +46,10 @@ import (
 //     revision, so the holder's drains are no longer refused as contended;
 //   - a per-id state key written outside a fenced commit (state): put back
 //     to the value the last commit wrote;
-//   - a record naming a node, or a state key of an id a node holds,
-//     written by the owner of another node (the writer is read in flight,
-//     writers.go): the record is freed as above, the state put back.
+//   - a record naming a node, or a state key or cursor of an id (or
+//     shard) a node holds, written by the owner of another node (the
+//     writer is read in flight, writers.go): the record is freed as
+//     above, the state and the cursor put back (cursors.go).
 //
 // The highest epoch of each id, and the revision of the write that
 // carried it, are fencepostd's own: kept in its memory across restarts of
@@ -59,8 +60,7 @@ import (
 // Each is logged at WARN with the key and counted in
 // fencepost_forgeries_total{world,kind}. A write by an owner that is not
 // the holder but looks like an honest one is detectable only through its
-// writer, for records and state (writers.go); a cursor within the mailbox
-// is not.
+// writer, for records, state and cursors (writers.go).
 
 // Kinds of forgery the auditor detects.
 const (
@@ -74,6 +74,7 @@ const (
 	ForgedNodeTerm   = "node_term"      // node lease with a term above max_ttl (retired by the retirer)
 	ForgedRecordNode = "record_node"    // record naming a node written by another node's owner (writers.go)
 	ForgedStateNode  = "state_node"     // state of an id held by a node written by another node's owner, in a fenced batch
+	// ForgedCursorNode (cursors.go): a cursor written by another node's owner.
 )
 
 // auditMargin is what the auditor allows above max_ttl for the clock
@@ -86,7 +87,7 @@ const auditMargin = 5 * time.Second
 func (d *Daemon) forgeries() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencepost_forgeries_total",
-		Help: "Writes of the bucket no honest owner makes (kind: record_term, epoch_back, epoch_jump, record_deleted, record_corrupt, record_node, state_unfenced, state_node, lock_term, node_term, consumer_at_rest), detected and undone by fencepostd --auth; a WARN names each key (docs/security.md).",
+		Help: "Writes of the bucket no honest owner makes (kind: record_term, epoch_back, epoch_jump, record_deleted, record_corrupt, record_node, state_unfenced, state_node, cursor_node, lock_term, node_term, consumer_at_rest), detected and undone by fencepostd --auth; a WARN names each key (docs/security.md).",
 	}, []string{"world", "kind"})
 	reg, ok := d.gather.(prometheus.Registerer)
 	if !ok {
@@ -259,7 +260,7 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 	// message's headers: a state key's tell whether a fenced commit
 	// wrote it.
 	var filters []string
-	for _, k := range []string{wire.RecordPrefix + "*", wire.NodePrefix + "*", wire.LockPrefix + "*", wire.WorldKey, highPrefix + "*", nodeHighPrefix + "*", wire.StatePrefix + ">"} {
+	for _, k := range []string{wire.RecordPrefix + "*", wire.NodePrefix + "*", wire.LockPrefix + "*", wire.WorldKey, highPrefix + "*", nodeHighPrefix + "*", wire.StatePrefix + ">", wire.CursorPrefix + "*"} {
 		filters = append(filters, wire.KeySubject(d.cfg.World, k))
 	}
 	cons, err := handles.Of(w).Bucket.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
@@ -298,6 +299,7 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 		if err := a.check(ctx, e); err != nil {
 			return err
 		}
+		a.d.verdicts.judgedUpTo(e.rev)
 		a.seen++
 	}
 }
@@ -357,6 +359,8 @@ func (a *auditor) check(ctx context.Context, e *entry) error {
 		a.marks.lastRev = max(a.marks.lastRev, e.Revision())
 	case strings.HasPrefix(key, wire.StatePrefix):
 		a.state(ctx, e)
+	case strings.HasPrefix(key, wire.CursorPrefix):
+		a.cursor(ctx, e)
 	case e.Operation() != jetstream.KeyValuePut:
 	case strings.HasPrefix(key, wire.LockPrefix):
 		a.lock(ctx, e)

@@ -250,9 +250,12 @@ func TestAttack_ConsumerAtRestRemoved(t *testing.T) {
 //     refuses), the id is free for anyone; fencepostd counts it by its
 //     writer (record_node, TestAttack_RecordPinnedToAnotherNode), but the
 //     holder's fence is gone already;
-//   - a cursor c.<id> moved to the mailbox's last sequence: the messages
+//   - a cursor c.<id> moved to the mailbox's last sequence with
+//     owner.creds, the role's credentials bound to no node: the messages
 //     below it count as delivered and are skipped (a cursor above the
-//     last sequence is refused by the purger: TestPurger_ForgedCursor);
+//     last sequence is refused by the purger: TestPurger_ForgedCursor;
+//     one written by another node's owner is put back:
+//     TestAttack_CursorOfAnotherNodeRestored);
 //   - a dead letter fp.<w>.dl.<id> of an id it does not hold: stored and
 //     listed.
 func TestAttack_OwnerForgeriesAdmitted(t *testing.T) {
@@ -264,14 +267,14 @@ func TestAttack_OwnerForgeriesAdmitted(t *testing.T) {
 	held, err := th.holder.w.Ownership.Renew(th.ctx, th.victimID, "node-b", time.Minute)
 	require.NoError(t, err)
 
-	t.Run("cursor within the mailbox", func(t *testing.T) {
+	t.Run("cursor within the mailbox, with owner.creds", func(t *testing.T) {
 		mb, err := th.op.c.JetStream().Stream(th.ctx, wire.MailboxStream("default"))
 		require.NoError(t, err)
 		info, err := mb.Info(th.ctx)
 		require.NoError(t, err)
 		c, err := wire.EncodeCursor(wire.Cursor{Seq: info.State.LastSeq})
 		require.NoError(t, err)
-		_, err = th.malKV.Put(th.ctx, wire.CursorKey(th.victimID), c)
+		_, err = th.a.as(t, daemon.RoleOwner).bucket(t).Put(th.ctx, wire.CursorKey(th.victimID), c)
 		require.NoError(t, err, "admitted by the server")
 		res, err := th.holder.w.Drainer.DrainLease(th.ctx, held, func(_ context.Context, m drain.Message) error {
 			return fmt.Errorf("delivered %s", m.Body)
@@ -293,7 +296,7 @@ func TestAttack_OwnerForgeriesAdmitted(t *testing.T) {
 		_, err = th.holder.w.Drainer.DrainLease(th.ctx, held, func(context.Context, drain.Message) error { return nil })
 		require.Error(t, err, "its drain refuses")
 	})
-	for _, kind := range []string{daemon.ForgedEpochBack, daemon.ForgedRecordTerm, daemon.ForgedLockTerm} {
+	for _, kind := range []string{daemon.ForgedEpochBack, daemon.ForgedRecordTerm, daemon.ForgedLockTerm, daemon.ForgedCursorNode} {
 		require.LessOrEqual(t, th.a.metric(t, forgeries(kind)), 0.0, "nothing detected: %s", kind)
 	}
 	require.False(t, strings.Contains(th.mallory.violations(0), "Permissions Violation"), "nothing refused: %s", th.mallory.violations(0))
@@ -330,10 +333,12 @@ func TestAttack_ProducerWildcardPostMovedAside(t *testing.T) {
 
 // TestAttack_ForgedCursorsPurgeNothing: an owner's one publish of
 // {"v":1,"seq":1000000} to the literal key c.* (which once made fencepostd
-// purge every mailbox of the world, again after each restart) and to
-// another id's cursor c.<id> is stored: owners write cursors. fencepostd's
-// purger refuses both, counts them and purges nothing, also after a
-// restart; the holder still drains its mail.
+// purge every mailbox of the world, again after each restart), and the
+// same value written to the id's cursor c.<id> with the holder's own
+// credentials (a cursor of another node's id is the auditor's:
+// TestAttack_CursorOfAnotherNodeRestored), are stored: owners write
+// cursors. fencepostd's purger refuses both, counts them and purges
+// nothing, also after a restart; the holder still drains its mail.
 func TestAttack_ForgedCursorsPurgeNothing(t *testing.T) {
 	th := setupTheft(t)
 	for _, id := range []string{th.victimID, "bystander"} {
@@ -343,7 +348,7 @@ func TestAttack_ForgedCursorsPurgeNothing(t *testing.T) {
 	forged := []byte(`{"v":1,"seq":1000000}`)
 	_, err := th.mallory.c.JetStream().Publish(th.ctx, wire.KeySubject("default", wire.CursorPrefix+"*"), forged)
 	require.NoError(t, err, "admitted by the server: the permission c.> matches the literal key")
-	_, err = th.malKV.Put(th.ctx, wire.CursorKey(th.victimID), forged)
+	_, err = th.holder.bucket(t).Put(th.ctx, wire.CursorKey(th.victimID), forged)
 	require.NoError(t, err, "admitted by the server")
 	th.a.waitMetric(t, `fencepost_purger_bad_cursor_keys_total{world="default"}`, 1)
 	th.a.waitMetric(t, `fencepost_purger_forged_cursors_total{world="default"}`, 1)
@@ -414,4 +419,70 @@ func TestAttack_OverlongNodeLeaseRetired(t *testing.T) {
 	l, err := th.holder.w.Ownership.Claim(ctx, "mine", "node-b", time.Minute)
 	require.NoError(t, err, "claimable at once, not in 2027")
 	require.Equal(t, "node-b", l.Node)
+}
+
+// TestAttack_CursorOfAnotherNodeRestored: node-a's owner writes the cursor
+// of an id node-b holds, within the mailbox (at its last message), which
+// no check of the value alone can tell from a commit of node-b's. The
+// auditor knows its writer: it counts it, puts back node-b's last cursor,
+// and fencepostd's purger removes nothing below the forged one. node-b
+// then drains every message it had not committed: none is lost.
+func TestAttack_CursorOfAnotherNodeRestored(t *testing.T) {
+	th := setupTheft(t)
+	subj := wire.MailboxSubject("default", th.victimID)
+	var want []string
+	for i := range 5 {
+		body := fmt.Sprint("mail ", i)
+		_, err := th.holder.w.Send(th.ctx, th.victimID, []byte(body))
+		require.NoError(t, err)
+		want = append(want, body)
+	}
+	l, err := th.holder.w.Ownership.Renew(th.ctx, th.victimID, "node-b", time.Minute)
+	require.NoError(t, err)
+	var got []string
+	handle := func(_ context.Context, m drain.Message) error {
+		got = append(got, string(m.Body))
+		return nil
+	}
+	_, err = th.holder.w.Drainer.DrainLease(th.ctx, l, handle, drain.WithMax(2))
+	require.NoError(t, err)
+	stored := func() uint64 {
+		mb, err := th.op.c.JetStream().Stream(th.ctx, wire.MailboxStream("default"))
+		require.NoError(t, err)
+		info, err := mb.Info(th.ctx, jetstream.WithSubjectFilter(subj))
+		require.NoError(t, err)
+		return info.State.Subjects[subj]
+	}
+	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := stored(); n != 3 {
+			return fmt.Errorf("stored %d, want 3 (2 committed and purged by fencepostd)", n)
+		}
+		return nil
+	})
+	genuine, err := th.opKV.Get(th.ctx, wire.CursorKey(th.victimID))
+	require.NoError(t, err)
+
+	mb, err := th.op.c.JetStream().Stream(th.ctx, wire.MailboxStream("default"))
+	require.NoError(t, err)
+	info, err := mb.Info(th.ctx)
+	require.NoError(t, err)
+	forged := []byte(`{"v":1,"seq":` + strconv.FormatUint(info.State.LastSeq, 10) + `}`)
+	_, err = th.malKV.Put(th.ctx, wire.CursorKey(th.victimID), forged)
+	require.NoError(t, err, "admitted by the server: owners write cursors")
+	th.a.waitMetric(t, `fencepost_forgeries_total{kind="cursor_node",world="default"}`, 1)
+	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		e, err := th.opKV.Get(th.ctx, wire.CursorKey(th.victimID))
+		if err != nil {
+			return err
+		}
+		if string(e.Value()) != string(genuine.Value()) {
+			return fmt.Errorf("cursor %s, want node-b's %s back", e.Value(), genuine.Value())
+		}
+		return nil
+	})
+	require.EqualValues(t, 3, stored(), "nothing purged below the forged cursor")
+
+	_, err = th.holder.w.Drainer.DrainLease(th.ctx, l, handle)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "every message delivered once")
 }

@@ -53,6 +53,7 @@ type Daemon struct {
 	marks       *epochMarks  // with --auth: the auditor's highest epochs, kept across its watches
 	gate        *gate        // with --auth: the consumer gate
 	writers     *writers     // with --auth: who wrote the records and state keys in flight (writers.go)
+	verdicts    *verdicts    // with --auth: the auditor's judgements of cursor writes (cursors.go)
 }
 
 // Option configures a Daemon.

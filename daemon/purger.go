@@ -101,7 +101,14 @@ func (d *Daemon) purgeLoop(ctx context.Context) error {
 						pm.ForgedCursor(name)
 					}
 				})
-				if err := pg.PurgeCommitted(pctx, refused); err != nil {
+				opts := []purge.PurgeOption{refused}
+				if name == d.cfg.World && d.verdicts != nil {
+					// The auditor knows who wrote each cursor of its
+					// world: nothing is purged below one it has not
+					// judged genuine (cursors.go).
+					opts = append(opts, purge.WithJudge(d.verdicts.genuine))
+				}
+				if err := pg.PurgeCommitted(pctx, opts...); err != nil {
 					d.log.Warn("purger stopped; restarting", "world", name, "err", err)
 				}
 			}()

@@ -24,8 +24,8 @@ import (
 // removed before the stream stores it. But the message crosses the
 // store account on its way, and every subscriber of the store account
 // whose subscription matches its subject receives it, with that header.
-// The owners' account imports record and state writes ($KV.fp_<w>.o.>,
-// $KV.fp_<w>.s.>) with Share, so the server's header names the user and
+// The owners' account imports record, state and cursor writes
+// ($KV.fp_<w>.o.>, $KV.fp_<w>.s.>, $KV.fp_<w>.c.>) with Share, so the server's header names the user and
 // carries its JWT, whatever header the client sent (the server sets its
 // own over it). fencepostd subscribes to those subjects and keeps, for
 // each write it sees, who sent it, until the auditor meets the stored
@@ -38,7 +38,7 @@ import (
 // judges it by its content only.
 
 // attributedKeys are the key prefixes whose writes carry their writer.
-var attributedKeys = []string{wire.RecordPrefix, wire.StatePrefix}
+var attributedKeys = []string{wire.RecordPrefix, wire.StatePrefix, wire.CursorPrefix}
 
 // attributed says whether the owners' service import of subject (w's)
 // shares the requester's identity for the auditor.
@@ -126,7 +126,7 @@ func (d *Daemon) startWriters() error {
 			return err
 		}
 	}
-	d.writers = ws
+	d.writers, d.verdicts = ws, newVerdicts()
 	return nil
 }
 

@@ -46,6 +46,19 @@ type PurgeOption func(*purgeOptions)
 
 type purgeOptions struct {
 	onRefusal func(Refusal)
+	judge     Judge
+}
+
+// Judge says whether revision rev of cursor key may be purged below: false
+// for a cursor its caller knows to be forged (fencepostd's auditor knows
+// who wrote each cursor of its world, and one written by another node's
+// owner is). An error leaves it unjudged: the purge is tried again later.
+type Judge func(ctx context.Context, key string, rev uint64) (bool, error)
+
+// WithJudge has PurgeCommitted ask j about each cursor before it purges
+// below it, besides its own checks.
+func WithJudge(j Judge) PurgeOption {
+	return func(o *purgeOptions) { o.judge = j }
 }
 
 // OnRefusal has PurgeCommitted call f once for each key revision it
@@ -274,12 +287,30 @@ func (p *Purger) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error 
 				purges = append(purges, e)
 			}
 		}
-		var failed []cursorEntry
+		var failed, judged []cursorEntry
 		var fmu sync.Mutex
 		store.Parallel(parallelPurges, len(purges), func(i int) {
 			e := purges[i]
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
+			if o.judge != nil {
+				ok, err := o.judge(pctx, e.key, e.rev)
+				if err != nil || !ok {
+					if err != nil && ctx.Err() == nil {
+						p.log.Warn("purge: a cursor's judgement failed; retrying", "world", p.world, "key", e.key, "revision", e.rev, "error", err)
+					} else if err == nil {
+						p.log.Info("purge: cursor judged forged or superseded; nothing purged for it", "world", p.world, "key", e.key, "revision", e.rev)
+					}
+					fmu.Lock()
+					if err != nil {
+						failed = append(failed, e)
+					} else {
+						judged = append(judged, e)
+					}
+					fmu.Unlock()
+					return
+				}
+			}
 			err := jsapi.Purge(pctx, handles.Of(p.w).JS.Conn(), wire.MailboxStream(p.world), e.subj, e.below)
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
@@ -290,8 +321,22 @@ func (p *Purger) PurgeCommitted(ctx context.Context, opts ...PurgeOption) error 
 				fmu.Unlock()
 			}
 		})
+		notPurged := map[string]bool{}
+		for _, e := range judged {
+			// Forged, or superseded by a newer revision (which the
+			// watch brings too): neither purged for nor restored to.
+			notPurged[e.key] = true
+			if genuine[e.key].rev == e.rev {
+				delete(genuine, e.key)
+			}
+		}
+		for _, e := range failed {
+			notPurged[e.key] = true
+		}
 		for _, e := range purges {
-			done[e.key] = max(done[e.key], e.below)
+			if !notPurged[e.key] {
+				done[e.key] = max(done[e.key], e.below)
+			}
 		}
 		for _, e := range repairs {
 			if err := p.repairCursor(ctx, e, genuine); err != nil {
