@@ -42,8 +42,10 @@ import (
 //     highest epoch any write since the last one fencepostd saw could
 //     have carried, so that the next claim gets a new epoch above every
 //     earlier one (epochs may skip, never repeat);
-//   - a drain lock whose term is above the world's max_ttl: deleted at its
-//     revision, so the holder's drains are no longer refused as contended;
+//   - a drain lock whose term is above the world's max_ttl, or one a
+//     node's owner wrote for another node or for a unit another node
+//     holds: deleted at its revision, so the holder's drains are no
+//     longer refused as contended;
 //   - a per-id state key written outside a fenced commit (state): put back
 //     to the value the last commit wrote;
 //   - a record naming a node, or a state key or cursor of an id (or
@@ -74,6 +76,7 @@ const (
 	ForgedNodeTerm   = "node_term"      // node lease with a term above max_ttl (retired by the retirer)
 	ForgedRecordNode = "record_node"    // record naming a node written by another node's owner (writers.go)
 	ForgedStateNode  = "state_node"     // state of an id held by a node written by another node's owner, in a fenced batch
+	ForgedLockNode   = "lock_node"      // drain lock written by a node's owner for another node, or of a unit another node holds
 	// ForgedCursorNode (cursors.go): a cursor written by another node's owner.
 )
 
@@ -87,7 +90,7 @@ const auditMargin = 5 * time.Second
 func (d *Daemon) forgeries() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencepost_forgeries_total",
-		Help: "Writes of the bucket no honest owner makes (kind: record_term, epoch_back, epoch_jump, record_deleted, record_corrupt, record_node, state_unfenced, state_node, cursor_node, lock_term, node_term, consumer_at_rest), detected and undone by fencepostd --auth; a WARN names each key (docs/security.md).",
+		Help: "Writes of the bucket no honest owner makes (kind: record_term, epoch_back, epoch_jump, record_deleted, record_corrupt, record_node, state_unfenced, state_node, cursor_node, lock_term, lock_node, node_term, consumer_at_rest), detected and undone by fencepostd --auth; a WARN names each key (docs/security.md).",
 	}, []string{"world", "kind"})
 	reg, ok := d.gather.(prometheus.Registerer)
 	if !ok {
@@ -535,13 +538,29 @@ func (a *auditor) state(ctx context.Context, e *entry) {
 	a.report(kind, e, err, args...)
 }
 
-func (a *auditor) lock(ctx context.Context, e jetstream.KeyValueEntry) {
+// lock judges a drain lock l.<token>: forged when its term is above the
+// world's max_ttl (no drain writes one), or when a node owner wrote it for
+// another node, or for a unit whose record (o.<token>, seen before it in
+// the stream) names another node: a drain takes a lock only for a unit its
+// node holds. A forged lock is deleted at its revision, so the holder's
+// drains are no longer refused as contended.
+func (a *auditor) lock(ctx context.Context, e *entry) {
 	l, err := wire.DecodeLock(e.Value())
-	if err != nil || l.Expires.Sub(e.Created()) <= a.maxTTL+auditMargin {
+	if err != nil {
 		return
 	}
+	kind := ForgedLockTerm
+	args := []any{"node", l.Node, "epoch", l.Epoch, "expires", l.Expires}
+	if l.Expires.Sub(e.Created()) <= a.maxTTL+auditMargin {
+		by, known := a.writerOf(e)
+		holder, held := a.holders[wire.RecordPrefix+strings.TrimPrefix(e.key, wire.LockPrefix)]
+		if !known || !by.bound || (l.Node == by.node && held && holder == by.node) {
+			return
+		}
+		kind, args = ForgedLockNode, append(args, "written_by", by.String(), "holder", holder)
+	}
 	err = a.kv.Delete(ctx, e.Key(), jetstream.LastRevision(e.Revision()))
-	a.report(ForgedLockTerm, e, err, "node", l.Node, "epoch", l.Epoch, "expires", l.Expires)
+	a.report(kind, e, err, args...)
 }
 
 // report logs and counts a forgery and what was done about it.

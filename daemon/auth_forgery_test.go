@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -203,6 +204,36 @@ func TestAttack_PlantedDrainLockRemoved(t *testing.T) {
 		return nil
 	})
 	require.Equal(t, []string{"mail"}, got)
+}
+
+// TestAttack_LockOfAnotherNodeRemoved: node-a's owner plants the drain
+// lock of an id node-b holds, with a term just under max_ttl (so no check
+// of its value alone finds it), once naming node-b and once itself. The
+// auditor knows the writer: it deletes each (lock_node), and node-b's
+// drain goes through at once instead of answering contended for an hour.
+func TestAttack_LockOfAnotherNodeRemoved(t *testing.T) {
+	th := setupTheft(t)
+	_, err := th.holder.w.Send(th.ctx, th.victimID, []byte("mail"))
+	require.NoError(t, err)
+	for i, node := range []string{"node-b", "node-a"} {
+		lock, err := wire.EncodeLock(wire.Lock{Token: "planted", Node: node, Epoch: th.epoch, Expires: time.Now().Add(59 * time.Minute)})
+		require.NoError(t, err)
+		_, err = th.malKV.Put(th.ctx, wire.LockKey(th.victimID), lock)
+		require.NoError(t, err, "admitted by the server")
+		th.a.waitMetric(t, forgeries(daemon.ForgedLockNode), float64(i+1))
+		servertest.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+			if _, err := th.opKV.Get(th.ctx, wire.LockKey(th.victimID)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return fmt.Errorf("the planted lock is still there: %v", err)
+			}
+			return nil
+		})
+	}
+	require.LessOrEqual(t, th.a.metric(t, forgeries(daemon.ForgedLockTerm)), 0.0, "under max_ttl: only its writer gives it away")
+	l, err := th.holder.w.Ownership.Renew(th.ctx, th.victimID, "node-b", time.Minute)
+	require.NoError(t, err)
+	res, err := th.holder.w.Drainer.DrainLease(th.ctx, l, func(context.Context, drain.Message) error { return nil })
+	require.NoError(t, err, "not contended")
+	require.Equal(t, 1, res.Acked)
 }
 
 // TestAttack_ConsumerAtRestRemoved: an owner's durable consumer without

@@ -24,8 +24,9 @@ import (
 // removed before the stream stores it. But the message crosses the
 // store account on its way, and every subscriber of the store account
 // whose subscription matches its subject receives it, with that header.
-// The owners' account imports record, state and cursor writes
-// ($KV.fp_<w>.o.>, $KV.fp_<w>.s.>, $KV.fp_<w>.c.>) with Share, so the server's header names the user and
+// The owners' account imports record, state, cursor and lock writes
+// ($KV.fp_<w>.o.>, $KV.fp_<w>.s.>, $KV.fp_<w>.c.>, $KV.fp_<w>.l.>) with
+// Share, so the server's header names the user and
 // carries its JWT, whatever header the client sent (the server sets its
 // own over it). fencepostd subscribes to those subjects and keeps, for
 // each write it sees, who sent it, until the auditor meets the stored
@@ -38,7 +39,7 @@ import (
 // judges it by its content only.
 
 // attributedKeys are the key prefixes whose writes carry their writer.
-var attributedKeys = []string{wire.RecordPrefix, wire.StatePrefix, wire.CursorPrefix}
+var attributedKeys = []string{wire.RecordPrefix, wire.StatePrefix, wire.CursorPrefix, wire.LockPrefix}
 
 // attributed says whether the owners' service import of subject (w's)
 // shares the requester's identity for the auditor.
