@@ -500,7 +500,7 @@ func (a *auditor) state(ctx context.Context, e *entry) {
 	rk := wire.RecordPrefix + eid
 	if a.shards > 0 {
 		// In a sharded world an id's record is its shard's.
-		rk = wire.RecordKey(wire.ShardUnit(wire.Partition(eid, a.shards)))
+		rk = wire.RecordPrefix + wire.EncodeID(wire.ShardUnit(wire.Partition(eid, a.shards)))
 	}
 	by, known := a.writerOf(e)
 	holder, held := a.holders[rk]

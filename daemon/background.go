@@ -38,11 +38,17 @@ func (d *Daemon) ensureWorld(ctx context.Context) error {
 	return nil
 }
 
-// mailboxShare is the max_bytes of the world fencepostd --auth creates,
-// under the store account's storage limit store: seven eighths of it, the
-// rest for the bucket (records, cursors, locks, leases, state), whose
-// writes stop when the account is full.
-func mailboxShare(store int64) int64 { return store - store/8 }
+// mailboxShare is the max_bytes of the world fencepostd --auth creates at
+// replicas, under the store account's storage limit store: seven eighths
+// of it, the rest for the bucket (records, cursors, locks, leases, state),
+// whose writes stop when the account is full. The account's limit counts
+// every replica (nats-server reserves max_bytes times the replicas of an
+// account without tiers), so a replicated world's share is divided by its
+// replicas: a 3-member cluster refused the undivided one as "insufficient
+// storage resources" and never made its world ready (TestAuth_Cluster).
+func mailboxShare(store int64, replicas int) int64 {
+	return (store - store/8) / int64(max(replicas, 1))
+}
 
 func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second) // short: a cluster without a meta leader does not answer
@@ -61,8 +67,8 @@ func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) er
 		if d.cfg.Auth && w.Config.Purge != world.PurgeByServer {
 			d.log.Warn("world has purge=owner, but owners may not purge with --auth: its committed messages stay until an operator purges them; recreate it with purge=server", "world", name)
 		}
-		if store := d.cfg.AuthMaxStore; d.cfg.Auth && store > 0 && (w.Config.MaxBytes <= 0 || w.Config.MaxBytes >= int64(store)) {
-			d.log.Warn("auth: the world's mailboxes may fill the whole store (auth_max_store): producers could then stop every commit, claim and renewal; give the world max_bytes below it (fencepost world add with --max-bytes; docs/security.md, Storage)", "world", name, "max_bytes", w.Config.MaxBytes, "auth_max_store", store, "suggested_max_bytes", mailboxShare(int64(store)))
+		if store := d.cfg.AuthMaxStore; d.cfg.Auth && store > 0 && (w.Config.MaxBytes <= 0 || w.Config.MaxBytes*int64(max(w.Config.Replicas, 1)) >= int64(store)) {
+			d.log.Warn("auth: the world's mailboxes may fill the whole store (auth_max_store): producers could then stop every commit, claim and renewal; give the world max_bytes below it (fencepost world add with --max-bytes; docs/security.md, Storage)", "world", name, "max_bytes", w.Config.MaxBytes, "replicas", w.Config.Replicas, "auth_max_store", store, "suggested_max_bytes", mailboxShare(int64(store), w.Config.Replicas))
 		}
 		// A world made before the settings entry existed gets it now:
 		// producers under --auth open the world from it.
@@ -84,7 +90,7 @@ func (d *Daemon) openOrCreate(ctx context.Context, name string, replicas int) er
 		// The mailboxes may not fill the whole store: records, cursors
 		// and leases keep room, so that producers cannot stop commits.
 		if d.cfg.AuthMaxStore > 0 {
-			cfg.MaxBytes = mailboxShare(int64(d.cfg.AuthMaxStore))
+			cfg.MaxBytes = mailboxShare(int64(d.cfg.AuthMaxStore), replicas)
 		}
 	}
 	_, err = world.Create(ctx, d.js, name, cfg)
