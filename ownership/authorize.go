@@ -64,10 +64,10 @@ func (s *Store) authorize(id, node string, epoch uint64, v view, start time.Time
 // fence at the record's current revision, valid by the local clock until
 // Authorize's Until, never renewed (for a holding through a node lease
 // session, Until as that lease stood at the read: the session's worker is
-// the one that keeps it). priorUntil becomes the lease's PriorUntil: messages
-// stored until then may have been handed out by an earlier holding (the
-// caller cannot know how the epoch was won). Errors as Authorize; it
-// writes nothing.
+// the one that keeps it). priorUntil becomes the lease's PriorUntil:
+// messages stored until then may have been handed out by an earlier
+// holding (the caller cannot know how the epoch was won). Errors as
+// Authorize; it writes nothing.
 func (s *Store) Adopt(ctx context.Context, id, node string, epoch uint64, priorUntil time.Time) (*Lease, error) {
 	if err := s.checkIDNode(id, node); err != nil {
 		return nil, err

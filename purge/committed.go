@@ -81,8 +81,8 @@ type cursorEntry struct {
 
 // cursorEntryOf reads one revision of a cursor key of world w: an id's
 // cursor (c.<eid>) in a per-id world, a shard's (the key of unit
-// shard/<q>, wire.ShardCursor) in a sharded one. A key of the other kind is refused
-// (RefusedBadKey): it names no mailbox of the world.
+// shard/<q>, wire.ShardCursor) in a sharded one. A key that names no
+// mailbox of the world is refused (RefusedBadKey).
 func cursorEntryOf(w *world.World, key string, rev uint64, value []byte) (cursorEntry, Refusal, error) {
 	token := strings.TrimPrefix(key, wire.CursorPrefix)
 	e := cursorEntry{key: key, rev: rev, value: value}
@@ -114,11 +114,11 @@ func cursorEntryOf(w *world.World, key string, rev uint64, value []byte) (cursor
 
 // PurgeCommitted removes committed messages from the world's mailboxes
 // until ctx ends: it follows every stored cursor (c.<id>) and purges id's
-// mailbox below it; in a sharded world, every shard's cursor
-// (c.shard/<q>), and purges the shard's stored mail below its Low, as the
-// shard's holder does where owners may purge (design 3.14). fencepostd runs it for the worlds whose config says
-// purge=server, so that owners, who may not call the purge API there,
-// never need to.
+// mailbox below it; in a sharded world, every shard's cursor (the key of
+// unit shard/<q>), and purges the shard's stored mail below its Low, as
+// the shard's holder does where owners may purge (design 3.14).
+// fencepostd runs it for the worlds whose config says purge=server, so
+// that owners, who may not call the purge API there, never need to.
 //
 // Only what a stored cursor covers is removed, as with a drain's own purge
 // (design.md 3.4): a cursor is stored only by a fenced commit of the

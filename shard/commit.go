@@ -21,17 +21,18 @@ import (
 //
 // Who removes what, and why it is safe (the one removal path of a sharded
 // world; in a world of purge=server, fencepostd's purger in the holder's
-// place, by the same rule): the holder of a shard, after the broker accepted a cursor c of
-// the shard under the holder's fence, purges the shard's stored mail below
-// c.Low() with one request. Every message below c.Low() is covered by c
-// (wire.ShardCursor.Low), and c was stored while the shard's record was
-// at the holder's revision, so no later holder starts below it: the next
-// holder reads the last stored cursor, which is c or a later one of a
-// holder that read c (a cursor is only ever written by the shard's current
-// holder, and each holder starts from the one it read). A stale holder
-// (paused, then taken over) purges below a cursor it did commit, which
-// covers only what it handled: a message is never removed unhandled. Dead
-// letters are another subject (fp.<w>.dl.<eid>) and never purged here.
+// place, by the same rule): the holder of a shard, after the broker
+// accepted a cursor c of the shard under the holder's fence, purges the
+// shard's stored mail below c.Low() with one request. Every message below
+// c.Low() is covered by c (wire.ShardCursor.Low), and c was stored while
+// the shard's record was at the holder's revision, so no later holder
+// starts below it: the next holder reads the last stored cursor, which is
+// c or a later one of a holder that read c (a cursor is only ever written
+// by the shard's current holder, and each holder starts from the one it
+// read). A stale holder (paused, then taken over) purges below a cursor it
+// did commit, which covers only what it handled: a message is never
+// removed unhandled. Dead letters are another subject (fp.<w>.dl.<eid>)
+// and never purged here.
 
 // commitDue starts a commit of the book's cursor when it moved and no
 // commit is in flight, and removes what the last accepted commit covers
