@@ -65,6 +65,27 @@ func (a *authed) snapshot(t *testing.T, ctx context.Context, js jetstream.JetStr
 	return s
 }
 
+// writtenSince lists the subjects of the world's streams written between
+// snapshot before and s, but allowed and fencepostd's own marks of the
+// highest epochs (h.<eid>, hn.<node>), which follow an attacker's writes
+// of its own key.
+func (s snapshot) writtenSince(before snapshot, allowed []string) []string {
+	var written []string
+	for _, m := range []struct {
+		name          string
+		before, after map[string]uint64
+	}{{"bucket", before.bucket, s.bucket}, {"mailbox stream", before.mailbox, s.mailbox}} {
+		for subj, n := range m.after {
+			mark := strings.HasPrefix(subj, wire.KeySubject("default", "h.")) || strings.HasPrefix(subj, wire.KeySubject("default", "hn."))
+			if !slices.Contains(allowed, subj) && !mark && m.before[subj] != n {
+				written = append(written, m.name+" "+subj)
+			}
+		}
+	}
+	slices.Sort(written)
+	return written
+}
+
 // replyTargets are the subjects of the world's streams an answer was
 // aimed at: the (a node lease, a record, a cursor, a lock, a
 // state key, the settings entry, a dead letter) and every other kind.
@@ -193,23 +214,7 @@ func TestAttack_ReplySubjectsWriteNothing(t *testing.T) {
 			if who.own != "" {
 				allowed = append(allowed, wire.KeySubject("default", who.own))
 			}
-			var written []string
-			for _, m := range []struct {
-				name          string
-				before, after map[string]uint64
-			}{{"bucket", before.bucket, after.bucket}, {"mailbox stream", before.mailbox, after.mailbox}} {
-				for subj, n := range m.after {
-					// fencepostd's own marks of the highest epochs
-					// (h.<eid>, hn.<node>), written after the attacker's
-					// writes of its own key.
-					mark := strings.HasPrefix(subj, wire.KeySubject("default", "h.")) || strings.HasPrefix(subj, wire.KeySubject("default", "hn."))
-					if !slices.Contains(allowed, subj) && !mark && m.before[subj] != n {
-						written = append(written, m.name+" "+subj)
-					}
-				}
-			}
-			slices.Sort(written)
-			require.Empty(t, written, "written through an answer aimed at them")
+			require.Empty(t, after.writtenSince(before, allowed), "written through an answer aimed at them")
 			for _, target := range targets {
 				if target == wire.MailboxSubject("default", "victim") {
 					continue // holds the victim's mail: unchanged above
