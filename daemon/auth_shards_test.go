@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/daemon"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/server/servertest"
 	"github.com/fencepost/fencepost/shard"
@@ -26,7 +28,9 @@ import (
 // each id's in order, with no permission refused; fencepostd's purger
 // empties the mailbox behind their commits. A shard cursor an owner forges
 // above the stream purges nothing, is repaired, and mail posted after it is
-// delivered. A node owner drains a shard it claimed by hand.
+// delivered. A node owner drains a shard it claimed by hand. A state write
+// of an id whose shard another node holds, in a batch fenced as that
+// node's commit would be, is judged against the shard's holder.
 func TestAuth_ShardedWorld(t *testing.T) {
 	dir := t.TempDir()
 	s := startDaemon(t, dir, "--auth", "--shards", "4")
@@ -139,4 +143,22 @@ func TestAuth_ShardedWorld(t *testing.T) {
 	for _, r := range []*roleConn{p, owners["node-a"], owners["node-b"]} {
 		require.Empty(t, r.violations(0), "no permission refused")
 	}
+
+	// State of an id whose shard node-b holds, written by node-a in a
+	// batch fenced on the shard's record at its revision, as node-b's
+	// commit would be: the auditor judges it against the shard's holder.
+	other := "id-1"
+	for i := 1; wire.ShardOf(other, 4) == u.Shard; i++ {
+		other = fmt.Sprint("id-", i) // not node-a's shard
+	}
+	ub, err := owners["node-b"].w.Unit(other)
+	require.NoError(t, err)
+	lb, err := owners["node-b"].w.Ownership.Claim(ctx, ub.Name, "node-b", 10*time.Second)
+	require.NoError(t, err)
+	m := nats.NewMsg(wire.KeySubject("default", wire.StateKey(other, "count")))
+	m.Data = []byte("1000000")
+	lb.Fence.Apply(m)
+	_, err = jsapi.PublishBatch(ctx, owners["node-a"].c.JetStream(), []*nats.Msg{m})
+	require.NoError(t, err, "stored: fenced at the holder's revision")
+	a.waitMetric(t, forgeries(daemon.ForgedStateNode), 1)
 }
