@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/daemon"
@@ -66,7 +67,7 @@ func TestAuth_ShardedWorld(t *testing.T) {
 		owners[node] = a.asFile(t, a.node(t, node).File)
 		wk, err := owners[node].w.NewWorker(worker.Config{Node: node, TTL: 2 * time.Second}, handle)
 		require.NoError(t, err)
-		wg.Go(func() { require.NoError(t, wk.Run(wctx)) })
+		wg.Go(func() { assert.NoError(t, wk.Run(wctx)) }) // require would stop only this goroutine
 	}
 	want := map[string][]uint64{}
 	post := func(id, body string) {
