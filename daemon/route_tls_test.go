@@ -151,13 +151,7 @@ func others(i, n int) []string {
 	return out
 }
 
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freeTCPPort(t testing.TB) int { return testutil.FreePort(t) }
 
 // readOverTLS dials addr with TLS and returns the first line the server
 // sends (a NATS INFO).

@@ -36,12 +36,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t testing.TB) int { return testutil.FreePort(t) }
 
 // TestDaemon_StartsWithDefaultWorldAndStopsOnSignal runs the real binary,
 // uses the default world it made, and stops it with SIGTERM and SIGINT.
