@@ -37,14 +37,13 @@ import (
 // running end (a third of the ttl at most), commits, and returns
 // ctx's cause. Result.Count counts only messages its commits cover.
 func Drain(ctx context.Context, w *world.World, own *ownership.Store, dr *drain.Drainer, q int, node string, epoch uint64, h drain.Handler, opts DrainOptions) (res drain.Result, err error) {
-	max := opts.Max
 	switch {
 	case !w.Config.Sharded():
 		return res, fmt.Errorf("shard: world %q is a per-id world: drain its ids with drain.Drainer", w.Name)
 	case q < 0 || q >= w.Config.Shards:
 		return res, fmt.Errorf("%w: shard %d: world %q has shards 0 to %d", fencing.ErrInvalidOption, q, w.Name, w.Config.Shards-1)
-	case max < 0:
-		return res, fmt.Errorf("%w: max %d: give 0 (no bound) or more", fencing.ErrInvalidOption, max)
+	case opts.Max < 0:
+		return res, fmt.Errorf("%w: max %d: give 0 (no bound) or more", fencing.ErrInvalidOption, opts.Max)
 	}
 	wk, err := New(w, own, Config{Node: node, Parallel: 1, Log: opts.Log}, h)
 	if err != nil {
@@ -80,8 +79,8 @@ func Drain(ctx context.Context, w *world.World, own *ownership.Store, dr *drain.
 			defer cancel()
 			return own.Adopt(actx, unit, node, epoch, prior)
 		}}
-		if max > 0 {
-			if hd.once.max = max - res.Acked; hd.once.max <= 0 {
+		if opts.Max > 0 {
+			if hd.once.max = opts.Max - res.Acked; hd.once.max <= 0 {
 				return res, nil
 			}
 		}
