@@ -163,6 +163,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			if err := r.round(ctx, ids, i+1, d); err != nil {
 				return rep, err
 			}
+			if i == cfg.Rounds-1 && r.lastRound != nil {
+				if err := r.lastRound(ctx, &rep); err != nil {
+					return rep, err
+				}
+			}
 		}
 	}
 	ours.halt()
@@ -185,6 +190,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	rep.Sent, rep.Delivered = ours.s.sent, ours.s.delivered
 	rep.SendThroughput, rep.Throughput = ours.s.sendRate(), ours.s.deliverRate()
+	if rep.SendThroughput > 0 {
+		rep.CommittedStoredPostMs = round(float64(rep.CommittedStored)/rep.SendThroughput*1000, 1)
+	}
 	rep.RawSent, rep.RawDelivered = raw.s.sent, raw.s.delivered
 	rep.RawSendThroughput, rep.RawThroughput = raw.s.sendRate(), raw.s.deliverRate()
 	if rep.RawThroughput > 0 {
@@ -229,10 +237,13 @@ type runner struct {
 	// streams names the side's streams by their role (streamMailbox,
 	// streamBucket, streamRaw), for the leader kills.
 	streams map[string]string
-	final   func(ctx context.Context, rep *Report) error // after stop: the final drain and the checks
-	clean   []func()                                     // removes what the side created, last first
-	once    sync.Once
-	halted  sync.Once
+	// lastRound, when set, runs right after the side's last round, its
+	// consumers still running.
+	lastRound func(ctx context.Context, rep *Report) error
+	final     func(ctx context.Context, rep *Report) error // after stop: the final drain and the checks
+	clean     []func()                                     // removes what the side created, last first
+	once      sync.Once
+	halted    sync.Once
 }
 
 // halt stops the consuming side.

@@ -15,6 +15,7 @@ import (
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/queue"
@@ -132,6 +133,31 @@ func setupOurs(ctx context.Context, c *client.Client, cfg Config, tag string, id
 				return a.Seq, err
 			}, nil
 		})
+	}
+	r.lastRound = func(ctx context.Context, rep *Report) error {
+		// What the removal has not caught up with, read while the workers
+		// still run, before the other sides' last rounds give it time: one
+		// read of the world's stored mailbox messages, the oldest first.
+		filter := wire.MailboxFilter(tag)
+		if cfg.Shards > 0 {
+			filter = wire.ShardedMailboxFilter(tag)
+		}
+		b, err := jsapi.DirectGet(ctx, c.Conn(), wire.MailboxStream(tag), jsapi.GetRequest{Seq: 1, NextFor: filter, Batch: 1})
+		if err != nil {
+			return fmt.Errorf("bench: the mail still stored: %w", err)
+		}
+		if len(b.Msgs) == 0 {
+			return nil
+		}
+		// A round ends when every post was delivered: what is stored is
+		// delivered, committed or in a commit under way, but for a round
+		// that ended by Settle with a backlog, not counted as committed.
+		stored, waiting := b.Pending+1, uint64(max(s.backlog(), 0))
+		rep.CommittedStored = stored - min(stored, waiting)
+		if rep.CommittedStored > 0 && waiting == 0 {
+			rep.CommittedStoredAgeMs = round(float64(time.Since(b.Msgs[0].Time).Microseconds())/1000, 1)
+		}
+		return nil
 	}
 	r.final = func(ctx context.Context, rep *Report) error {
 		if ps != nil {

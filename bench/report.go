@@ -93,6 +93,17 @@ type Report struct {
 	// none that reached it), and whether the mailbox stream still stores
 	// it.
 	LostExamples []string `json:"lost_examples,omitempty"`
+	// CommittedStored is how many of ours' messages were delivered and
+	// still stored, waiting for their removal, right after its last
+	// round (its workers still running; a round ends when every post was
+	// delivered, so these are committed or in a commit under way),
+	// CommittedStoredAgeMs how long the oldest of them had waited (0 when
+	// the round ended with posts undelivered), and CommittedStoredPostMs
+	// what they come to in time of posting: milliseconds of ours' send
+	// throughput (issue 45 wants under a second's worth).
+	CommittedStored       uint64  `json:"committed_stored"`
+	CommittedStoredAgeMs  float64 `json:"committed_stored_age_ms"`
+	CommittedStoredPostMs float64 `json:"committed_stored_post_ms"`
 	// FinalDrained is how many messages the parent's final drain (after
 	// the owners stopped) delivered: not lost, but not delivered in time.
 	FinalDrained int64 `json:"final_drained"`

@@ -39,4 +39,13 @@ func TestFanInTinySharded(t *testing.T) {
 	if rep.Sent != 200 {
 		t.Errorf("sent %d, want 2 per id", rep.Sent)
 	}
+	t.Logf("committed and stored after the last round: %d, %.1f ms old, %.1f ms of posts", rep.CommittedStored, rep.CommittedStoredAgeMs, rep.CommittedStoredPostMs)
+	// What was still stored after the last round is delivered mail of
+	// this world only, and its age is known (every post was delivered).
+	if rep.CommittedStored > uint64(rep.Sent) {
+		t.Errorf("committed and stored %d, more than the %d sent", rep.CommittedStored, rep.Sent)
+	}
+	if rep.CommittedStored > 0 && (rep.CommittedStoredAgeMs <= 0 || rep.CommittedStoredPostMs <= 0) {
+		t.Errorf("committed and stored %d, age %.1f ms, %.1f ms of posts: want both", rep.CommittedStored, rep.CommittedStoredAgeMs, rep.CommittedStoredPostMs)
+	}
 }

@@ -85,3 +85,43 @@ func TestCounts_CommittedNotWaiting(t *testing.T) {
 		})
 	}
 }
+
+// TestCounts_CommittedOldest: stat says how long committed mail has waited
+// for its removal, from the oldest committed message still stored, past
+// older mail that is still waiting; nothing committed, no age. On a
+// per-id world whose purge (fencepostd's) does not run here.
+func TestCounts_CommittedOldest(t *testing.T) {
+	env := testutil.Start(t, testutil.Target{Name: "single"})
+	ctx := testutil.Ctx(t, time.Minute)
+	w, d := newWorld(t, env, world.Config{Purge: world.PurgeByServer})
+	send(t, ctx, w, "waits", "w0", "w1") // the front of the stream: never drained
+	send(t, ctx, w, "done", "d0", "d1", "d2")
+
+	ws, err := w.Mailboxes.WorldStat(ctx)
+	require.NoError(t, err)
+	require.Zero(t, ws.CommittedStored)
+	require.True(t, ws.CommittedOldest.IsZero(), "nothing committed, yet an age")
+	before, err := w.Mailboxes.Stat(ctx, "done")
+	require.NoError(t, err)
+	require.True(t, before.CommittedOldest.IsZero())
+
+	lease, err := w.Ownership.Claim(ctx, "done", "n1", time.Minute)
+	require.NoError(t, err)
+	var rec testutil.Recorder
+	_, err = d.DrainLease(ctx, lease, rec.Handle)
+	require.NoError(t, err)
+	send(t, ctx, w, "done", "d3")
+
+	st, err := w.Mailboxes.Stat(ctx, "done")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, st.CommittedStored)
+	require.Equal(t, before.Oldest, st.CommittedOldest, "d0's posting time")
+	waits, err := w.Mailboxes.Stat(ctx, "waits")
+	require.NoError(t, err)
+	require.True(t, waits.CommittedOldest.IsZero())
+	ws, err = w.Mailboxes.WorldStat(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, ws.CommittedStored)
+	require.Equal(t, st.CommittedOldest, ws.CommittedOldest, "d0's, past w0 and w1 that wait")
+	require.True(t, ws.CommittedOldest.After(waits.Oldest))
+}

@@ -3,6 +3,7 @@ package mailbox
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/store"
@@ -71,6 +72,65 @@ func (a *Admin) splitAtCursors(ctx context.Context, stored map[string]uint64) (m
 		out[id] = split{waiting: waiting, committed: n - min(n, waiting)}
 	})
 	return out, first
+}
+
+// frontWalk bounds the walk of oldestCommitted: the messages it reads
+// from the front of the world's mailboxes, frontBatch a read.
+const (
+	frontWalk  = 1024
+	frontBatch = 256
+)
+
+// oldestCommitted is the posting time of the oldest committed message
+// still stored (WorldStat.CommittedOldest): the first of the world's
+// stored mailbox messages, in stream order, at or below its id's
+// committed point. It walks at most frontWalk messages from the front of
+// the stream, frontBatch a read, and reads the cursors of a batch's ids
+// after the batch: a cursor only moves on, so a message it covers was
+// committed and stored when it was read, whatever a purge did since. The
+// zero time when none of those messages is committed (then what is
+// committed and stored is younger than all of them).
+func (a *Admin) oldestCommitted(ctx context.Context) (time.Time, error) {
+	filter := wire.MailboxFilter(a.world)
+	if a.cfg.Shards > 0 {
+		filter = wire.ShardedMailboxFilter(a.world)
+	}
+	var seq uint64 = 1
+	for read := 0; read < frontWalk; {
+		b, err := jsapi.DirectGet(ctx, a.nc, wire.MailboxStream(a.world), jsapi.GetRequest{Seq: seq, NextFor: filter, Batch: frontBatch})
+		if err != nil || len(b.Msgs) == 0 {
+			return time.Time{}, err
+		}
+		idOf := make([]string, len(b.Msgs))
+		var ids []string
+		seen := map[string]bool{}
+		for i, m := range b.Msgs {
+			if tok, ok := a.mailboxToken(m.Subject); ok {
+				if id, err := wire.DecodeID(tok); err == nil {
+					idOf[i] = id
+					if !seen[id] {
+						seen[id] = true
+						ids = append(ids, id)
+					}
+				}
+			}
+		}
+		cursors, err := a.cursors(ctx, ids)
+		if err != nil {
+			return time.Time{}, err
+		}
+		for i, m := range b.Msgs {
+			if idOf[i] != "" && m.Sequence <= cursors[idOf[i]] {
+				return m.Time, nil
+			}
+		}
+		read += len(b.Msgs)
+		seq = b.Msgs[len(b.Msgs)-1].Sequence + 1
+		if b.Pending == 0 {
+			break
+		}
+	}
+	return time.Time{}, nil
 }
 
 func cmpErr(first, err error) error {

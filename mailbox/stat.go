@@ -22,6 +22,9 @@ type Stat struct {
 	// them, or fencepostd's purger). They take room; none is delivered
 	// again.
 	CommittedStored uint64
+	// CommittedOldest is the posting time of the oldest of them; zero
+	// when there is none.
+	CommittedOldest time.Time
 	Oldest          time.Time // posting time of the next message; zero when empty
 	NextSeq         uint64    // sequence of the next message; 0 when empty
 	Cursor          uint64    // last committed mailbox sequence
@@ -74,6 +77,10 @@ func (a *Admin) Stat(ctx context.Context, id string) (Stat, error) {
 	}
 	if len(all.Msgs) > 0 {
 		st.CommittedStored = all.Pending + 1 - min(all.Pending+1, st.Depth)
+		if st.CommittedStored > 0 {
+			// Committed messages are the front of the mailbox.
+			st.CommittedOldest = all.Msgs[0].Time
+		}
 	}
 	if b, err = jsapi.DirectGet(ctx, a.nc, stream, jsapi.GetRequest{Seq: 1, NextFor: wire.DeadLetterSubject(a.world, id), Batch: 1}); err != nil {
 		return st, err
@@ -92,6 +99,11 @@ type WorldStat struct {
 	// committed (at or below their id's cursor) and still stored, waiting
 	// for their purge: room taken, nothing to deliver.
 	CommittedStored uint64
+	// CommittedOldest is the posting time of the oldest of them, found
+	// among the world's oldest 1,024 stored mailbox messages; zero when
+	// none is stored, or none of those is committed (then every committed
+	// message stored is younger than the 1,024th).
+	CommittedOldest time.Time
 	Owned           int    // ids with a live owner
 	DeadLetters     uint64 // dead letters of all ids (one per dead letter, also one stored in two parts)
 	// Unroutable counts the messages no id can drain: those waiting on a
@@ -171,7 +183,10 @@ func (a *Admin) MailTotals(ctx context.Context) (WorldStat, error) {
 		ws.Depth += sp.waiting
 		ws.CommittedStored += sp.committed
 	}
-	return ws, nil
+	if ws.CommittedStored > 0 {
+		ws.CommittedOldest, err = a.oldestCommitted(ctx)
+	}
+	return ws, err
 }
 
 // countedWorldStat is WorldStat from the stream's counts, without a

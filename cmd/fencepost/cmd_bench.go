@@ -439,6 +439,7 @@ func printBenchTable(e *env, r bench.Report) {
 		fmt.Fprintf(tw, "still waiting when the run ended\t\t\t\t%d\t\t\n", pr.Undelivered)
 	}
 	fmt.Fprintf(tw, "out of order (per id)\t%d of %d\t%d of %d\t\t%s\n", r.OrderViolations, r.OrderChecked, r.RawOrderViolations, r.RawOrderChecked, pc(fmt.Sprintf("%d of %d", pr.OrderViolations, pr.OrderChecked), ""))
+	fmt.Fprintf(tw, "committed, still stored after the last round (oldest ms; ms of posts)\t%d (%.0f; %.0f)\t\t\t%s\n", r.CommittedStored, r.CommittedStoredAgeMs, r.CommittedStoredPostMs, pc("", ""))
 	fmt.Fprintf(tw, "delivered by the final drain\t%d\t\t\t%s\n", r.FinalDrained, pc(fmt.Sprint(pr.FinalDrained), ""))
 	fmt.Fprintf(tw, "stale-epoch commits\t%d of %d\t\t\t\n", r.StaleCommits, r.CommitsChecked)
 	if r.CountersChecked > 0 {

@@ -281,6 +281,10 @@ func runStat(e *env, args []string) int {
 			}
 			fields := []field{f("world", w.Name), f("ids", ws.IDs), f("depth", ws.Depth), f("owned", ws.Owned), f("dead", ws.DeadLetters), f("unroutable", ws.Unroutable),
 				f("committed_stored", ws.CommittedStored)}
+			if !ws.CommittedOldest.IsZero() {
+				// How long committed mail has waited for its removal.
+				fields = append(fields, f("committed_age", ageOf(ws.CommittedOldest, time.Now())))
+			}
 			// The world's kind, and its shards (0: a per-id world).
 			fields = append(fields, f("kind", w.Config.Kind()), f("shards", w.Config.Shards))
 			if ws.Unlisted {
@@ -317,6 +321,9 @@ func runStat(e *env, args []string) int {
 		// The committed messages not yet purged (not depth), and the next
 		// message's sequence (dlq skip's --seq).
 		fields = append(fields, f("committed_stored", st.CommittedStored))
+		if !st.CommittedOldest.IsZero() {
+			fields = append(fields, f("committed_age", ageOf(st.CommittedOldest, time.Now())))
+		}
 		if st.NextSeq != 0 {
 			fields = append(fields, f("next_seq", st.NextSeq))
 		}

@@ -237,6 +237,9 @@ func worldInfo(e *env, name string) int {
 	if rc.Unreadable > 0 {
 		fields = append(fields, f("unreadable", rc.Unreadable))
 	}
+	if !mail.CommittedOldest.IsZero() {
+		fields = append(fields, f("committed_age", ageOf(mail.CommittedOldest, time.Now())))
+	}
 	e.emit("world", fields...)
 	return exitOK
 }

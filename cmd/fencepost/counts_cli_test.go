@@ -43,9 +43,13 @@ func TestCLI_CommittedNotWaiting(t *testing.T) {
 	require.EqualValues(t, 1, ws["depth"], "committed mail counted as waiting")
 	require.EqualValues(t, 1, ws["ids"])
 	require.EqualValues(t, 3, ws["committed_stored"])
+	require.NotEmpty(t, ws["committed_age"], "how long committed mail has waited for its removal")
 	st := jsonOut(t, cli(t, url, wn, "stat", "a", "--json"))
 	require.EqualValues(t, 0, st["depth"])
 	require.EqualValues(t, 3, st["committed_stored"])
+	require.NotEmpty(t, st["committed_age"])
+	st = jsonOut(t, cli(t, url, wn, "stat", "b", "--json"))
+	require.NotContains(t, st, "committed_age", "b has nothing committed")
 
 	r = cli(t, url, wn, "ls", "--with-mail")
 	require.Equal(t, 0, r.code, r.err)
@@ -56,7 +60,7 @@ func TestCLI_CommittedNotWaiting(t *testing.T) {
 
 	r = cli(t, url, "default", "world", "info", wn)
 	require.Equal(t, 0, r.code, r.err)
-	for _, want := range []string{" depth=1 ", " mailboxes=1 ", " committed_stored=3 "} {
+	for _, want := range []string{" depth=1 ", " mailboxes=1 ", " committed_stored=3 ", " committed_age="} {
 		require.Contains(t, r.out, want)
 	}
 }
