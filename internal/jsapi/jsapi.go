@@ -90,6 +90,14 @@ type getResponse struct {
 // answers from the state every conditional write is checked against, so a
 // decision and its refusal rest on the latest state. It returns ErrNotFound
 // when no message matches. A context without a deadline gets Timeout.
+//
+// A request the leader does not answer within leaderTry is sent again, and
+// one answered "unavailable" (503: the stream has no leader yet) again
+// after leaderPause, until ctx ends: a read asked twice is still one
+// read. A request sent to a leader that had just died is never answered,
+// and waiting out the whole deadline for it held a worker's delivery for 5
+// s after every bucket leader's death (bench --cluster 3 --kill-leaders);
+// asked again, it is answered once the new leader is elected.
 func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, req GetRequest) (*jetstream.RawStreamMsg, error) {
 	ctx, cancel := WithTimeout(ctx)
 	defer cancel()
@@ -97,9 +105,42 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, req GetRequest
 	if err != nil {
 		return nil, err
 	}
-	resp, err := request(ctx, nc, APIMsgGet+stream, body)
-	if err != nil {
-		return nil, fmt.Errorf("read stream %s: %w", stream, err)
+	for {
+		m, err := leaderGetOnce(ctx, nc, stream, body)
+		var api *jetstream.APIError
+		if !errors.As(err, &api) || api.Code != 503 {
+			return m, err
+		}
+		select {
+		case <-ctx.Done():
+			return m, err
+		case <-time.After(leaderPause):
+		}
+	}
+}
+
+// leaderTry bounds one request of LeaderGet; leaderPause is its wait
+// before it asks again after an "unavailable".
+const (
+	leaderTry   = time.Second
+	leaderPause = 100 * time.Millisecond
+)
+
+// leaderGetOnce is one read of LeaderGet: its request sent until answered
+// (each try bounded by leaderTry), or ctx ends.
+func leaderGetOnce(ctx context.Context, nc *nats.Conn, stream string, body []byte) (*jetstream.RawStreamMsg, error) {
+	var resp *nats.Msg
+	for {
+		tctx, cancel := context.WithTimeout(ctx, leaderTry)
+		m, err := request(tctx, nc, APIMsgGet+stream, body)
+		cancel()
+		if err == nil {
+			resp = m
+			break
+		}
+		if ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
+			return nil, fmt.Errorf("read stream %s: %w", stream, err)
+		}
 	}
 	var r getResponse
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
@@ -117,6 +158,7 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, req GetRequest
 	}
 	sm := &jetstream.RawStreamMsg{Subject: r.Message.Subject, Sequence: r.Message.Seq, Data: r.Message.Data, Time: r.Message.Time}
 	if len(r.Message.Header) > 0 {
+		var err error
 		if sm.Header, err = nats.DecodeHeadersMsg(r.Message.Header); err != nil {
 			return nil, fmt.Errorf("read stream %s: bad headers: %w", stream, err)
 		}

@@ -1,0 +1,79 @@
+package jsapi_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/server/servertest"
+)
+
+// TestLeaderGet_AnsweredAfterTheLeaderDies: a leader read of an R3
+// stream, asked as its leader dies, is answered by the next leader. The
+// reader is connected to a member that stays, so nothing drops its
+// connection: a request the dead leader never answers, or one answered
+// that the stream has no leader yet, is asked again. Sent once, the read
+// waited out its whole deadline (the 10 s here) and failed; a worker's
+// delivery waited so after every bucket leader's death.
+func TestLeaderGet_AnsweredAfterTheLeaderDies(t *testing.T) {
+	cl := servertest.NewCluster(t, 3)
+	_, js := servertest.Connect(t, cl.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "s.x", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var leader, stays *servertest.Node
+		for _, n := range cl.Nodes {
+			if n.Name() == info.Cluster.Leader {
+				leader = n
+			} else if stays == nil {
+				stays = n
+			}
+		}
+		if leader == nil || stays == nil {
+			t.Fatalf("round %d: no leader in %+v", round, info.Cluster)
+		}
+		nc, _ := servertest.Connect(t, stays.URL())
+		leader.Server.Stop()
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		start := time.Now()
+		m, err := jsapi.LeaderGet(rctx, nc, "S", jsapi.GetRequest{LastFor: "s.x"})
+		rcancel()
+		if err != nil {
+			t.Fatalf("round %d: a leader read as the leader died: %v after %v", round, err, time.Since(start))
+		}
+		if string(m.Data) != "a" {
+			t.Fatalf("round %d: read %q, want a", round, m.Data)
+		}
+		t.Logf("round %d: answered %v after the leader %s died", round, time.Since(start).Round(time.Millisecond), leader.Name())
+		leader.Restart(t)
+		servertest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+			info, err := s.Info(ctx)
+			if err != nil {
+				return err
+			}
+			if info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+				return context.DeadlineExceeded
+			}
+			for _, r := range info.Cluster.Replicas {
+				if !r.Current {
+					return context.DeadlineExceeded
+				}
+			}
+			return nil
+		})
+	}
+}
