@@ -154,7 +154,7 @@ func (d *handDrain) over(h *holder, unread int) bool {
 		d.lapsed = true
 		return true
 	}
-	return h.b.idle() && unread == 0 && h.rd.pending.Load() == 0
+	return h.b.idle() && unread == 0 && h.rd.Pending() == 0
 }
 
 // refence is asked when the broker refused a commit: if the drain still

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/follow"
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/store"
@@ -77,7 +78,7 @@ type holder struct {
 
 	// rd is the shard's reader; once is set for a drain by hand
 	// (handdrain.go), nil for a worker's holding.
-	rd   *reader
+	rd   *follow.Follower
 	once *handDrain
 }
 

@@ -211,32 +211,30 @@ func (wk *Worker) followPosts(ctx context.Context, cand chan<- candidate) (stop 
 	}
 	// With a sweep the consumer reads every message from the first on
 	// (the sweep must see each); without, from the next one stored. Never
-	// "new": an ordered consumer that is reset before it delivered a
-	// message is made again with its first policy, and "new" then skips
-	// what was stored in between, which no inbox would ever get (the soak
-	// lost three messages so, a cluster member killed under a fresh
-	// worker). A start sequence read once is the same on every reset.
-	occ := jetstream.OrderedConsumerConfig{FilterSubjects: filter, DeliverPolicy: jetstream.DeliverAllPolicy}
+	// "new": a start read once is the same on every remaking of the
+	// consumer, and "new" would skip what was stored in between, which no
+	// inbox would ever get (the soak lost three messages so, a cluster
+	// member killed under a fresh worker, with nats.go's ordered consumer).
+	opts := follow.Options{Filter: filter}
 	if wk.sweep == nil {
 		info, err := handles.Of(wk.w).Mailbox.Info(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("worker: follow posts: %w", err)
 		}
-		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, info.State.LastSeq+1
+		opts.From = info.State.LastSeq + 1
 	}
 	// One goroutine handles the posts, in stream order (internal/follow):
-	// nats.go's ordered Consume could hand this callback the post after
-	// x, on a new consumer's goroutine, while x was still being routed
-	// (a reconnect in between), and a holding whose posts carry no
-	// predecessor took that one first and committed past x.
-	posts, err := follow.Start(ctx, handles.Of(wk.w).Mailbox, follow.Options{Consumer: occ, Reset: func(err error) {
+	// a holding whose posts carry no predecessor takes the next one
+	// first, and must never get x+1 before x.
+	opts.Reset = func(err error) {
 		// A new consumer: no post was skipped, but every held id drains
 		// from its cursor before it takes its inbox again, and the ids
 		// not held are scanned for.
 		wk.log.Debug("follow posts: consumer replaced", "error", err)
 		wk.gapAll()
 		wk.missed.Store(true)
-	}}, func(m jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
+	}
+	posts, err := follow.Start(ctx, handles.Of(wk.w).Mailbox, opts, func(m jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
 		if err != nil {
 			wk.log.Warn("follow posts: a message without metadata", "subject", m.Subject(), "error", err)
 			wk.gapAll()

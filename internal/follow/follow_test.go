@@ -99,9 +99,8 @@ func TestFollow_ResetWhileHandling(t *testing.T) {
 	var resets atomic.Int32
 	holding, release := make(chan struct{}), make(chan struct{})
 	f, err := follow.Start(ctx, s, follow.Options{
-		Consumer: jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy},
-		Pull:     []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(16)},
-		Reset:    func(error) { resets.Add(1) },
+		ReadAhead: 16,
+		Reset:     func(error) { resets.Add(1) },
 	}, func(_ jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
 		c.enter()
 		if err == nil && meta.Sequence.Stream == hold {
@@ -145,8 +144,7 @@ func TestFollow_ServerRestart(t *testing.T) {
 
 	var c calls
 	f, err := follow.Start(ctx, s, follow.Options{
-		Consumer: jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy},
-		Pull:     []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(16), jetstream.PullHeartbeat(time.Second)},
+		ReadAhead: 16,
 	}, func(_ jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
 		c.enter()
 		c.leave(meta, err)
@@ -167,4 +165,155 @@ func TestFollow_ServerRestart(t *testing.T) {
 	}
 	publish(t, js, 301, 310)
 	require.Equal(t, 300, c.count(), "no call after Done")
+}
+
+// TestFollow_ConsumerDeleted: the follower's consumer is deleted under it,
+// again and again; each time it reads again from the message after the
+// last one handed out (two missed heartbeats tell it the consumer is
+// gone), tells Reset, and gives every message once, in order.
+func TestFollow_ConsumerDeleted(t *testing.T) {
+	node := servertest.New(t)
+	js, s := stream(t, node.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var c calls
+	var resets atomic.Int32
+	f, err := follow.Start(ctx, s, follow.Options{ReadAhead: 8, Reset: func(error) { resets.Add(1) }},
+		func(_ jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
+			c.enter()
+			c.leave(meta, err)
+		})
+	require.NoError(t, err)
+	defer f.Stop()
+	for round := range 3 {
+		publish(t, js, 100*round+1, 100*round+100)
+		require.Eventually(t, func() bool { return c.count() >= 100*(round+1) }, 30*time.Second, 10*time.Millisecond)
+		names := s.ConsumerNames(ctx)
+		for name := range names.Name() {
+			require.NoError(t, s.DeleteConsumer(ctx, name))
+		}
+		require.NoError(t, names.Err())
+	}
+	publish(t, js, 301, 350)
+	require.Eventually(t, func() bool { return c.count() >= 350 }, 30*time.Second, 10*time.Millisecond)
+	c.inOrder(t, 350)
+	require.GreaterOrEqual(t, resets.Load(), int32(3), "a reset per deleted consumer")
+}
+
+// TestFollow_FilterFromAndPending: a follower reads only its subjects,
+// from its start on, and says how many of them are stored after the last
+// one it handed out; Stop deletes its consumer at once.
+func TestFollow_FilterFromAndPending(t *testing.T) {
+	node := servertest.New(t)
+	js, s := stream(t, node.ClientURL())
+	publish(t, js, 1, 70) // f.0 .. f.6, ten each
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var mu sync.Mutex
+	var got []uint64
+	gate := make(chan struct{})
+	f, err := follow.Start(ctx, s, follow.Options{Filter: []string{"f.1", "f.2"}, From: 30, ReadAhead: 4},
+		func(m jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
+			require.NoError(t, err)
+			require.Contains(t, []string{"f.1", "f.2"}, m.Subject())
+			mu.Lock()
+			got = append(got, meta.Sequence.Stream)
+			n := len(got)
+			mu.Unlock()
+			if n == 3 {
+				<-gate
+			}
+		})
+	require.NoError(t, err)
+	// Messages 30..70 on f.1 or f.2: i%7 is 1 or 2, that is 36, 37, 43, 44, ..., 65.
+	var want []uint64
+	for i := uint64(30); i <= 70; i++ {
+		if i%7 == 1 || i%7 == 2 {
+			want = append(want, i)
+		}
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 3
+	}, 10*time.Second, 5*time.Millisecond)
+	require.EqualValues(t, len(want)-3, f.Pending(), "stored after the third handed out")
+	close(gate)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == len(want)
+	}, 10*time.Second, 5*time.Millisecond)
+	mu.Lock()
+	require.Equal(t, want, got)
+	mu.Unlock()
+	require.Zero(t, f.Pending())
+
+	f.Stop()
+	<-f.Done()
+	require.Eventually(t, func() bool {
+		info, err := s.Info(ctx)
+		return err == nil && info.State.Consumers == 0
+	}, 5*time.Second, 10*time.Millisecond, "the consumer left at Stop (inactive after 10 s otherwise)")
+}
+
+// TestFollow_LeaderDies: a follower of an R3 stream reads on when the
+// stream's leader dies (its consumer, R1 in memory, may die with it, or
+// stop hearing from it): every message once, in order, those posted
+// while the stream had no leader included.
+func TestFollow_LeaderDies(t *testing.T) {
+	cl := servertest.NewCluster(t, 3)
+	_, js := servertest.Connect(t, cl.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "F", Subjects: []string{"f.>"}, Replicas: 3})
+	require.NoError(t, err)
+	publish(t, js, 1, 100)
+
+	var c calls
+	var last atomic.Int64
+	f, err := follow.Start(ctx, s, follow.Options{ReadAhead: 16}, func(_ jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
+		c.enter()
+		last.Store(time.Now().UnixNano())
+		c.leave(meta, err)
+	})
+	require.NoError(t, err)
+	defer f.Stop()
+	require.Eventually(t, func() bool { return c.count() >= 100 }, 30*time.Second, 10*time.Millisecond)
+	for round := range 2 {
+		info, err := s.Info(ctx)
+		require.NoError(t, err)
+		var leader *servertest.Node
+		for _, n := range cl.Nodes {
+			if n.Name() == info.Cluster.Leader {
+				leader = n
+			}
+		}
+		require.NotNil(t, leader, "round %d: no leader", round)
+		killed := time.Now()
+		leader.Server.Stop()
+		n := 100 * (round + 2)
+		publish(t, js, n-99, n)
+		require.Eventually(t, func() bool { return c.count() >= n }, time.Minute, 10*time.Millisecond)
+		t.Logf("round %d: every message read %v after the leader %s died", round, time.Unix(0, last.Load()).Sub(killed).Round(time.Millisecond), leader.Name())
+		leader.Restart(t)
+		servertest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+			info, err := s.Info(ctx)
+			if err != nil {
+				return err
+			}
+			for _, r := range info.Cluster.Replicas {
+				if !r.Current {
+					return fmt.Errorf("replica %s not current", r.Name)
+				}
+			}
+			if info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+				return fmt.Errorf("cluster %+v", info.Cluster)
+			}
+			return nil
+		})
+	}
+	c.inOrder(t, 300)
 }

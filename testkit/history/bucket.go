@@ -67,7 +67,7 @@ func FollowBucket(ctx context.Context, js jetstream.JetStream, world string, sha
 	}
 	// In stream order, one message at a time (internal/follow): a record
 	// read after the cursor write it fenced would misname the holder.
-	opts := follow.Options{Consumer: jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}}
+	opts := follow.Options{}
 	if f.f, err = follow.Start(ctx, s, opts, f.onMsg); err != nil {
 		return nil, fmt.Errorf("history: follow the bucket stream: %w", err)
 	}
