@@ -33,7 +33,7 @@ func (r *run) commit(ctx context.Context, next wire.Cursor, acked, dead int) err
 	// What the handler acknowledged is committed even when the caller is
 	// cancelling (a lost lock was caught just above, and the fence catches
 	// a lost holding): a cancelled publish would leave its outcome unknown.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.commitWait)
 	defer cancel()
 	if !r.a.valid() {
 		if err := r.reauthorize(ctx); err != nil {

@@ -168,3 +168,12 @@ func SweeperCursor(s *Sweeper, id string) uint64 {
 // SweepNow makes one sweep of s at once, on the caller's goroutine: a test
 // runs s.Run with an interval that never comes, for its cursor watch.
 func SweepNow(ctx context.Context, s *Sweeper) { s.sweep(ctx) }
+
+// HoldingCommitWait is holdingCommitWait.
+const HoldingCommitWait = holdingCommitWait
+
+// NoAnswer is the future of a commit that is never answered (sent to a
+// stream leader that died): neither an ack nor an error ever comes.
+func NoAnswer(m *nats.Msg) jetstream.PubAckFuture {
+	return &lostAnswer{msg: m, err: make(chan error)}
+}

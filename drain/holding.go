@@ -450,7 +450,7 @@ func (h *Holding) Flush(ctx context.Context) error {
 // as a drain's commit decides it: the record read again, the commit
 // written again if the holding is unchanged, else the ownership outcome
 // (the messages it covered are delivered again to the new holder). No
-// answer within commitTimeout is an unknown outcome: the cursor is read
+// answer within holdingCommitWait is an unknown outcome: the cursor is read
 // again before the next delivery.
 func (h *Holding) settle(ctx context.Context) error {
 	p := h.sent
@@ -459,7 +459,7 @@ func (h *Holding) settle(ctx context.Context) error {
 	}
 	h.sent = nil
 	d := h.d
-	p.wait(commitTimeout, d.nc)
+	p.wait(holdingCommitWait, d.nc)
 	err := p.err
 	if a := p.pa; err == nil {
 		if d.onCommit != nil {
@@ -591,7 +591,7 @@ func (h *Holding) begin(ctx context.Context, hd Handler, opts []RunOption) (*run
 		h.fence = a.fence
 	}
 	now := time.Now()
-	r := &run{d: d, a: a, h: hd, o: o, committed: now, started: now,
+	r := &run{d: d, a: a, h: hd, o: o, committed: now, started: now, commitWait: holdingCommitWait,
 		subj: h.subj, cursorSubj: h.cursorSubj, bg: &h.purge, seenTo: h.handed,
 	}
 	r.st = h.book

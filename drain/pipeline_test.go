@@ -771,3 +771,36 @@ func TestHolding_StartFromPosts(t *testing.T) {
 	require.Zero(t, mailboxReads())
 	require.NoError(t, h.Flush(ctx))
 }
+
+// TestHolding_UnansweredCommitBounded: a holding's commit that is never
+// answered (sent to a bucket leader that died) is an unknown outcome
+// after holdingCommitWait, not the lock path's 10 s: the id's delivery
+// waited that long after each bucket leader's death. The next drain
+// fences the commit out and delivers again what it covered.
+func TestHolding_UnansweredCommitBounded(t *testing.T) {
+	ctx, w, _, ss, _, h := holdX(t)
+	defer ss.Close()
+	var rec testutil.Recorder
+	send(t, ctx, w, "x", "a")
+	_, err := h.Drain(ctx, rec.Handle)
+	require.NoError(t, err)
+
+	send(t, ctx, w, "x", "b")
+	msgs := mailboxMsgs(t, ctx, w, "x", storedCursor(t, w, "x"))
+	drain.SetCommitFault(h, func(func() (jetstream.PubAckFuture, error)) (jetstream.PubAckFuture, error) {
+		return drain.NoAnswer(nil), nil // never sent, never answered
+	})
+	_, ok, err := h.Deliver(ctx, msgs, rec.Handle)
+	require.True(t, ok)
+	require.NoError(t, err)
+	start := time.Now()
+	require.ErrorIs(t, h.Flush(ctx), drain.ErrUnknown)
+	waited := time.Since(start)
+	require.Less(t, waited, drain.HoldingCommitWait+2*time.Second, "waited %v for an answer that never comes", waited)
+	drain.SetCommitFault(h, nil)
+
+	_, err = h.Drain(ctx, rec.Handle)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b", "b"}, rec.Bodies(), "b delivered again: its commit's outcome is not known")
+	require.Equal(t, msgs[0].Sequence, storedCursor(t, w, "x"))
+}

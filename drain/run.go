@@ -20,8 +20,18 @@ import (
 // keep moving the ownership record under it.
 const maxCommitAttempts = 32
 
-// commitTimeout bounds one commit, retries included.
+// commitTimeout bounds one commit of a drain on the lock path (Drain,
+// DrainLease: `fencepost drain`), retries included.
 const commitTimeout = 10 * time.Second
+
+// holdingCommitWait bounds the wait for the answer to a holding's commit
+// (a worker's), retries included. No answer by then is an unknown
+// outcome: the holding fences the commit out (Touch) and reads its cursor
+// again before its next delivery, as after any unknown commit. A commit
+// sent to a bucket leader that had just died is never answered, and
+// waiting commitTimeout for it held the id's delivery for 10 s (bench
+// --cluster 3 --kill-leaders); the shards' holders wait 1 s.
+const holdingCommitWait = 2 * time.Second
 
 // run is one drain of one id.
 type run struct {
@@ -42,6 +52,9 @@ type run struct {
 	res         Result
 	uncertain   bool      // a commit's outcome is unknown
 	committed   time.Time // when the last commit was stored (or the run began)
+	// commitWait bounds each commit: commitTimeout on the lock path,
+	// holdingCommitWait in a holding.
+	commitWait time.Duration
 	// seenTo: messages up to this sequence may have been handed out
 	// before by this holding (Holding.handed); handed: the last one this
 	// run handed out. interrupted: a handler was stopped mid-call, its
@@ -128,7 +141,7 @@ func (d *Drainer) begin(ctx context.Context, a *authority, h Handler, opts []Run
 	if err != nil {
 		return nil, err
 	}
-	r := &run{d: d, a: a, lk: lk, h: h, o: o, committed: time.Now(),
+	r := &run{d: d, a: a, lk: lk, h: h, o: o, committed: time.Now(), commitWait: commitTimeout,
 		subj:       wire.MailboxSubject(d.world, a.id),
 		cursorSubj: wire.KeySubject(d.world, wire.CursorKey(a.id)),
 	}

@@ -365,7 +365,7 @@ func (r *run) publish(ctx context.Context, cursor []byte, w []store.StateWrite, 
 	// queued) sends a commit without writes as a plain fenced write.
 	if r.st != nil && r.resend == nil && attempt == 1 && !unshared && (len(w) > 0 || r.bg != nil) {
 		p := &sentCommit{ack: r.d.states.send(r.d, store.StateMsgs(r.d.world, r.a.fence, r.cursorSubj, cursor, w))}
-		p.wait(commitTimeout, r.d.nc)
+		p.wait(r.commitWait, r.d.nc)
 		return p.pa, p.err
 	}
 	return store.PublishCommit(ctx, r.d.w, r.a.fence, r.cursorSubj, cursor, w)

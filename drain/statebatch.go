@@ -86,14 +86,15 @@ func (c *stateCommits) flushLocked(d *Drainer) {
 	}
 }
 
-// wait takes the answer of a batch (at most commitTimeout, and not once
+// wait takes the answer of a batch (at most holdingCommitWait: only
+// holdings share batches; and not once
 // the connection closed), gives each part its own, and sends the next.
 func (c *stateCommits) wait(d *Drainer, f jetstream.PubAckFuture, parts []*statePart, n int) {
 	var (
 		ack *jetstream.PubAck
 		err error
 	)
-	t := time.NewTimer(commitTimeout)
+	t := time.NewTimer(holdingCommitWait)
 	tick := time.NewTicker(50 * time.Millisecond)
 wait:
 	for {
