@@ -268,13 +268,12 @@ func TestFollow_LeaderDies(t *testing.T) {
 	_, js := servertest.Connect(t, cl.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "F", Subjects: []string{"f.>"}, Replicas: 3})
-	require.NoError(t, err)
+	s := servertest.CreateStream(t, js, jetstream.StreamConfig{Name: "F", Subjects: []string{"f.>"}, Replicas: 3})
 	publish(t, js, 1, 100)
 
 	var c calls
 	var last atomic.Int64
-	f, err := follow.Start(ctx, s, follow.Options{ReadAhead: 16}, func(_ jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
+	f, err := follow.Start(ctx, s, follow.Options{ReadAhead: 16, Reset: func(err error) { t.Logf("%v reset: %v (%d read)", time.Now().Format("15:04:05.000"), err, c.count()) }}, func(_ jetstream.Msg, meta *jetstream.MsgMetadata, err error) {
 		c.enter()
 		last.Store(time.Now().UnixNano())
 		c.leave(meta, err)
@@ -283,37 +282,14 @@ func TestFollow_LeaderDies(t *testing.T) {
 	defer f.Stop()
 	require.Eventually(t, func() bool { return c.count() >= 100 }, 30*time.Second, 10*time.Millisecond)
 	for round := range 2 {
-		info, err := s.Info(ctx)
-		require.NoError(t, err)
-		var leader *servertest.Node
-		for _, n := range cl.Nodes {
-			if n.Name() == info.Cluster.Leader {
-				leader = n
-			}
-		}
-		require.NotNil(t, leader, "round %d: no leader", round)
 		killed := time.Now()
-		leader.Server.Stop()
+		leader, _ := cl.StopStreamLeader(t, s)
 		n := 100 * (round + 2)
 		publish(t, js, n-99, n)
 		require.Eventually(t, func() bool { return c.count() >= n }, time.Minute, 10*time.Millisecond)
 		t.Logf("round %d: every message read %v after the leader %s died", round, time.Unix(0, last.Load()).Sub(killed).Round(time.Millisecond), leader.Name())
 		leader.Restart(t)
-		servertest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-			info, err := s.Info(ctx)
-			if err != nil {
-				return err
-			}
-			for _, r := range info.Cluster.Replicas {
-				if !r.Current {
-					return fmt.Errorf("replica %s not current", r.Name)
-				}
-			}
-			if info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
-				return fmt.Errorf("cluster %+v", info.Cluster)
-			}
-			return nil
-		})
+		servertest.WaitStreamCurrent(t, s, 3)
 	}
 	c.inOrder(t, 300)
 }

@@ -23,31 +23,13 @@ func TestLeaderGet_AnsweredAfterTheLeaderDies(t *testing.T) {
 	_, js := servertest.Connect(t, cl.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := servertest.CreateStream(t, js, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3})
 	if _, err := js.Publish(ctx, "s.x", []byte("a")); err != nil {
 		t.Fatal(err)
 	}
 	for round := range 2 {
-		info, err := s.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var leader, stays *servertest.Node
-		for _, n := range cl.Nodes {
-			if n.Name() == info.Cluster.Leader {
-				leader = n
-			} else if stays == nil {
-				stays = n
-			}
-		}
-		if leader == nil || stays == nil {
-			t.Fatalf("round %d: no leader in %+v", round, info.Cluster)
-		}
+		leader, stays := cl.StopStreamLeader(t, s)
 		nc, _ := servertest.Connect(t, stays.URL())
-		leader.Server.Stop()
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 		start := time.Now()
 		m, err := jsapi.LeaderGet(rctx, nc, "S", jsapi.GetRequest{LastFor: "s.x"})
@@ -60,20 +42,6 @@ func TestLeaderGet_AnsweredAfterTheLeaderDies(t *testing.T) {
 		}
 		t.Logf("round %d: answered %v after the leader %s died", round, time.Since(start).Round(time.Millisecond), leader.Name())
 		leader.Restart(t)
-		servertest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-			info, err := s.Info(ctx)
-			if err != nil {
-				return err
-			}
-			if info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
-				return context.DeadlineExceeded
-			}
-			for _, r := range info.Cluster.Replicas {
-				if !r.Current {
-					return context.DeadlineExceeded
-				}
-			}
-			return nil
-		})
+		servertest.WaitStreamCurrent(t, s, 3)
 	}
 }

@@ -4,6 +4,8 @@
 package servertest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"testing"
@@ -235,5 +237,73 @@ func CheckFor(t testing.TB, total, every time.Duration, fn func() error) {
 			t.Fatalf("servertest: condition not met after %v: %v", total, err)
 		}
 		time.Sleep(every)
+	}
+}
+
+// StopStreamLeader stops the member that leads stream s and returns it
+// (Restart brings it back), and a member that stays.
+func (c *Cluster) StopStreamLeader(t testing.TB, s jetstream.Stream) (stopped, stays *Node) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatalf("servertest: stream info: %v", err)
+	}
+	for _, n := range c.Nodes {
+		if info.Cluster != nil && n.Name() == info.Cluster.Leader {
+			stopped = n
+		} else if stays == nil {
+			stays = n
+		}
+	}
+	if stopped == nil {
+		t.Fatalf("servertest: stream %s has no leader: %+v", info.Config.Name, info.Cluster)
+	}
+	stopped.Server.Stop()
+	return stopped, stays
+}
+
+// WaitStreamCurrent waits until stream s has a leader and every one of
+// its other replicas is current.
+func WaitStreamCurrent(t testing.TB, s jetstream.Stream, replicas int) {
+	t.Helper()
+	CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != replicas-1 {
+			return fmt.Errorf("stream %s: %+v", info.Config.Name, info.Cluster)
+		}
+		for _, r := range info.Cluster.Replicas {
+			if !r.Current {
+				return fmt.Errorf("stream %s: replica %s not current", info.Config.Name, r.Name)
+			}
+		}
+		return nil
+	})
+}
+
+// CreateStream creates a stream on the cluster, trying again while the
+// meta leader does not know every peer yet (JetStream's "no suitable
+// peers for placement", 10005: right after the cluster started, an R3
+// placement fails until it does).
+func CreateStream(t testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig) jetstream.Stream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		s, err := js.CreateStream(ctx, cfg)
+		if err == nil {
+			return s
+		}
+		var api *jetstream.APIError
+		if !errors.As(err, &api) || api.ErrorCode != 10005 || ctx.Err() != nil {
+			t.Fatalf("servertest: create stream %s: %v", cfg.Name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
