@@ -264,29 +264,6 @@ func (c *Cluster) StopStreamLeader(t testing.TB, s jetstream.Stream) (stopped, s
 	return stopped, stays
 }
 
-// WaitStreamCurrent waits until stream s has a leader and every one of
-// its other replicas is current.
-func WaitStreamCurrent(t testing.TB, s jetstream.Stream, replicas int) {
-	t.Helper()
-	CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		info, err := s.Info(ctx)
-		if err != nil {
-			return err
-		}
-		if info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != replicas-1 {
-			return fmt.Errorf("stream %s: %+v", info.Config.Name, info.Cluster)
-		}
-		for _, r := range info.Cluster.Replicas {
-			if !r.Current {
-				return fmt.Errorf("stream %s: replica %s not current", info.Config.Name, r.Name)
-			}
-		}
-		return nil
-	})
-}
-
 // CreateStream creates a stream on the cluster, trying again while the
 // meta leader does not know every peer yet (JetStream's "no suitable
 // peers for placement", 10005: right after the cluster started, an R3
