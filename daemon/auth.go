@@ -94,7 +94,6 @@ var Permissions = []Grant{
 	{"$JS.API.CONSUMER.INFO.FP_MB_<w>.*", pub, ownerOnly, "that consumer's state"},
 	{"$JS.API.CONSUMER.DELETE.FP_MB_<w>.*", pub, ownerOnly, "delete that consumer after the drain (no consumer exists at rest)"},
 	{"$JS.API.CONSUMER.MSG.NEXT.FP_MB_<w>.*", pub, ownerOnly, "pull messages from that consumer"},
-	{"$JS.FC.FP_MB_<w>.>", pub, ownerOnly, "flow control replies of a worker's ordered consumer on the mailbox stream"},
 	{"fp.<w>.rp.>", sub, ownerOnly, "a partitioned world's posts, republished by partition: a worker reads the partitions it serves and the ids it holds (design 3.13)"},
 	{"_INBOX.>", pub, ownerOnly, "answer calls: a worker publishes each call's answer to the reply subject the call names, which is under the caller's own inbox prefix (docs/wire.md Calls); it may publish to any inbox, and subscribe to its own only"},
 }
