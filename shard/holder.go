@@ -91,10 +91,11 @@ type result struct {
 	dead  bool  // a dead-letter write ended (err: its failure)
 	// With state: the id's state (read for this call if it was not
 	// known), whether the call never ran (the state could not be read:
-	// not the message's fault), and an acknowledged message's writes.
+	// not the message's fault), and the writes of each acknowledged
+	// message, in stream order.
 	st      *drain.IDState
 	notRun  bool
-	handled handled
+	handled []handled
 	// isCall: the message was a call, and answer what its handler
 	// answered (drain.CallAnswer).
 	isCall bool
@@ -340,15 +341,16 @@ const maxBatch = 64
 
 // batch is what one call hands the handler of the id of q, one message
 // after the other: its first message (delivery number delivery), and
-// after it, without state, the messages queued behind it, up to maxBatch
-// and up to the first call. One goroutine's turn, one result and one turn
-// of the loop per id instead of per message: an id with mail queued is
-// the common case of steady and takeover. A call comes alone (its answer
-// waits for the commit that covers it), and so does every message with
-// state (its writes are the message's own).
+// after it the messages queued behind it, up to maxBatch and up to the
+// first call. One goroutine's turn, one result and one turn of the loop
+// per id instead of per message: an id with mail queued is the common
+// case of steady, takeover and counter. A call comes alone (its answer
+// waits for the commit that covers it). With state, each message of a
+// batch gets the state its predecessors' writes left, and keeps its own
+// writes (result.handled), as if each were a call of its own.
 func (h *holder) batch(q *idq, delivery int) []drain.Message {
 	first := h.message(q.msgs[0], delivery)
-	if h.wk.cfg.State || first.IsCall() {
+	if first.IsCall() {
 		return []drain.Message{first}
 	}
 	msgs := []drain.Message{first}
@@ -397,7 +399,7 @@ func (h *holder) call(e *entry, msgs []drain.Message, st *drain.IDState) {
 			// after a takeover.
 			r.notRun, r.err = true, errNotHolder
 		case h.wk.cfg.State:
-			r = h.callWithState(e, m, st)
+			st = h.callWithState(&r, e, m, st)
 		default:
 			r.err = h.wk.handle(h.hctx, m)
 		}
@@ -478,6 +480,13 @@ func (h *holder) settle(r result) {
 	if r.st != nil {
 		h.states[r.eid] = r.st
 	}
+	// Every acknowledged message's writes, the batch's last included
+	// when it was acknowledged; whatever the rest of the batch did.
+	for _, x := range r.handled {
+		if len(x.writes) > 0 {
+			h.unc[r.eid] = append(h.unc[r.eid], x)
+		}
+	}
 	switch {
 	case r.notRun && errors.Is(r.err, errNotHolder):
 		h.b.release(r.eid) // the session renews, or fences and ends the holding
@@ -489,9 +498,6 @@ func (h *holder) settle(r result) {
 		h.b.hold(r.eid)
 		h.later(r.eid, h.wk.cfg.BackoffMin)
 	case r.err == nil:
-		if len(r.handled.writes) > 0 {
-			h.unc[r.eid] = append(h.unc[r.eid], r.handled)
-		}
 		if e := q.msgs[0]; r.isCall {
 			h.answers = append(h.answers, answer{eid: r.eid, m: e.m, body: r.answer})
 		} else if r.dead && e.id != "" {

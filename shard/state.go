@@ -37,26 +37,28 @@ type handled struct {
 // takes 1,000 messages, the cursor one of them.
 const maxBatchWrites = 999
 
-// callWithState runs the handler for m with the id's state, reading it
-// first if this holding does not know it yet.
-func (h *holder) callWithState(e *entry, m drain.Message, st *drain.IDState) result {
-	r := result{eid: e.eid}
+// callWithState runs the handler for m, one message of a call's batch,
+// with the id's state st, reading it first if this holding does not know
+// it yet (then r.st is the state read). It sets r.err, appends m's writes
+// to r.handled if the handler acknowledged m, and returns the state the
+// batch's next message gets.
+func (h *holder) callWithState(r *result, e *entry, m drain.Message, st *drain.IDState) *drain.IDState {
 	if st == nil {
 		ctx, cancel := jsapi.WithTimeout(h.hctx)
 		read, err := store.LoadStateWith(ctx, h.wk.w, e.id, wire.KeySubject(h.wk.w.Name, wire.CursorKey(h.unit)), h.cursorAt)
 		cancel()
 		if err != nil {
 			r.notRun, r.err = true, fmt.Errorf("read the state of %q: %w", e.id, err)
-			return r
+			return nil
 		}
 		st = drain.NewIDState(read)
 		r.st = st
 	}
 	m.State = st.Message()
 	if r.err = h.wk.handle(h.hctx, m); r.err == nil {
-		r.handled = handled{seq: m.Seq, writes: st.Ack(m.State)}
+		r.handled = append(r.handled, handled{seq: m.Seq, writes: st.Ack(m.State)})
 	}
-	return r
+	return st
 }
 
 // stateFor is the commit of c with the state's writes: the writes of the

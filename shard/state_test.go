@@ -2,13 +2,17 @@ package shard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
@@ -106,4 +110,81 @@ func TestShards_StateReadAndDelete(t *testing.T) {
 	st, err = w.Mailboxes.ReadState(ctx, "a")
 	require.NoError(t, err)
 	require.Empty(t, st.Values)
+}
+
+// TestShards_StateBatchFailsMidway: an id's queued messages go to its
+// handler in one call, each with the state its predecessors' writes left.
+// A message that fails in the middle of such a call (after staging
+// writes) keeps none of its writes; the messages before it keep theirs,
+// and a commit stores them with a cursor that covers them while the
+// failing one is retried; none after it is handled before its retry
+// succeeds: every message counted once, in posting order.
+func TestShards_StateBatchFailsMidway(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Shards: 2, MaxDeliveries: 100})
+	ctx := testutil.Ctx(t, time.Minute)
+	const n = 20
+	want := ""
+	for i := range n {
+		body := fmt.Sprintf("%02d,", i)
+		want += body
+		_, err := w.Send(ctx, "a", []byte(body))
+		require.NoError(t, err)
+	}
+	// 07 fails until released, 13 once; each after staging its writes.
+	var mu sync.Mutex
+	var calls []string
+	release, failed13 := make(chan struct{}), false
+	counter := &testutil.Counter{}
+	handle := func(ctx context.Context, m drain.Message, st *drain.State) error {
+		if err := counter.Handle(ctx, m, st); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, string(m.Body))
+		switch string(m.Body) {
+		case "07,":
+			select {
+			case <-release:
+			default:
+				return errors.New("failed after staging its writes")
+			}
+		case "13,":
+			if !failed13 {
+				failed13 = true
+				return errors.New("failed after staging its writes")
+			}
+		}
+		return nil
+	}
+	wk, err := w.NewStateWorker(worker.Config{Node: "n1", TTL: 2 * time.Second, Log: testLog()}, handle)
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	testutil.WaitFor(t, 20*time.Second, "00-06 committed while 07 fails", func() bool {
+		st := testutil.StoredState(t, w, "a")
+		return st["count"] == "7" && st["seen"] == want[:7*3]
+	})
+	close(release)
+	testutil.WaitFor(t, 20*time.Second, "every message counted", func() bool {
+		return testutil.StoredState(t, w, "a")["count"] == strconv.Itoa(n)
+	})
+	stop()
+	require.NoError(t, <-done)
+	st := testutil.StoredState(t, w, "a")
+	require.Equal(t, strconv.Itoa(n), st["count"], "each message counted once")
+	require.Equal(t, want, st["seen"], "in posting order, no failed call's writes")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Greater(t, strings.Count(strings.Join(calls, ""), "07,"), 1, "07 failed")
+	require.Equal(t, 2, strings.Count(strings.Join(calls, ""), "13,"), "13 failed once")
+	var order []string
+	for _, c := range calls {
+		if len(order) == 0 || order[len(order)-1] != c {
+			order = append(order, c)
+		}
+	}
+	require.Equal(t, strings.SplitAfter(want, ",")[:n], order, "no message handled before its predecessor's retry succeeded")
 }
