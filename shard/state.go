@@ -76,6 +76,7 @@ func (h *holder) stateFor(c wire.ShardCursor) (wire.ShardCursor, []store.IDState
 		handled
 	}
 	var due []one
+	n := 0 // the writes of due, a bound of what the batch carries
 	for eid, hs := range h.unc {
 		id, err := wire.DecodeID(eid)
 		if err != nil {
@@ -86,9 +87,15 @@ func (h *holder) stateFor(c wire.ShardCursor) (wire.ShardCursor, []store.IDState
 				break
 			}
 			due = append(due, one{id, eid, x})
+			n += len(x.writes)
 		}
 	}
-	slices.SortFunc(due, func(a, b one) int { return cmpU64(a.seq, b.seq) })
+	if n > maxBatchWrites {
+		// The batch may have to stop before a message: in stream order.
+		// Otherwise the order is each id's own, which is all the last
+		// value of a key needs.
+		slices.SortFunc(due, func(a, b one) int { return cmpU64(a.seq, b.seq) })
+	}
 	last := map[[2]string]int{} // (id, key) -> index in writes
 	var writes []store.IDStateWrite
 	for i, x := range due {
