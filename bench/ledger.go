@@ -521,6 +521,31 @@ func pollUntil(ctx context.Context, d time.Duration, cond func() bool) error {
 	return nil
 }
 
+// unrecordedPosts is how many of seqs (the stream sequences of the
+// messages the producers had acknowledged) have no post in a sharded
+// world's ledger: checkShards checks only the messages it knows, so one
+// it missed would go unchecked. 0 for a per-id world.
+func (l *ledger) unrecordedPosts(seqs []uint64) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.shards == 0 {
+		return 0
+	}
+	known := map[uint64]bool{}
+	for _, ps := range l.posts {
+		for _, p := range ps {
+			known[p.seq] = true
+		}
+	}
+	n := 0
+	for _, seq := range seqs {
+		if !known[seq] {
+			n++
+		}
+	}
+	return n
+}
+
 // checkShards checks every shard cursor write (see ledger): each message
 // it newly covers must have been delivered under the epoch of the shard's
 // record the write was accepted under, before the write. l.mu is held.

@@ -345,3 +345,22 @@ func TestLedgerShardCommits(t *testing.T) {
 		}
 	})
 }
+
+// TestLedger_UnrecordedPosts: a sharded world's check of commits knows
+// only the posts the ledger recorded; an acknowledged message it has no
+// post for is counted, so that the run fails instead of passing over it.
+func TestLedger_UnrecordedPosts(t *testing.T) {
+	l := newShardLedger("w", 4)
+	l.posted("a", 1)
+	l.posted("b", 2)
+	l.posted("a", 2) // a resent post: the same message
+	if n := l.unrecordedPosts([]uint64{1, 2}); n != 0 {
+		t.Errorf("%d unrecorded, want 0", n)
+	}
+	if n := l.unrecordedPosts([]uint64{1, 2, 3, 4}); n != 2 {
+		t.Errorf("%d unrecorded, want 2 (3 and 4)", n)
+	}
+	if n := newLedger("w").unrecordedPosts([]uint64{1}); n != 0 {
+		t.Errorf("a per-id ledger: %d unrecorded, want 0 (it checks cursors, not posts)", n)
+	}
+}

@@ -162,6 +162,19 @@ func (s *side) markPosted(n uint64, idx int, seq uint64) {
 	s.nSent.Add(1)
 }
 
+// postedSeqs are the stream sequences of every acknowledged post.
+func (s *side) postedSeqs() []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []uint64
+	for n, ok := range s.posted {
+		if ok && s.seqs[n] != 0 {
+			out = append(out, s.seqs[n])
+		}
+	}
+	return out
+}
+
 func (s *side) backlog() int64 { return s.nSent.Load() - s.nDelivered.Load() }
 
 func (s *side) idBacklog(i int) int64 { return s.perID[i].sent.Load() - s.perID[i].delivered.Load() }
