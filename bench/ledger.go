@@ -531,15 +531,16 @@ func (l *ledger) unrecordedPosts(seqs []uint64) int {
 	if l.shards == 0 {
 		return 0
 	}
-	known := map[uint64]bool{}
+	var known []uint64 // a sorted slice, not a map: a full-size run has millions
 	for _, ps := range l.posts {
 		for _, p := range ps {
-			known[p.seq] = true
+			known = append(known, p.seq)
 		}
 	}
+	slices.Sort(known)
 	n := 0
 	for _, seq := range seqs {
-		if !known[seq] {
+		if _, ok := slices.BinarySearch(known, seq); !ok {
 			n++
 		}
 	}
