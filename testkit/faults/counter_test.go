@@ -8,8 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
-	"testing"
 	"time"
 
 	"github.com/fencepost/fencepost/client"
@@ -135,38 +133,6 @@ func seizeOne(ctx context.Context, w *client.World, id string) error {
 	}
 }
 
-// staleOfSeized splits the stale deliveries: those of a holder displaced
-// by a forced seize, made after the seize began, are what a forced seize
-// of a live holder allows (it may hand out what it has in hand until it
-// learns of the seize; its commit is refused, so the message is delivered
-// again and its effect applied once: the counters check that). It returns
-// how many stale deliveries remain without them (violations, with
-// examples) and how many were the seized holders'. check is the run's
-// check (history.Check, or a sharded world's), shards the world's (0:
-// per-id), whose seizes are of shard units.
-func staleOfSeized(h history.History, rep history.Report, seizes []seized, shards int, check func(history.History) history.Report) (others int, examples []violation, ofSeized int) {
-	if len(seizes) == 0 || rep.StaleDeliveries == 0 {
-		return rep.StaleDeliveries, violationsOf(rep, "stale delivery"), 0
-	}
-	from := map[[2]any]time.Time{}
-	for _, s := range seizes {
-		k := [2]any{s.id, s.epoch}
-		if at, ok := from[k]; !ok || s.at.Before(at) {
-			from[k] = s.at
-		}
-	}
-	kept := h
-	kept.Deliveries = nil
-	for _, dl := range h.Deliveries {
-		if at, ok := from[[2]any{history.UnitOf(dl.ID, shards), dl.Epoch}]; ok && dl.At.After(at) {
-			continue
-		}
-		kept.Deliveries = append(kept.Deliveries, dl)
-	}
-	r := check(kept)
-	return r.StaleDeliveries, violationsOf(r, "stale delivery"), rep.StaleDeliveries - r.StaleDeliveries
-}
-
 // counterFigures is what the counter check found.
 type counterFigures struct {
 	Checked, Off int
@@ -223,42 +189,4 @@ func checkCounters(ctx context.Context, d *deployment, h history.History, mbIDs 
 		}
 	}
 	return f, nil
-}
-
-// TestStaleOfSeized: a stale delivery by a holder displaced by a forced
-// seize, after the seize, is counted apart; one of an epoch not seized,
-// or of the seized epoch before its seize, stays a violation.
-func TestStaleOfSeized(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	h := history.History{}
-	for i := 1; i <= 6; i++ {
-		h.Sends = append(h.Sends, history.Send{Producer: "p", ID: "a", Key: fmt.Sprint("k", i), Outcome: history.Posted, Seq: uint64(i), Invoked: at(0), Returned: at(1)})
-	}
-	dl := func(seq int, epoch uint64, ms int) history.Delivery {
-		return history.Delivery{ID: "a", Key: fmt.Sprint("k", seq), Seq: uint64(seq), Node: fmt.Sprint("n", epoch), Epoch: epoch, Revision: epoch, At: at(ms)}
-	}
-	h.Deliveries = []history.Delivery{
-		dl(1, 1, 10), dl(2, 1, 20), // epoch 1 before anything else
-		dl(2, 3, 100), dl(3, 3, 110), // epoch 3 acts at 100
-		dl(4, 1, 120), // epoch 1, seized at 50: counted apart
-		dl(4, 2, 130), // epoch 2, never seized: a violation
-		dl(4, 3, 140), dl(5, 3, 150), dl(6, 3, 160),
-	}
-	rep := history.Check(h)
-	if rep.StaleDeliveries != 2 {
-		t.Fatalf("the checker counts %d stale deliveries, want 2: %s", rep.StaleDeliveries, rep)
-	}
-	others, ex, ofSeized := staleOfSeized(h, rep, []seized{{id: "a", epoch: 1, at: at(50)}}, 0, history.Check)
-	if others != 1 || ofSeized != 1 || len(ex) != 1 || !strings.Contains(ex[0].text, "/2 ") {
-		t.Errorf("others %d %q, of seized holders %d; want 1 (epoch 2) and 1", others, texts(ex), ofSeized)
-	}
-	// A seize after the stale delivery exempts nothing.
-	if others, _, ofSeized := staleOfSeized(h, rep, []seized{{id: "a", epoch: 1, at: at(125)}}, 0, history.Check); others != 2 || ofSeized != 0 {
-		t.Errorf("seized after the delivery: others %d, of seized holders %d; want 2 and 0", others, ofSeized)
-	}
-	// No seize: every stale delivery is a violation.
-	if others, _, ofSeized := staleOfSeized(h, rep, nil, 0, history.Check); others != 2 || ofSeized != 0 {
-		t.Errorf("no seize: others %d, of seized holders %d; want 2 and 0", others, ofSeized)
-	}
 }

@@ -64,8 +64,8 @@ func texts(vs []violation) []string {
 
 // failures are the examples of the round's violations that have a time:
 // all but the lost messages, the keys stored twice (not a violation), and
-// the stale deliveries that are no failure here (of seized holders in a
-// counter round, beyond the clock bounds).
+// the stale deliveries that are no failure here (of seized holders, of
+// calls decided before a pause, beyond the clock bounds).
 func failures(sc scenario, res outcome) []violation {
 	var out []violation
 	for _, v := range violationsOf(res.Report, "unexpected", "order", "cursor back", "stale commit") {
@@ -73,11 +73,8 @@ func failures(sc scenario, res outcome) []violation {
 			out = append(out, v)
 		}
 	}
-	switch {
-	case sc.Counter || sc.seizes():
+	if !sc.BeyondBounds {
 		out = append(out, res.StaleExamples...)
-	case !sc.BeyondBounds:
-		out = append(out, violationsOf(res.Report, "stale delivery")...)
 	}
 	return out
 }

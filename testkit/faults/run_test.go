@@ -128,7 +128,7 @@ type scenario struct {
 }
 
 // seizes says whether the scenario force-seizes live holders: stale
-// deliveries of the displaced holders are then counted apart (staleOfSeized).
+// deliveries of the displaced holders are then counted apart (staleApart).
 func (sc scenario) seizes() bool { return slices.Contains(sc.Faults, OwnerSeize) }
 
 // outcome is what one run measured.
@@ -150,13 +150,16 @@ type outcome struct {
 	Partition       partitionFigures
 	isolations      []isolation
 	ownerLives      map[int]time.Duration // longest life of an owner process, by slot
-	// Counter rounds: the counters, the forced seizes, and the stale
-	// deliveries of seized holders (counted apart, SeizedStale) and of any
-	// other (StaleOthers: violations, with StaleExamples).
+	// Counter rounds: the counters and the forced seizes.
 	Counters      counterFigures
 	seizes        []seized
 	SeizeFailures int
+	// The stale deliveries (staleApart): of seized holders and of calls
+	// decided before a pause (counted apart, SeizedStale and
+	// PausedStale), and any other (StaleOthers: violations, with
+	// StaleExamples).
 	SeizedStale   int
+	PausedStale   int
 	StaleOthers   int
 	StaleExamples []violation
 	// Sharded rounds: the cursor writes read from the bucket stream
@@ -641,10 +644,7 @@ func run(t testing.TB, sc scenario) outcome {
 		lap("read the bucket stream's commits")
 	}
 	res.Report = check(h)
-	res.StaleOthers = res.Report.StaleDeliveries
-	if sc.Counter || sc.seizes() {
-		res.StaleOthers, res.StaleExamples, res.SeizedStale = staleOfSeized(h, res.Report, res.seizes, sc.Shards, check)
-	}
+	res.StaleOthers, res.StaleExamples, res.SeizedStale, res.PausedStale = staleApart(h, res.Report, res.seizes, res.faults, sc.Shards, check)
 	if sc.Counter {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		var err error
@@ -950,6 +950,9 @@ func verify(t testing.TB, sc scenario, res outcome) {
 	if sc.seizes() && !sc.Counter {
 		t.Logf("%s: %d units force-seized in %d seizes (%d failed), %d stale deliveries of seized holders (counted apart), %d other stale deliveries",
 			sc.Name, len(res.seizes), res.Faults[OwnerSeize], res.SeizeFailures, res.SeizedStale, res.StaleOthers)
+	}
+	if res.PausedStale > 0 {
+		t.Logf("%s: %d stale deliveries of calls decided before a pause (counted apart: docs/design.md, invariant 4 point 3)", sc.Name, res.PausedStale)
 	}
 	stale := res.StaleOthers
 	if sc.Counter || sc.seizes() {

@@ -107,6 +107,7 @@ func TestSoak(t *testing.T) {
 		counters                         counterFigures
 		counterRounds, seizes            int
 		staleSeized                      int // stale deliveries of holders displaced by a forced seize (counted apart)
+		stalePaused                      int // stale deliveries of calls decided before a pause (counted apart)
 		dupPct                           []string
 		shards                           shardTally
 	)
@@ -171,6 +172,7 @@ func TestSoak(t *testing.T) {
 			shards.read += res.Coverage.Read
 			shards.skipped += res.Coverage.Skipped
 		}
+		stalePaused += res.PausedStale
 		tr.StaleCommits += r.StaleCommits
 		tr.Order += r.Order
 		tr.CursorBack += r.CursorBack
@@ -196,14 +198,14 @@ func TestSoak(t *testing.T) {
 			linUnsure++
 		}
 		dupPct = append(dupPct, fmt.Sprintf("%.2f", r.DuplicatePct()))
-		fmt.Printf("SOAK after %d rounds (%v, last round ok=%v): %s | beyond the clock bounds: %d stale deliveries of %d | %s | %s\n", rounds, time.Since(start).Round(time.Second), ok, soakSummary(total, linOK, linBad, linUnsure), staleBeyond, delivBeyond, counterSummary(counterRounds, counters, seizes, staleSeized), shards)
+		fmt.Printf("SOAK after %d rounds (%v, last round ok=%v): %s | beyond the clock bounds: %d stale deliveries of %d | calls decided before a pause: %d stale deliveries (counted apart) | %s | %s\n", rounds, time.Since(start).Round(time.Second), ok, soakSummary(total, linOK, linBad, linUnsure), staleBeyond, delivBeyond, stalePaused, counterSummary(counterRounds, counters, seizes, staleSeized), shards)
 		for _, n := range res.Notes {
 			fmt.Printf("SOAK round %d: %s\n", rounds, n)
 		}
 	}
 	total.Duration = time.Since(start)
-	fmt.Printf("SOAK SUMMARY\n  command: go test -run TestSoak -timeout 0 -v ./testkit/faults/ -soak %v\n  rounds: %d (%v each of faults, rotating %s)\n  duration: %v\n  %s\n  beyond the clock bounds (not failures): %d stale deliveries of %d deliveries\n  %s\n  %s\n  duplicates per round (%%): %s\n",
-		d, rounds, roundFor, names(scs), total.Duration.Round(time.Second), soakSummary(total, linOK, linBad, linUnsure), staleBeyond, delivBeyond, counterSummary(counterRounds, counters, seizes, staleSeized), shards, strings.Join(dupPct, " "))
+	fmt.Printf("SOAK SUMMARY\n  command: go test -run TestSoak -timeout 0 -v ./testkit/faults/ -soak %v\n  rounds: %d (%v each of faults, rotating %s)\n  duration: %v\n  %s\n  beyond the clock bounds (not failures): %d stale deliveries of %d deliveries\n  calls decided before a pause (not failures): %d stale deliveries\n  %s\n  %s\n  duplicates per round (%%): %s\n",
+		d, rounds, roundFor, names(scs), total.Duration.Round(time.Second), soakSummary(total, linOK, linBad, linUnsure), staleBeyond, delivBeyond, stalePaused, counterSummary(counterRounds, counters, seizes, staleSeized), shards, strings.Join(dupPct, " "))
 }
 
 // counterSummary: the counter rounds' figures (their stale deliveries
