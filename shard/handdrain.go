@@ -133,13 +133,15 @@ type finishedMsg struct {
 	dead bool
 }
 
-// budget is how many more messages may be handed to the handler: -1 for
-// no bound.
-func (d *handDrain) budget() int {
+// budget is how many more messages may be handed to the handler while
+// inflight calls run (each hands out one message: batch): -1 for no
+// bound. A call's slot is free before the holder's loop has settled its
+// result, so the calls in flight count as acknowledged until they are.
+func (d *handDrain) budget(inflight int) int {
 	if d.max == 0 {
 		return -1
 	}
-	return d.max - d.acked
+	return max(0, d.max-d.acked-inflight)
 }
 
 // over says whether the holding has no more to do: the bound reached, the
@@ -148,7 +150,7 @@ func (d *handDrain) over(h *holder, unread int) bool {
 	switch {
 	case h.inflight > 0:
 		return false
-	case d.budget() == 0:
+	case d.budget(0) == 0:
 		return true
 	case !h.lease.Valid():
 		d.lapsed = true

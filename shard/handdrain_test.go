@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,6 +196,34 @@ func TestDrain_ShardByHandMax(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, n-5, res.Count)
 	led.onceInOrder(t, want)
+}
+
+// TestDrain_ShardByHandMaxWhileMailArrives: a drain by hand with max
+// hands out no more than max messages while mail keeps arriving (CI, 7
+// Dec: a drain with max 5 handed out and committed all 57). A call's slot
+// is free before the holder's loop has settled its result; a message read
+// in between made the loop hand out another before the acknowledgement
+// was counted, the count passed max, and the bound was gone. Each call
+// here posts a message of the shard, so that the loop has one to read
+// while the call's result waits.
+func TestDrain_ShardByHandMaxWhileMailArrives(t *testing.T) {
+	w, q, want, _ := handDrainWorld(t, world.Config{}, 1)
+	ids := slices.Sorted(maps.Keys(want))
+	ctx := testutil.Ctx(t, time.Minute)
+	l, err := w.Ownership.Claim(ctx, wire.ShardUnit(q), "n1", 30*time.Second)
+	require.NoError(t, err)
+	for round := range 10 {
+		var calls atomic.Int64
+		h := func(ctx context.Context, m drain.Message) error {
+			n := calls.Add(1)
+			_, err := w.Send(ctx, ids[int(n)%len(ids)], []byte("more"))
+			return err
+		}
+		res, err := shard.Drain(ctx, w.World, w.Ownership, w.Drainer, q, "n1", l.Epoch, h, shard.DrainOptions{Max: 3, Log: testLog()})
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Acked, "round %d", round)
+		require.EqualValues(t, 3, calls.Load(), "round %d: messages handed out", round)
+	}
 }
 
 // TestDrain_ShardByHandFailingID: an id whose handler always fails gets

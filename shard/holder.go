@@ -305,7 +305,7 @@ func (h *holder) dispatch(draining bool) {
 		}
 		take := h.b.take
 		if h.once != nil {
-			if h.once.budget() == 0 {
+			if h.once.budget(h.inflight) == 0 {
 				return
 			}
 			take = h.b.takeOldest
