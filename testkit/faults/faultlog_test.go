@@ -218,7 +218,9 @@ func TestDescribe_StaleDelivery(t *testing.T) {
 		t.Fatalf("want one stale delivery and nothing lost: %s", rep)
 	}
 	sc := scenario{Name: "stale"}
-	describes(t, describe(h, failures(sc, outcome{Report: rep}), 0),
+	res := outcome{Report: rep} // as run makes it
+	res.StaleOthers, res.StaleExamples, res.SeizedStale, res.PausedStale = staleApart(h, rep, nil, nil, 0, history.Check)
+	describes(t, describe(h, failures(sc, res), 0),
 		"HOLDERS of mb-6 (first stale delivery seq 2)",
 		"owner-1/17: 2 deliveries, first 1 at 22:22:01.000, last 2 at 22:22:04.000; last before the stale delivery 1 at 22:22:01.000, first after -",
 		"VIOLATION stale delivery: mb-6 seq 2 to owner-1/17",
@@ -226,7 +228,7 @@ func TestDescribe_StaleDelivery(t *testing.T) {
 	)
 	// Beyond the clock bounds a stale delivery is no failure: nothing to log.
 	sc.BeyondBounds = true
-	if vs := failures(sc, outcome{Report: rep}); len(vs) != 0 {
+	if vs := failures(sc, res); len(vs) != 0 {
 		t.Errorf("beyond the bounds, failures %v", vs)
 	}
 }
