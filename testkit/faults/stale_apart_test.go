@@ -42,10 +42,6 @@ const pauseGrace = time.Second
 //
 // shards is the world's (0: per-id), whose units are its shards.
 func pausedCalls(h history.History, faults []faultAt, shards int) map[int]bool {
-	type unitEpoch struct {
-		unit  string
-		epoch uint64
-	}
 	// acted[u]: when each epoch of unit u first acted.
 	acted := map[string]map[uint64]time.Time{}
 	act := func(unit string, epoch uint64, at time.Time) {
@@ -64,10 +60,11 @@ func pausedCalls(h history.History, faults []faultAt, shards int) map[int]bool {
 	for _, c := range h.Commits {
 		act(c.ID, c.Epoch, c.At) // a commit's ID is its unit
 	}
-	newer := func(k unitEpoch) (time.Time, bool) {
+	// newer: when an epoch of unit above epoch first acted.
+	newer := func(unit string, epoch uint64) (time.Time, bool) {
 		var first time.Time
-		for e, at := range acted[k.unit] {
-			if e > k.epoch && (first.IsZero() || at.Before(first)) {
+		for e, at := range acted[unit] {
+			if e > epoch && (first.IsZero() || at.Before(first)) {
 				first = at
 			}
 		}
@@ -88,7 +85,7 @@ func pausedCalls(h history.History, faults []faultAt, shards int) map[int]bool {
 				continue
 			}
 			seen[k] = true
-			n, ok := newer(unitEpoch{history.UnitOf(d.ID, shards), d.Epoch})
+			n, ok := newer(history.UnitOf(d.ID, shards), d.Epoch)
 			if ok && !n.Before(f.at) && n.Before(d.At) {
 				out[i] = true
 			}
