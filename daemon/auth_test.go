@@ -22,7 +22,7 @@ import (
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
-	"github.com/fencepost/fencepost/ownership"
+	"github.com/fencepost/fencepost/queue"
 	"github.com/fencepost/fencepost/server"
 	"github.com/fencepost/fencepost/server/servertest"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -296,18 +296,23 @@ func TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, o.w.Ownership.Release(ctx, "short", "node-b"))
 
-	// Deep mailbox / many ids: DrainAll uses a consumer of its own.
-	for _, id := range []string{"a", "b"} {
-		_, err := p.w.Queue.Send(ctx, id, []byte(id))
+	// A deep mailbox: the drain follows it with a consumer of its own
+	// once its first read finds more than 2 batches behind it.
+	const deep = 4*drain.DefaultBatch + 1
+	sent := make([]*queue.Pending, deep)
+	for i := range sent {
+		sent[i], err = p.w.Queue.SendAsync("deep", []byte("d"))
 		require.NoError(t, err)
 	}
-	la, err := o.w.Ownership.Claim(ctx, "a", "node-a", time.Minute)
+	for _, s := range sent {
+		_, err := s.Wait(ctx)
+		require.NoError(t, err)
+	}
+	ld, err := o.w.Ownership.Claim(ctx, "deep", "node-a", time.Minute)
 	require.NoError(t, err)
-	lb, err := o.w.Ownership.Claim(ctx, "b", "node-a", time.Minute)
+	res, err = o.w.Drainer.DrainLease(ctx, ld, func(context.Context, drain.Message) error { return nil })
 	require.NoError(t, err)
-	all, err := o.w.Drainer.DrainAll(ctx, []*ownership.Lease{la, lb}, func(context.Context, drain.Message) error { return nil })
-	require.NoError(t, err)
-	require.Equal(t, 2, all.Acked)
+	require.Equal(t, deep, res.Acked)
 
 	require.Empty(t, o.violations(0), "holding and draining need nothing the owner lacks")
 	before, err := handles.Of(o.w).Bucket.Info(ctx)

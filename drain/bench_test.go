@@ -14,7 +14,6 @@ import (
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
-	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/server/servertest"
 	"github.com/fencepost/fencepost/world"
 )
@@ -153,56 +152,15 @@ func boolInt(v bool) int {
 	return 0
 }
 
-// BenchmarkDrainManyIDs drains 100,000 messages spread over 10,000 ids held
-// by one node (10 each), against a raw pull consumer over the same spread
-// of subjects, on the same server in the same run.
-//
-//	go test -run '^$' -bench DrainManyIDs -benchtime 1x ./drain/
-func BenchmarkDrainManyIDs(b *testing.B) {
-	const ids, per = 10_000, 10
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		e := newBenchEnv(b)
-		names := make([]string, ids)
-		for j := range names {
-			names[j] = fmt.Sprintf("id-%d", j)
-		}
-		leases := e.claimAll(b, names)
-		// The mailboxes first, the raw stream last: the raw side reads the
-		// freshest (cached) blocks.
-		e.fill(b, ids*per, func(i int) string { return wire.MailboxSubject("bench", names[i%ids]) })
-		// A stream of its own for the baseline, consumed without a filter:
-		// a filter narrower than the stream's subjects makes the server
-		// match every message against 10,000 subjects (about 20k msgs/s
-		// here), which would flatter the ratio.
-		m, err := e.js.CreateStream(e.ctx, jetstream.StreamConfig{Name: "RAWM", Subjects: []string{"rawm.*"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		e.raw = m
-		e.fill(b, ids*per, func(i int) string { return fmt.Sprintf("rawm.%d", i%ids) })
-		rawD := e.rawConsume(b, "", ids*per)
-		orderedD := e.orderedConsume(b, "", ids*per)
-		b.StartTimer()
-		start := time.Now()
-		res, err := e.w.Drainer.DrainAll(e.ctx, leases, func(context.Context, drain.Message) error { return nil })
-		oursD := time.Since(start)
-		if err != nil || res.Count != ids*per {
-			b.Fatalf("drained %d of %d: %v", res.Count, ids*per, err)
-		}
-		report(b, ids*per, rawD, oursD)
-		b.ReportMetric(float64(ids*per)/orderedD.Seconds(), "raw-ordered-msgs/s")
-	}
-}
-
-// BenchmarkDrainManyIDsHeld is DrainManyIDs on a worker's path
-// (docs/design/pipeline.md): the 10,000 ids are held through one session and caught up (a
-// drain each, before the timer); one ordered consumer reads every mailbox
-// and hands each id's messages to its holding's Deliver, at most 256
+// BenchmarkDrainManyIDsHeld drains 100,000 messages spread over 10,000
+// ids (10 each) on a worker's path (docs/design.md 3.10): the ids are held
+// through one session and caught up (a drain each, before the timer); one
+// ordered consumer reads every mailbox and hands each id's messages to its holding's Deliver, at most 256
 // deliveries at once, and tells the drainer's Sweeper of each, as a worker
 // does (the holdings leave their purges to its sweeps, one purge a second
-// for every id); the timer stops once every commit settled. Raw: the same
-// pull consume as DrainManyIDs.
+// for every id); the timer stops once every commit settled. Raw: a pull
+// consumer over the same spread of subjects, on the same server in the
+// same run.
 //
 //	go test -run '^$' -bench DrainManyIDsHeld -benchtime 1x -count 3 ./drain/
 func BenchmarkDrainManyIDsHeld(b *testing.B) {
@@ -334,59 +292,4 @@ func deliverHeld(b *testing.B, e *benchEnv, holdings map[string]*drain.Holding, 
 		b.Fatal(err)
 	}
 	return int(got.Load())
-}
-
-// orderedConsume is a second baseline: an ordered consumer (no acks at
-// all) over filter, until n messages were consumed.
-func (e *benchEnv) orderedConsume(b *testing.B, filter string, n int) time.Duration {
-	start := time.Now()
-	var cfg jetstream.OrderedConsumerConfig
-	if filter != "" {
-		cfg.FilterSubjects = []string{filter}
-	}
-	cons, err := e.raw.OrderedConsumer(e.ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer it.Stop()
-	for range n {
-		if _, err := it.Next(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return time.Since(start)
-}
-
-func (e *benchEnv) claimAll(b *testing.B, ids []string) []*ownership.Lease {
-	leases := make([]*ownership.Lease, len(ids))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(ids) {
-					return
-				}
-				l, err := e.w.Ownership.Claim(e.ctx, ids[i], "node-a", time.Hour)
-				if err != nil {
-					failed.Store(err)
-					return
-				}
-				leases[i] = l
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	return leases
 }

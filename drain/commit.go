@@ -126,7 +126,7 @@ func (d *Drainer) serverPurges() bool { return d.cfg.Purge == world.PurgeByServe
 // everything below the cursor, so one that is skipped because another is
 // in flight is made up by the next. finishPurge waits for the last one.
 func (r *run) purge(ctx context.Context) {
-	if r.deferPurge || r.d.serverPurges() {
+	if r.d.serverPurges() {
 		return
 	}
 	if r.bg != nil {

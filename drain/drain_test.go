@@ -44,7 +44,6 @@ var mailboxCases = []mailboxCase{
 	{"Drain_StaleEpochLock_TakenAtOnce", testStaleEpochLock},
 	{"Drain_Max", testMax},
 	{"Drain_CancelledByCaller", testCancelled},
-	{"DrainAll_ManyIDs", testDrainAll},
 	{"Drain_DeepMailbox_FailureMidway", testDeepFailure},
 	{"Send_Dedupe", testDedupe},
 	{"Send_Full_StoresNothing", testFull},
@@ -555,75 +554,6 @@ func testDeepFailure(t *testing.T, env *testutil.Env) {
 		want++
 	}
 	require.Zero(t, stored(t, w, wire.MailboxSubject(w.Name, "deep")))
-	names := handles.Of(w).Mailbox.ConsumerNames(ctx)
-	for range names.Name() {
-		t.Error("a consumer outlived the drain")
-	}
-}
-
-// DrainAll over interleaved mailboxes: every held id's messages in order,
-// a failing message delivered again, an id held by another node and an id
-// nobody drains keep their messages.
-func testDrainAll(t *testing.T, env *testutil.Env) {
-	ctx := testutil.Ctx(t, time.Minute)
-	w, d := newWorld(t, env, world.Config{})
-	const ids, per = 40, 5
-	send(t, ctx, w, "other", "o0")
-	for i := range per {
-		for j := range ids {
-			send(t, ctx, w, fmt.Sprintf("id-%d", j), strconv.Itoa(i))
-		}
-		if i == 2 {
-			send(t, ctx, w, "other", "o1")
-		}
-	}
-	var leases []*ownership.Lease
-	for j := range ids {
-		l, err := w.Ownership.Claim(ctx, fmt.Sprintf("id-%d", j), "n1", time.Minute)
-		require.NoError(t, err)
-		leases = append(leases, l)
-	}
-	// id-5 was drained in part before: its cursor is where DrainAll starts.
-	_, err := d.DrainLease(ctx, leases[5], (&testutil.Recorder{}).Handle, drain.WithMax(2))
-	require.NoError(t, err)
-	// id-3 is taken by another node after n1 got its lease.
-	_, err = w.Ownership.Seize(ctx, "id-3", "n2", time.Minute, true)
-	require.NoError(t, err)
-
-	var mu sync.Mutex
-	got := map[string][]string{}
-	failed := false
-	res, err := d.DrainAll(ctx, leases, func(_ context.Context, m drain.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		got[m.ID] = append(got[m.ID], string(m.Body))
-		if m.ID == "id-7" && string(m.Body) == "2" && !failed {
-			failed = true
-			return errors.New("once")
-		}
-		return nil
-	})
-	require.ErrorIs(t, err, ownership.ErrHeld)
-	require.Contains(t, err.Error(), `"id-3"`)
-	require.Equal(t, (ids-1)*per-2, res.Count, "DrainAll: %v", err)
-	for j := range ids {
-		id := fmt.Sprintf("id-%d", j)
-		switch id {
-		case "id-5":
-			require.Equal(t, []string{"2", "3", "4"}, got[id])
-		case "id-3":
-			require.Empty(t, got[id])
-			require.Equal(t, uint64(per), stored(t, w, wire.MailboxSubject(w.Name, id)))
-		case "id-7":
-			require.Equal(t, []string{"0", "1", "2", "2", "3", "4"}, got[id])
-		default:
-			require.Equal(t, []string{"0", "1", "2", "3", "4"}, got[id], id)
-		}
-		if id != "id-3" {
-			require.Zero(t, stored(t, w, wire.MailboxSubject(w.Name, id)), id)
-		}
-	}
-	require.Equal(t, uint64(2), stored(t, w, wire.MailboxSubject(w.Name, "other")))
 	names := handles.Of(w).Mailbox.ConsumerNames(ctx)
 	for range names.Name() {
 		t.Error("a consumer outlived the drain")

@@ -103,18 +103,18 @@ func (f *follower) close() {
 	_ = f.stream.DeleteConsumer(ctx, f.name)
 }
 
-// consumerRead reads the messages of an AckNone consumer (a follower's,
-// DrainAll's scan) and proves that none was lost on the way. The server
-// never sends such a consumer's message again, and nats.go's pull
-// iterator goes on after a reconnect as if nothing had happened: what was
-// on its way when the connection broke is skipped, and a reader that
-// takes what comes next for what follows would hand out messages past
-// the lost ones and commit over them (a cut proxy lost a drain's
-// messages so: TestDrain_DeepMailbox_CutWhileFollowing). Each message's
-// delivery sequence must follow the last one's; a reader that waits
-// while the connection was made again may have lost the tail, after
-// which nothing comes to show the gap. Either is errConsumerGap, and the
-// caller reads from its cursor instead.
+// consumerRead reads the messages of an AckNone consumer (a follower's)
+// and proves that none was lost on the way. The server never sends such a
+// consumer's message again, and nats.go's pull iterator goes on after a
+// reconnect as if nothing had happened: what was on its way when the
+// connection broke is skipped, and a reader that takes what comes next
+// for what follows would hand out messages past the lost ones and commit
+// over them (a cut proxy lost a drain's messages so:
+// TestDrain_DeepMailbox_CutWhileFollowing). Each message's delivery
+// sequence must follow the last one's; a reader that waits while the
+// connection was made again may have lost the tail, after which nothing
+// comes to show the gap. Either is errConsumerGap, and the caller reads
+// from its cursor instead.
 type consumerRead struct {
 	iter       jetstream.MessagesContext
 	nc         *nats.Conn

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
-	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/faults"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
@@ -193,57 +191,6 @@ func TestConsumerRead_TailLostAcrossAReconnect(t *testing.T) {
 	}
 	require.True(t, isClosed(cut), "the consumer never sent its last message: nothing was cut")
 	require.Less(t, got, len(want), "what was on its way at the cut never came")
-}
-
-// DrainAll reads every mailbox through one consumer; the connection is cut
-// while its first messages are on their way.
-func TestDrainAll_CutWhileScanning(t *testing.T) {
-	env := testutil.Start(t, testutil.Target{Name: "single"})
-	ctx := testutil.Ctx(t, 2*time.Minute)
-	w, _ := newWorld(t, env, world.Config{})
-	ids := []string{"a", "b", "c"}
-	want := map[string][]uint64{}
-	for _, id := range ids {
-		want[id] = postMany(t, ctx, w, id, 300, []byte("m"))
-	}
-	p, pw := viaProxy(t, env, w, 200*time.Millisecond)
-	d, err := drain.New(pw.World, pw.Ownership, drain.WithBatch(50))
-	require.NoError(t, err)
-	var leases []*ownership.Lease
-	for _, id := range ids {
-		l, err := pw.Ownership.Claim(ctx, id, "n1", time.Minute)
-		require.NoError(t, err)
-		leases = append(leases, l)
-	}
-	cut := cutWhenSent(t, w, p, "fencepost drain of many ids")
-	var mu sync.Mutex // ids that leave the scan go on alone, at once
-	got := map[string][]uint64{}
-	h := func(_ context.Context, m drain.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		got[m.ID] = append(got[m.ID], m.Seq)
-		return nil
-	}
-	for drains := 0; ; drains++ {
-		require.Less(t, drains, 10, "the mailboxes did not empty")
-		dctx, cancel := context.WithTimeout(ctx, drainTimeout)
-		_, err := d.DrainAll(dctx, leases, h)
-		cancel()
-		if err != nil {
-			t.Logf("drain: %v", err) // the cut may fail a request, or lose its answer; drain again
-		}
-		left := uint64(0)
-		for _, id := range ids {
-			left += stored(t, w, wire.MailboxSubject(w.Name, id))
-		}
-		if left == 0 {
-			break
-		}
-	}
-	require.True(t, isClosed(cut), "the scan's consumer never sent a message: nothing was cut")
-	for _, id := range ids {
-		require.Equal(t, want[id], dedupe(got[id]), "id %s: every message, in order, none skipped", id)
-	}
 }
 
 // dedupe drops what was handed out again (a drain that failed after a

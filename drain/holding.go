@@ -214,27 +214,25 @@ func (h *Holding) Deliver(ctx context.Context, msgs []*jetstream.RawStreamMsg, h
 // last of them, in stream order) to the handler in r, as Deliver does, and
 // ends the run.
 func (h *Holding) handOut(ctx context.Context, r *run, msgs []*jetstream.RawStreamMsg) (Result, error) {
-	r.deferLast = true
-	// Group commit: what is owed goes out as soon as no commit of the id
-	// is in flight; while one is, deliveries add to the next. The same
-	// for a commit that falls due within msgs (WithCommitEvery).
-	owe := func() error {
-		h.owe(r)
-		r.last = nil
-		if h.sent == nil || h.sent.answered() || h.commitDue() {
-			return h.sendOwed(r.ctx)
-		}
-		return nil
-	}
-	r.owe = func(next wire.Cursor, acked, dead int) error {
-		r.last = &lastCommit{next, acked, dead}
-		return owe()
-	}
+	r.owedTo = h
 	again, err := r.handle(r.ctx, msgs)
 	if err == nil && r.last != nil {
-		err = owe()
+		err = h.oweLast(r)
 	}
 	return h.end(ctx, r, err, err == nil && !again)
+}
+
+// oweLast adds the commit r's handle left (r.last) to what the holding
+// owes. Group commit: what is owed goes out as soon as no commit of the
+// id is in flight; while one is, deliveries add to the next. The same for
+// a commit that falls due within a run's messages (WithCommitEvery).
+func (h *Holding) oweLast(r *run) error {
+	h.owe(r)
+	r.last = nil
+	if h.sent == nil || h.sent.answered() || h.commitDue() {
+		return h.sendOwed(r.ctx)
+	}
+	return nil
 }
 
 // following is msgs without what the holding has (sequences up to pos)

@@ -10,9 +10,6 @@ import (
 	"github.com/fencepost/fencepost/internal/jsapi"
 )
 
-// maxMultiLast is how many subjects one multi-last direct get may name.
-const maxMultiLast = jsapi.MaxMultiLast
-
 // batchResult is one batch read: the messages in stream order, and how
 // many more match after the last one (as the answering replica saw it).
 type batchResult struct {
@@ -27,13 +24,6 @@ type batchResult struct {
 // lost messages on the way fails (jsapi.ErrIncomplete).
 func readBatch(ctx context.Context, nc *nats.Conn, stream, subj string, from uint64, n int) (batchResult, error) {
 	return directGet(ctx, nc, stream, jsapi.GetRequest{Seq: from, NextFor: subj, Batch: n})
-}
-
-// readLast reads the last message of each of subjects (at most
-// maxMultiLast) with one multi-last direct get; subjects without a message
-// are absent from the answer.
-func readLast(ctx context.Context, nc *nats.Conn, stream string, subjects []string) (batchResult, error) {
-	return directGet(ctx, nc, stream, jsapi.GetRequest{MultiLast: subjects})
 }
 
 func directGet(ctx context.Context, nc *nats.Conn, stream string, r jsapi.GetRequest) (batchResult, error) {

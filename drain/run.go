@@ -65,23 +65,13 @@ type run struct {
 	ctx  context.Context // the drain's: ends when the lock is lost
 	stop context.CancelCauseFunc
 
-	// DrainAll's scan (all.go): what it delivered and not yet committed.
-	scanNext  wire.Cursor
-	scanFail  *wire.Cursor
-	scanAcked int
-	scanDead  int
-	scanErr   error
-	diverted  bool     // out of the scan: goes on alone
-	scanned   []uint64 // sequences the scan saw of this id
-	// deferPurge: DrainAll removes the commits with one sweep (all.go).
-	deferPurge bool
-	// deferLast: handle leaves the commit at the end of its messages in
-	// last instead of writing it (a holding's Deliver owes it and sends it
-	// without waiting: holding.go); owe, when set, takes a commit that
-	// falls due within them the same way (Holding.Deliver).
-	deferLast bool
-	last      *lastCommit
-	owe       func(next wire.Cursor, acked, dead int) error
+	// owedTo: the holding whose Deliver (or Start) hands out the run's
+	// messages (handOut). handle then writes none of its commits: it
+	// leaves each, and the one at the end of its messages, in last and
+	// passes it to the holding (Holding.oweLast), whose group commit
+	// sends it without waiting.
+	owedTo *Holding
+	last   *lastCommit
 
 	// st: the id's state, for a run with state (state.go); resend: the
 	// writes of a commit sent again (Holding.settle), instead of st's.
@@ -413,8 +403,9 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 				// holding's commit is an atomic batch behind the others,
 				// and the id's deliveries waited with it (22 ms per batch
 				// of 226 in the counter bench; docs/design/pipeline.md point 3).
-				if r.owe != nil {
-					if err := r.owe(next, acked, dead); err != nil {
+				if r.owedTo != nil {
+					r.last = &lastCommit{next, acked, dead}
+					if err := r.owedTo.oweLast(r); err != nil {
 						return false, err
 					}
 					r.committed = time.Now()
@@ -458,7 +449,7 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 	if next.Seq == r.cur.Seq {
 		return false, nil
 	}
-	if r.deferLast {
+	if r.owedTo != nil {
 		r.last = &lastCommit{next, acked, dead}
 		return false, nil
 	}

@@ -67,22 +67,14 @@ func (d *Drainer) NewSweeper() *Sweeper {
 // purges them itself.
 const sweepGrace = 30 * time.Second
 
-// Saw records a mailbox message that the caller's consumer delivered. The
-// caller's consumer must deliver every message of every mailbox, in stream
-// order, from the stream's first message on (an ordered consumer of the
-// world's mailbox filter, DeliverAll): a message it skipped would be
-// purged with the others.
-func (s *Sweeper) Saw(seq uint64, subject string) {
-	id, err := wire.MailboxID(s.d.world, subject)
-	if err != nil {
-		id = ""
-	}
-	s.SawID(seq, id)
-}
-
-// SawID is Saw for a caller that decoded the subject itself: id is
-// wire.MailboxID's id, or "" where it failed (a message no id's mailbox
-// holds). A worker's feed decodes each message's subject once, for both.
+// SawID records a mailbox message that the caller's consumer delivered:
+// its stream sequence and wire.MailboxID's id of its subject, or "" where
+// that failed (a message no id's mailbox holds). The caller's consumer
+// must deliver every message of every mailbox, in stream order, from the
+// stream's first message on (an ordered consumer of the world's mailbox
+// filter, DeliverAll): a message it skipped would be purged with the
+// others. A worker's feed decodes each subject once, for its routing
+// and for this.
 func (s *Sweeper) SawID(seq uint64, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -10,14 +10,13 @@ import (
 
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/wire"
-	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/server/servertest"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/world"
 )
 
-// TestPurgeByServer: in a world with purge=server, drains (DrainLease and
-// DrainAll) remove nothing themselves; the server's purger removes exactly
+// TestPurgeByServer: in a world with purge=server, drains remove nothing
+// themselves; the server's purger removes exactly
 // what the stored cursors cover, and the next drain starts after the
 // cursor, so nothing is delivered twice.
 func TestPurgeByServer(t *testing.T) {
@@ -36,11 +35,11 @@ func TestPurgeByServer(t *testing.T) {
 	rec := &testutil.Recorder{}
 	_, err = d.DrainLease(ctx, la, rec.Handle, drain.WithMax(3))
 	require.NoError(t, err)
-	_, err = d.DrainAll(ctx, []*ownership.Lease{lb}, rec.Handle)
+	_, err = d.DrainLease(ctx, lb, rec.Handle)
 	require.NoError(t, err)
 	require.Len(t, rec.Bodies(), 8)
 	require.EqualValues(t, 5, stored(t, w, a), "the drain purged nothing")
-	require.EqualValues(t, 5, stored(t, w, b), "DrainAll purged nothing")
+	require.EqualValues(t, 5, stored(t, w, b), "the second drain purged nothing")
 
 	pctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
