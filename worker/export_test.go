@@ -50,7 +50,9 @@ func Partitions(wk *Worker) (served int, received int64) {
 	if wk.parts == nil {
 		return 0, 0
 	}
-	return wk.parts.served(), wk.parts.received.Load()
+	wk.parts.mu.Lock()
+	defer wk.parts.mu.Unlock()
+	return len(wk.parts.mine), wk.parts.received.Load()
 }
 
 // DrainRuns is how many of wk's deliveries drained from the cursor.

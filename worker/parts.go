@@ -304,13 +304,6 @@ func (p *parts) hasMail(id string) bool {
 	return p.mail[id]
 }
 
-// served is how many partitions this worker serves (tests).
-func (p *parts) served() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.mine)
-}
-
 func (p *parts) subscribe(subj string) (*nats.Subscription, error) {
 	s, err := p.nc.Subscribe(subj, p.on)
 	if err != nil {

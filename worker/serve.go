@@ -257,12 +257,12 @@ func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.Raw
 		first := append(h.start, msgs...)
 		h.start = nil
 		if h.dropped.Swap(0) == 0 {
-			return retryFailed(h)(h.drains.Start(ctx, first, wk.h))
+			return h.retryFailed(h.drains.Start(ctx, first, wk.h))
 		}
 	} else if d := h.dropped.Swap(0); d == 0 || h.drains.Covers(d) {
 		if len(msgs) > 0 {
 			if res, ok, err := h.drains.Deliver(ctx, msgs, wk.h); ok {
-				return retryFailed(h)(res, err)
+				return h.retryFailed(res, err)
 			}
 		} else if d != 0 {
 			return drain.Result{}, nil // woken by a drop a drain already covered
@@ -280,11 +280,9 @@ func (wk *Worker) deliver(ctx context.Context, h *holding, msgs []*jetstream.Raw
 // else would wake it: its message was taken from the inbox, and the idle
 // release and the scan come only after many seconds (a newcomer found the
 // first delivery of a newly claimed id was not nudged so).
-func retryFailed(h *holding) func(drain.Result, error) (drain.Result, error) {
-	return func(res drain.Result, err error) (drain.Result, error) {
-		if err == nil && !h.drains.Live() {
-			nudge(h)
-		}
-		return res, err
+func (h *holding) retryFailed(res drain.Result, err error) (drain.Result, error) {
+	if err == nil && !h.drains.Live() {
+		nudge(h)
 	}
+	return res, err
 }
