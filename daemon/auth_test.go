@@ -297,7 +297,7 @@ func TestAuth_OwnerHoldsAndDrainsButCannotRemoveOrReset(t *testing.T) {
 	require.NoError(t, o.w.Ownership.Release(ctx, "short", "node-b"))
 
 	// A deep mailbox: the drain follows it with a consumer of its own
-	// once its first read finds more than 2 batches behind it.
+	// once its first read finds two batches or more behind it.
 	const deep = 4*drain.DefaultBatch + 1
 	sent := make([]*queue.Pending, deep)
 	for i := range sent {

@@ -16,9 +16,9 @@ import (
 )
 
 // TestPurgeByServer: in a world with purge=server, drains remove nothing
-// themselves; the server's purger removes exactly
-// what the stored cursors cover, and the next drain starts after the
-// cursor, so nothing is delivered twice.
+// themselves; the server's purger removes exactly what the stored cursors
+// cover, and the next drain starts after the cursor, so nothing is
+// delivered twice.
 func TestPurgeByServer(t *testing.T) {
 	env := testutil.Start(t, testutil.Targets()[0])
 	ctx := testutil.Ctx(t, 30*time.Second)
