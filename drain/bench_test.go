@@ -155,12 +155,12 @@ func boolInt(v bool) int {
 // BenchmarkDrainManyIDsHeld drains 100,000 messages spread over 10,000
 // ids (10 each) on a worker's path (docs/design.md 3.10): the ids are held
 // through one session and caught up (a drain each, before the timer); one
-// ordered consumer reads every mailbox and hands each id's messages to its holding's Deliver, at most 256
-// deliveries at once, and tells the drainer's Sweeper of each, as a worker
-// does (the holdings leave their purges to its sweeps, one purge a second
-// for every id); the timer stops once every commit settled. Raw: a pull
-// consumer over the same spread of subjects, on the same server in the
-// same run.
+// ordered consumer reads every mailbox and hands each id's messages to
+// its holding's Deliver, at most 256 deliveries at once, and tells the
+// drainer's Sweeper of each, as a worker does (the holdings leave their
+// purges to its sweeps, one purge a second for every id); the timer stops
+// once every commit settled. Raw: a pull consumer over the same spread of
+// subjects, on the same server in the same run.
 //
 //	go test -run '^$' -bench DrainManyIDsHeld -benchtime 1x -count 3 ./drain/
 func BenchmarkDrainManyIDsHeld(b *testing.B) {

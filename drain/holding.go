@@ -217,18 +217,29 @@ func (h *Holding) handOut(ctx context.Context, r *run, msgs []*jetstream.RawStre
 	r.owedTo = h
 	again, err := r.handle(r.ctx, msgs)
 	if err == nil && r.last != nil {
-		err = h.oweLast(r)
+		err = h.owe(r, *r.last)
 	}
 	return h.end(ctx, r, err, err == nil && !again)
 }
 
-// oweLast adds the commit r's handle left (r.last) to what the holding
-// owes. Group commit: what is owed goes out as soon as no commit of the
-// id is in flight; while one is, deliveries add to the next. The same for
-// a commit that falls due within a run's messages (WithCommitEvery).
-func (h *Holding) oweLast(r *run) error {
-	h.owe(r)
-	r.last = nil
+// owe adds a commit that r's handle left uncommitted to what the holding
+// owes; its messages count in r's result. Group commit: what is owed goes
+// out as soon as no commit of the id is in flight; while one is,
+// deliveries add to the next. The same for a commit that falls due within
+// a run's messages (WithCommitEvery).
+func (h *Holding) owe(r *run, l lastCommit) error {
+	now := time.Now()
+	if h.owed == nil {
+		h.owed, h.since = &lastCommit{}, now
+	}
+	h.last = now
+	h.owed.next = l.next
+	h.owed.acked += l.acked
+	h.owed.dead += l.dead
+	r.res.Cursor = l.next.Seq
+	r.res.Acked += l.acked
+	r.res.DeadLettered += l.dead
+	r.res.Count += l.acked + l.dead
 	if h.sent == nil || h.sent.answered() || h.commitDue() {
 		return h.sendOwed(r.ctx)
 	}
@@ -322,24 +333,6 @@ func (h *Holding) ahead() wire.Cursor {
 		return h.sent.last.next
 	}
 	return h.cur
-}
-
-// owe adds what handle left uncommitted (r.last) to what the holding owes;
-// its messages count in r's result.
-func (h *Holding) owe(r *run) {
-	l := r.last
-	now := time.Now()
-	if h.owed == nil {
-		h.owed, h.since = &lastCommit{}, now
-	}
-	h.last = now
-	h.owed.next = l.next
-	h.owed.acked += l.acked
-	h.owed.dead += l.dead
-	r.res.Cursor = l.next.Seq
-	r.res.Acked += l.acked
-	r.res.DeadLettered += l.dead
-	r.res.Count += l.acked + l.dead
 }
 
 // commitDue says whether what the holding owes is to be committed now: as

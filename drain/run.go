@@ -67,9 +67,9 @@ type run struct {
 
 	// owedTo: the holding whose Deliver (or Start) hands out the run's
 	// messages (handOut). handle then writes none of its commits: it
-	// leaves each, and the one at the end of its messages, in last and
-	// passes it to the holding (Holding.oweLast), whose group commit
-	// sends it without waiting.
+	// passes each to the holding (Holding.owe), whose group commit sends
+	// it without waiting, and leaves the one at the end of its messages
+	// in last, which handOut passes on.
 	owedTo *Holding
 	last   *lastCommit
 
@@ -404,8 +404,7 @@ func (r *run) handle(ctx context.Context, msgs []*jetstream.RawStreamMsg) (again
 				// and the id's deliveries waited with it (22 ms per batch
 				// of 226 in the counter bench; docs/design/pipeline.md point 3).
 				if r.owedTo != nil {
-					r.last = &lastCommit{next, acked, dead}
-					if err := r.owedTo.oweLast(r); err != nil {
+					if err := r.owedTo.owe(r, lastCommit{next, acked, dead}); err != nil {
 						return false, err
 					}
 					r.committed = time.Now()
