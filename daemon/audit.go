@@ -37,8 +37,9 @@ import (
 //     world was last reset (epochs never go back, docs/contract.md
 //     section 1), above what the writes of the bucket since that epoch
 //     could have carried (each honest write adds at most one, so 2^64-1
-//     is never honest), a delete marker of a record (no fencepost writes
-//     one) or a record that does not decode: freed likewise, at the
+//     is never honest), held at an epoch that had ended (freed, or held
+//     by another node: judge), a delete marker of a record (no fencepost
+//     writes one) or a record that does not decode: freed likewise, at the
 //     highest epoch any write since the last one fencepostd saw could
 //     have carried, so that the next claim gets a new epoch above every
 //     earlier one (epochs may skip, never repeat);
@@ -136,6 +137,11 @@ type epochMark struct {
 	// record (a later write of the same key removes one before it is
 	// delivered: the bucket keeps one message a key).
 	watch, seen uint64
+	// With known, the latest record of the key fencepostd saw or wrote
+	// has epoch Epoch, and is held by node, or free (judge). Not
+	// written to h.<eid>: a restart reads the record itself again.
+	known, held bool
+	node        string
 }
 
 // epochMarks are the auditor's marks by record key, and the highest
@@ -375,10 +381,6 @@ func (a *auditor) record(ctx context.Context, e *entry) {
 	node := strings.HasPrefix(e.Key(), wire.NodePrefix) // a node lease n.<node>, else a record o.<eid>
 	m := a.marks.m[e.Key()]
 	var (
-		kind  string
-		epoch uint64 // the epoch the forged record is freed at
-		rec   wire.Record
-		err   error
 		by    writer
 		known bool
 	)
@@ -396,50 +398,111 @@ func (a *auditor) record(ctx context.Context, e *entry) {
 			m = epochMark{}
 		}
 	}
-	switch {
-	case e.Operation() != jetstream.KeyValuePut:
-		kind, epoch = ForgedRecordGone, a.freeAt(m, e.Revision())
-	default:
-		if rec, err = wire.DecodeRecord(e.Value()); err != nil {
-			kind, epoch = ForgedRecordBad, a.freeAt(m, e.Revision())
-			break
+	v := a.judge(m, e, node, by, known)
+	if v.kind == "" {
+		if v.rec.State == wire.StateHeld && !node {
+			a.holders[e.Key()] = v.rec.Node
 		}
-		switch {
-		case rec.Epoch < m.Epoch:
-			kind, epoch = ForgedEpochBack, a.freeAt(m, e.Revision())
-		case rec.Epoch > a.mostHonest(m, e.Revision()):
-			kind, epoch = ForgedEpochJump, a.freeAt(m, e.Revision())
-		case rec.State == wire.StateHeld && rec.Expires.Sub(e.Created()) > a.maxTTL+auditMargin && !node:
-			// (A node lease's: the retirer's.)
-			kind, epoch = ForgedRecordTerm, max(m.Epoch, rec.Epoch)
-		case known && by.bound && rec.Node != by.node:
-			// Another node's owner wrote a record naming this node: an
-			// id pinned to that node's lease, or released as its
-			// holder. No honest owner writes a record but its node's.
-			kind, epoch = ForgedRecordNode, max(m.Epoch, rec.Epoch)
-		default:
-			if rec.State == wire.StateHeld && !node {
-				a.holders[e.Key()] = rec.Node
-			}
-			if rec.Epoch > m.Epoch {
-				a.mark(e.Key(), epochMark{Epoch: rec.Epoch, Rev: e.Revision(), watch: a.watch, seen: a.seen + 1})
-			}
-			return
-		}
+		a.remember(e.Key(), m, v.next)
+		return
 	}
 	id, derr := wire.DecodeID(strings.TrimPrefix(strings.TrimPrefix(e.Key(), wire.RecordPrefix), wire.NodePrefix))
 	switch {
 	case derr != nil:
 	case node:
-		derr = a.own.FreeForgedNode(ctx, id, e.Revision(), rec, epoch, e.Created())
+		derr = a.own.FreeForgedNode(ctx, id, e.Revision(), v.rec, v.epoch, e.Created())
 	default:
-		derr = a.own.FreeForged(ctx, id, e.Revision(), rec, epoch, e.Created())
+		derr = a.own.FreeForged(ctx, id, e.Revision(), v.rec, v.epoch, e.Created())
 	}
-	args := []any{"node", rec.Node, "epoch", rec.Epoch, "highest_epoch", m.Epoch, "highest_at", m.Rev, "expires", rec.Expires, "freed_at_epoch", epoch}
+	a.remember(e.Key(), m, v.freed(m, e.Revision(), derr == nil))
+	args := []any{"node", v.rec.Node, "epoch", v.rec.Epoch, "highest_epoch", m.Epoch, "highest_at", m.Rev, "expires", v.rec.Expires, "freed_at_epoch", v.epoch}
+	if v.reheld {
+		args = append(args, "ended_epoch_held_again", true)
+	}
 	if known {
 		args = append(args, "written_by", by.String())
 	}
-	a.report(kind, e, derr, args...)
+	a.report(v.kind, e, derr, args...)
+}
+
+// recordVerdict is what the auditor makes of one write of a record or
+// node lease.
+type recordVerdict struct {
+	kind   string      // the forgery's kind; "" for a write an honest owner makes
+	epoch  uint64      // the epoch a forged record is freed at
+	rec    wire.Record // the record written (zero when it does not decode)
+	reheld bool        // forged because an epoch that had ended is held again
+	next   epochMark   // the key's mark after an honest write
+}
+
+// judge judges the write e of a record or node lease (node) against the
+// key's mark m, by writer by when known. It reads nothing but the
+// auditor's own state, and writes nothing.
+//
+// Each honest write of a record is a compare-and-swap over the one before
+// it, and takes it to one of: the same holding (a renew, a touch: held,
+// same node, same epoch), its end (a release, fencepostd's free: free,
+// same epoch or above), or a new holding (a claim, a seize: held at the
+// epoch plus one). So once a record at epoch E is free, or held by node
+// N, no honest write holds it at epoch E again, or for a node other than
+// N, whatever writes came between that the auditor did not see (the
+// bucket keeps one message a key: a write followed closely by another is
+// never delivered). A held record at the mark's epoch after its end, or
+// for another node, is an epoch issued twice, judged like one gone back.
+func (a *auditor) judge(m epochMark, e *entry, node bool, by writer, known bool) recordVerdict {
+	var v recordVerdict
+	if e.Operation() != jetstream.KeyValuePut {
+		v.kind, v.epoch = ForgedRecordGone, a.freeAt(m, e.Revision())
+		return v
+	}
+	rec, err := wire.DecodeRecord(e.Value())
+	if err != nil {
+		v.kind, v.epoch = ForgedRecordBad, a.freeAt(m, e.Revision())
+		return v
+	}
+	v.rec = rec
+	held := rec.State == wire.StateHeld
+	switch {
+	case rec.Epoch < m.Epoch:
+		v.kind, v.epoch = ForgedEpochBack, a.freeAt(m, e.Revision())
+	case rec.Epoch > a.mostHonest(m, e.Revision()):
+		v.kind, v.epoch = ForgedEpochJump, a.freeAt(m, e.Revision())
+	case held && rec.Expires.Sub(e.Created()) > a.maxTTL+auditMargin && !node:
+		// (A node lease's: the retirer's.)
+		v.kind, v.epoch = ForgedRecordTerm, max(m.Epoch, rec.Epoch)
+	case known && by.bound && rec.Node != by.node:
+		// Another node's owner wrote a record naming this node: an
+		// id pinned to that node's lease, or released as its
+		// holder. No honest owner writes a record but its node's.
+		v.kind, v.epoch = ForgedRecordNode, max(m.Epoch, rec.Epoch)
+	case held && m.known && rec.Epoch == m.Epoch && (!m.held || rec.Node != m.node):
+		v.kind, v.epoch, v.reheld = ForgedEpochBack, a.freeAt(m, e.Revision()), true
+	default:
+		v.next = m
+		if rec.Epoch > m.Epoch {
+			v.next = epochMark{Epoch: rec.Epoch, Rev: e.Revision(), watch: a.watch, seen: a.seen + 1}
+		}
+		v.next.known, v.next.held, v.next.node = true, held, rec.Node
+	}
+	return v
+}
+
+// freed is the key's mark after the forged write at revision rev was
+// judged: when fencepostd's free of it was stored (ok), the record is
+// free at the verdict's epoch, and the mark at least there, counting
+// every revision after the forged one as a write it may not see (its own
+// free among them); else the record is whatever wrote over the forged
+// one, and only the epoch of the mark is known.
+func (v recordVerdict) freed(m epochMark, rev uint64, ok bool) epochMark {
+	if !ok {
+		m.known = false
+		return m
+	}
+	if v.epoch > m.Epoch {
+		m = epochMark{Epoch: v.epoch, Rev: rev}
+	}
+	m.known, m.held, m.node = true, false, v.rec.Node
+	return m
 }
 
 // writerOf is who published entry e, when fencepostd saw it in flight
@@ -467,17 +530,21 @@ func (a *auditor) purgedSince(ctx context.Context, rev uint64) bool {
 	return err == nil && info.State.FirstSeq > rev
 }
 
-// mark remembers m as the highest epoch of record key, and writes it to
-// the bucket (h.<eid>), without waiting: the next write of the id, or the
-// next start, reads it back.
-func (a *auditor) mark(key string, m epochMark) {
-	a.marks.m[key] = m
-	b, err := json.Marshal(m)
+// remember makes next the mark of record key, whose mark was m, and
+// writes it to the bucket (h.<eid>) when its epoch is above m's, without
+// waiting: the next write of the id, or the next start, reads it back.
+// What else the mark knows stays in memory.
+func (a *auditor) remember(key string, m, next epochMark) {
+	a.marks.m[key] = next
+	if next.Epoch <= m.Epoch {
+		return
+	}
+	b, err := json.Marshal(next)
 	if err != nil {
 		return
 	}
 	if _, err := a.js.PublishAsync(wire.KeySubject(a.d.cfg.World, highKey(key)), b); err != nil && a.d.stopCtx.Err() == nil {
-		a.d.log.Warn("auditor: could not write an epoch mark", "world", a.d.cfg.World, "key", key, "epoch", m.Epoch, "err", err)
+		a.d.log.Warn("auditor: could not write an epoch mark", "world", a.d.cfg.World, "key", key, "epoch", next.Epoch, "err", err)
 	}
 }
 
