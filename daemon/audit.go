@@ -414,7 +414,7 @@ func (a *auditor) record(ctx context.Context, e *entry) {
 	default:
 		derr = a.own.FreeForged(ctx, id, e.Revision(), v.rec, v.epoch, e.Created())
 	}
-	a.remember(e.Key(), m, v.freed(m, e.Revision(), derr == nil))
+	a.remember(e.Key(), m, a.freed(m, e, v, derr == nil))
 	args := []any{"node", v.rec.Node, "epoch", v.rec.Epoch, "highest_epoch", m.Epoch, "highest_at", m.Rev, "expires", v.rec.Expires, "freed_at_epoch", v.epoch}
 	if v.reheld {
 		args = append(args, "ended_epoch_held_again", true)
@@ -487,19 +487,20 @@ func (a *auditor) judge(m epochMark, e *entry, node bool, by writer, known bool)
 	return v
 }
 
-// freed is the key's mark after the forged write at revision rev was
-// judged: when fencepostd's free of it was stored (ok), the record is
-// free at the verdict's epoch, and the mark at least there, counting
-// every revision after the forged one as a write it may not see (its own
-// free among them); else the record is whatever wrote over the forged
-// one, and only the epoch of the mark is known.
-func (v recordVerdict) freed(m epochMark, rev uint64, ok bool) epochMark {
+// freed is the key's mark after the forged write e, judged v: when
+// fencepostd's free of it was stored (ok), the record is free at the
+// verdict's epoch, and the mark at least there, as if carried by the
+// forged write (the free came right after it, or it would have been
+// refused; if this watch does not deliver it, unseen counts it); else
+// the record is whatever wrote over the forged one, and only the mark's
+// epoch is known.
+func (a *auditor) freed(m epochMark, e *entry, v recordVerdict, ok bool) epochMark {
 	if !ok {
 		m.known = false
 		return m
 	}
 	if v.epoch > m.Epoch {
-		m = epochMark{Epoch: v.epoch, Rev: rev}
+		m = epochMark{Epoch: v.epoch, Rev: e.Revision(), watch: a.watch, seen: a.seen + 1}
 	}
 	m.known, m.held, m.node = true, false, v.rec.Node
 	return m

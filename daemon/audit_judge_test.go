@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func (r *judgeRun) write(key string, rec wire.Record) recordVerdict {
 	if v.kind == "" {
 		r.a.marks.m[key] = v.next
 	} else {
-		r.a.marks.m[key] = v.freed(m, e.rev, true)
+		r.a.marks.m[key] = r.a.freed(m, e, v, true)
 	}
 	r.a.seen++
 	return v
@@ -156,7 +157,34 @@ func TestJudge_EndedEpochHeldAgain(t *testing.T) {
 		r.honest(key, r.held("node-b", 5))
 		m := r.a.marks.m[key]
 		v := r.forged(key, r.held("node-a", 4), ForgedEpochBack)
-		r.a.marks.m[key] = v.freed(m, r.rev, false)
+		r.a.marks.m[key] = r.a.freed(m, &entry{key: key, rev: r.rev}, v, false)
 		r.honest(key, r.held("node-a", 5)) // what wrote over the forged record: judged by epoch only
 	})
+}
+
+// TestJudge_FreedMarkCountsOnlyWhatTheWatchMissed: a record freed above
+// its mark (writes the watch missed came before the forgery) marks the
+// free's epoch as this watch's own, so that a later forgery is freed
+// above only the writes the watch did not deliver, not above every write
+// of the bucket since (epochs may skip, but not by the bucket's traffic).
+func TestJudge_FreedMarkCountsOnlyWhatTheWatchMissed(t *testing.T) {
+	r := newJudgeRun(t)
+	key := wire.RecordKey("id")
+	r.honest(key, r.held("node-b", 2))
+	r.unseen() // a write of the record the watch missed
+	r.rev++
+	e := &entry{key: key, rev: r.rev, created: r.at, op: jetstream.KeyValueDelete}
+	m := r.a.marks.m[key]
+	v := r.a.judge(m, e, false, writer{}, false)
+	require.Equal(t, ForgedRecordGone, v.kind)
+	require.Equal(t, uint64(3), v.epoch, "above the write the watch missed")
+	r.a.marks.m[key] = r.a.freed(m, e, v, true)
+	r.a.seen++
+	r.unseen() // fencepostd's free, written over before the watch reached it
+	for i := range 50 {
+		r.honest(wire.RecordKey(fmt.Sprint("other-", i)), r.held("node-c", 1))
+	}
+	v = r.forged(key, r.held("node-a", 3), ForgedEpochBack)
+	require.True(t, v.reheld)
+	require.Equal(t, uint64(4), v.epoch, "freed above the one write the watch missed since, not the 50 it delivered")
 }
