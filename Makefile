@@ -34,7 +34,7 @@ FUZZ_TARGETS := \
 	internal/wire:FuzzDecodeCursor internal/wire:FuzzDecodeLock mailbox:FuzzDecodeDeadLetter internal/jsapi:FuzzRawFromDirect \
 	internal/wire:FuzzPlainRecord queue:FuzzUserHeaders \
 	world:FuzzDecodeConfigMeta world:FuzzConfigValidate world:FuzzConfigSizes \
-	daemon:FuzzDecodeConfig daemon:FuzzConfigDuration daemon:FuzzParseFlags bench:FuzzParseOwnerLine \
+	daemon:FuzzDecodeConfig daemon:FuzzConfigDuration daemon:FuzzParseFlags daemon:FuzzJudge bench:FuzzParseOwnerLine \
 	verify:FuzzReadHistory internal/wire:FuzzDecodeShardCursor internal/wire:FuzzDecodeReminder
 
 fuzz:

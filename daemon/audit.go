@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"strings"
 	"time"
 
@@ -218,14 +220,25 @@ func (a *auditor) unseen(m epochMark, rev uint64) uint64 {
 // revision rev could carry: each write of it adds at most one to the
 // epoch (a claim or a seize is the record's epoch plus one).
 func (a *auditor) mostHonest(m epochMark, rev uint64) uint64 {
-	return m.Epoch + a.unseen(m, rev) + 1
+	return addSat(addSat(m.Epoch, a.unseen(m, rev)), 1)
 }
 
 // freeAt is the epoch a record forged at revision rev is freed at: the
 // highest any write before it could have carried, so that no epoch an
 // honest claim was given is given again (epochs may skip, never repeat).
 func (a *auditor) freeAt(m epochMark, rev uint64) uint64 {
-	return max(1, m.Epoch+a.unseen(m, rev))
+	return max(1, addSat(m.Epoch, a.unseen(m, rev)))
+}
+
+// addSat is x + y, or 2^64-1 where that would wrap: an epoch counted
+// past the top must stay at the top, never come round below the mark
+// (FuzzJudge found the wrap).
+func addSat(x, y uint64) uint64 {
+	s, carry := bits.Add64(x, y, 0)
+	if carry != 0 {
+		return math.MaxUint64
+	}
+	return s
 }
 
 // auditLoop runs audit once the world is ready, again after an error,

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,7 +43,7 @@ func (r *judgeRun) write(key string, rec wire.Record) recordVerdict {
 	require.NoError(r.t, err)
 	e := &entry{key: key, value: b, rev: r.rev, created: r.at, op: jetstream.KeyValuePut}
 	m := r.a.marks.m[key]
-	v := r.a.judge(m, e, key[:len(wire.NodePrefix)] == wire.NodePrefix, writer{}, false)
+	v := r.a.judge(m, e, strings.HasPrefix(key, wire.NodePrefix), writer{}, false)
 	if v.kind == "" {
 		r.a.marks.m[key] = v.next
 	} else {
@@ -187,4 +189,45 @@ func TestJudge_FreedMarkCountsOnlyWhatTheWatchMissed(t *testing.T) {
 	v = r.forged(key, r.held("node-a", 3), ForgedEpochBack)
 	require.True(t, v.reheld)
 	require.Equal(t, uint64(4), v.epoch, "freed above the one write the watch missed since, not the 50 it delivered")
+}
+
+// FuzzJudge: whatever bytes a record write carries, the judgement never
+// lets an epoch go back: an honest verdict is a record that decodes, at
+// or above the mark's epoch, and leaves a mark no lower; a forged one is
+// freed at or above the mark's epoch; a held record at the mark's epoch
+// after its end, or for another node, is never honest.
+func FuzzJudge(f *testing.F) {
+	at := time.Unix(1_800_000_000, 0)
+	for _, rec := range []wire.Record{
+		{Node: "node-a", Epoch: 3, State: wire.StateHeld, TTLms: 60_000, Acquired: at, Expires: at.Add(time.Minute)},
+		{Node: "node-b", Epoch: 3, State: wire.StateFree, TTLms: 60_000, Acquired: at, Expires: at},
+		{Node: "node-a", Epoch: 1 << 63, State: wire.StateHeld, TTLms: 60_000, Acquired: at, Expires: at.Add(time.Hour)},
+	} {
+		b, err := wire.EncodeRecord(rec)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b, uint64(3), true, false, "node-b", uint64(2))
+	}
+	f.Add([]byte("not a record"), uint64(0), false, false, "", uint64(0))
+	f.Add([]byte("not a record"), uint64(math.MaxUint64-1), false, false, "", uint64(5))
+	f.Fuzz(func(t *testing.T, value []byte, markEpoch uint64, known, held bool, node string, missed uint64) {
+		missed %= 1000
+		a := &auditor{maxTTL: time.Minute, watch: 1, seen: 10, marks: &epochMarks{m: map[string]epochMark{}}}
+		m := epochMark{Epoch: markEpoch, Rev: 100, watch: 1, seen: 5, known: known, held: held, node: node}
+		e := &entry{key: wire.RecordKey("id"), value: value, rev: 106 + missed, created: at, op: jetstream.KeyValuePut}
+		v := a.judge(m, e, false, writer{}, false)
+		if v.kind == "" {
+			rec, err := wire.DecodeRecord(value)
+			require.NoError(t, err, "honest, and does not decode")
+			require.GreaterOrEqual(t, rec.Epoch, m.Epoch, "honest, and below the mark")
+			require.GreaterOrEqual(t, v.next.Epoch, m.Epoch, "the mark went back")
+			if known && rec.State == wire.StateHeld && rec.Epoch == m.Epoch {
+				require.True(t, held && rec.Node == node, "an ended epoch held again, judged honest")
+			}
+			return
+		}
+		require.GreaterOrEqual(t, v.epoch, m.Epoch, "freed below the mark")
+		require.GreaterOrEqual(t, a.freed(m, e, v, true).Epoch, m.Epoch, "the mark after a free went back")
+	})
 }
