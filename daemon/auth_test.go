@@ -111,8 +111,6 @@ func (r *roleConn) refused(t *testing.T, what, subject string, op func(ctx conte
 	t.Logf("%s: %v", what, err)
 }
 
-func ok(h drain.Result, err error) error { return err }
-
 // waitMarked waits until fencepostd wrote down epoch as the highest of
 // id (its mark h.<eid>, "Epochs" in docs/security.md): its last write
 // after a claim, before a test reads the bucket's last sequence.

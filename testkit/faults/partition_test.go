@@ -301,16 +301,6 @@ func (rn *routeNet) logged(from time.Time, substr string) []string {
 	return out
 }
 
-// index is the position of the member named name, or -1.
-func (rn *routeNet) index(name string) int {
-	for i, n := range rn.Nodes {
-		if n.Name() == name {
-			return i
-		}
-	}
-	return -1
-}
-
 // routes is a line of each member's route count, for logs.
 func (rn *routeNet) routes() string {
 	var b []string
