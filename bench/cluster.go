@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -173,20 +174,31 @@ func (c *cluster) waitCurrent(wait time.Duration) error {
 func (c *cluster) current() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	leaders := 0
+	var leader *server.Server
+	running := 0
 	for i, s := range c.nodes {
 		if s == nil {
 			continue
 		}
+		running++
 		if !s.JetStreamIsCurrent() {
 			return fmt.Errorf("%s: JetStream not current", c.cfgs[i].Name)
 		}
 		if s.JetStreamIsLeader() {
-			leaders++
+			if leader != nil {
+				return errors.New("two JetStream meta leaders")
+			}
+			leader = s
 		}
 	}
-	if leaders != 1 {
-		return fmt.Errorf("%d JetStream meta leaders", leaders)
+	if leader == nil {
+		return errors.New("no JetStream meta leader")
+	}
+	// The meta leader places a new stream only on the members it has heard
+	// are up: until then a world's creation fails with "no suitable peers
+	// for placement, peer offline".
+	if online := len(leader.JetStreamClusterPeers()); online != running {
+		return fmt.Errorf("the meta leader sees %d of %d members up", online, running)
 	}
 	return nil
 }

@@ -128,17 +128,26 @@ func NewCluster(t testing.TB, n int) *Cluster {
 		t.Logf("servertest: cluster start failed (%v); again on new ports", err)
 	}
 	CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
-		leaders := 0
+		var leader *Node
 		for _, node := range c.Nodes {
 			if !node.JetStreamIsCurrent() {
 				return fmt.Errorf("%s: JetStream not current yet", node.Name())
 			}
 			if node.JetStreamIsLeader() {
-				leaders++
+				if leader != nil {
+					return errors.New("two JetStream meta leaders")
+				}
+				leader = node
 			}
 		}
-		if leaders != 1 {
-			return fmt.Errorf("%d JetStream meta leaders", leaders)
+		if leader == nil {
+			return errors.New("no JetStream meta leader")
+		}
+		// The meta leader places a stream only on the members it has
+		// heard are up: until then a creation fails with "no suitable
+		// peers for placement, peer offline".
+		if online := len(leader.JetStreamClusterPeers()); online != len(c.Nodes) {
+			return fmt.Errorf("the meta leader sees %d of %d members up", online, len(c.Nodes))
 		}
 		return nil
 	})
