@@ -14,6 +14,7 @@ import (
 	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/store"
 	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -74,6 +75,7 @@ func (h *holder) commitEnded(e commitEnd) error {
 	h.committing = false
 	switch {
 	case e.err == nil:
+		h.refused = 0
 		h.committed = e.c
 		h.stateCommitted(e.c)
 		h.answerCommitted(e.c)
@@ -81,7 +83,10 @@ func (h *holder) commitEnded(e commitEnd) error {
 		h.removeDue(false)
 		return nil
 	case store.WrongLastSequence(e.err):
-		if h.once != nil && h.once.refence(h) {
+		if h.once == nil {
+			return h.refence(e.err)
+		}
+		if h.once.refence(h) {
 			return nil // the holder renewed: commit again at the next tick
 		}
 		h.log.Warn("commit refused: the shard was taken over", "event", "fenced", "error", e.err)
@@ -90,6 +95,55 @@ func (h *holder) commitEnded(e commitEnd) error {
 		h.log.Warn("commit failed; trying again", "error", e.err)
 		return nil
 	}
+}
+
+// maxRefused bounds the commits of a worker's holding refused in a row
+// over a record that still named it, or could not be read (refence).
+const maxRefused = 8
+
+// refence takes the broker's refusal of a worker's holding's commit. A
+// refusal does not always mean that the record moved: a replicated
+// stream's leader refuses an expected check on a subject while another
+// write with an expectation on it is in process (10164, "wrong last
+// sequence" with no number; nats-server v2.15.3 jetstream_batching.go),
+// and a record can be rewritten as it was. So the record is read through
+// the leader:
+//
+//   - another node's or epoch's, or free: the shard was taken over (or
+//     lapsed), and the holding ends (errLost);
+//   - still this node's at the holding's epoch: the commits go on at its
+//     revision now. No other holding of the shard ever has this epoch
+//     (invariant 2), and each commit is still accepted only while the
+//     record is unchanged from the one just read (invariant 5). The per-id
+//     drain does the same (drain/commit.go, reauthorize);
+//   - not read: the next tick commits again, and refuses or reads again.
+//
+// After maxRefused refusals in a row the holding fails (not lost), and
+// its shard is released if the record still names this node, to be
+// claimed afresh: a lost holding's shard is left alone, and one whose
+// record was still this node's would be held by a live node and served by
+// nobody (before this, every refusal ended the holding as lost:
+// TestShards_CommitRefusedOverItsOwnRecordGoesOn).
+func (h *holder) refence(refusal error) error {
+	h.refused++
+	if h.refused > maxRefused {
+		return fmt.Errorf("shard %d: %d commits refused in a row over a record that named this holding: %w", h.q, maxRefused, refusal)
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, commitTimeout)
+	defer cancel()
+	a, err := h.wk.own.Authorize(ctx, h.unit, h.wk.cfg.Node, h.fence.Epoch)
+	switch {
+	case errors.Is(err, ownership.ErrHeld), errors.Is(err, ownership.ErrFenced), errors.Is(err, ownership.ErrFree):
+		h.log.Warn("commit refused: the shard was taken over", "event", "fenced", "error", refusal, "record", err)
+		return errLost
+	case err != nil:
+		h.log.Warn("commit refused, and the shard's record could not be read; committing again at the next tick", "error", err)
+		return nil
+	}
+	h.log.Info("commit refused, but the shard's record still names this holding: committing again at its revision",
+		"event", "refenced", "revision", a.Fence.Revision, "moved", a.Fence.Revision != h.fence.Revision)
+	h.fence = a.Fence
+	return nil
 }
 
 // commit writes c fenced by the shard's record and waits for the answer

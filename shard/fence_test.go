@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/shard"
 	"github.com/fencepost/fencepost/testkit/testutil"
@@ -43,4 +44,50 @@ func TestHolder_CommitFencedAfterSeize(t *testing.T) {
 	c, err := shard.NewTestHolder(ctx, wk, 1, l).ReadCursor()
 	require.NoError(t, err)
 	require.Equal(t, uint64(10), c.Seq, "the refused commit stored nothing")
+}
+
+// TestHolder_RefusedOverItsOwnRecord: commits refused while the shard's
+// record still names the holding (here rewritten as it was before each
+// one) are made again at the record's revision, and stored, up to 8 in a
+// row; the 9th refusal fails the holding, and not as lost: its worker
+// then releases the shard, which a lost holding's would not (nobody else
+// claims a shard its live node holds).
+func TestHolder_RefusedOverItsOwnRecord(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Shards: 2})
+	ctx := testutil.Ctx(t, 30*time.Second)
+	wk, err := shard.New(w.World, w.Ownership, shard.Config{Node: "a"}, func(context.Context, drain.Message) error { return nil })
+	require.NoError(t, err)
+	ss, err := w.Ownership.AcquireSession(ctx, "a", 10*time.Second)
+	require.NoError(t, err)
+	defer ss.Close()
+	l, err := ss.Claim(ctx, wire.ShardUnit(1))
+	require.NoError(t, err)
+	h := shard.NewTestHolder(ctx, wk, 1, l)
+	kv := handles.Of(w.World).KV
+	rewrite := func() {
+		rec, err := kv.Get(ctx, wire.RecordKey(wire.ShardUnit(1)))
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, wire.RecordKey(wire.ShardUnit(1)), rec.Value())
+		require.NoError(t, err)
+	}
+
+	rewrite()
+	require.NoError(t, h.Commit(wire.ShardCursor{Seq: 1}), "refused: made again at the next tick")
+	require.NoError(t, h.Commit(wire.ShardCursor{Seq: 1}), "stored at the record's revision now")
+	c, err := h.ReadCursor()
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), c.Seq)
+
+	for i := range 8 {
+		rewrite()
+		require.NoError(t, h.Commit(wire.ShardCursor{Seq: 2}), "refusal %d in a row", i+1)
+	}
+	rewrite()
+	err = h.Commit(wire.ShardCursor{Seq: 2})
+	require.Error(t, err, "the 9th refusal in a row")
+	require.False(t, errors.Is(err, shard.ErrLost), "failed, not lost: %v", err)
+	c, err = h.ReadCursor()
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), c.Seq, "nothing refused was stored")
 }

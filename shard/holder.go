@@ -53,9 +53,12 @@ type holder struct {
 	retries    chan string
 	committed  wire.ShardCursor // the last cursor the broker accepted
 	committing bool             // a commit is in flight (commits says its end)
-	// fence is what commits are written with: the lease's, or, for a
-	// drain by hand whose holder renewed, the record's revision since.
+	// fence is what commits are written with: the lease's, or the
+	// record's revision since, when a commit was refused over a record
+	// that still names this holding (refence; for a drain by hand, whose
+	// holder renewed).
 	fence      fencing.Fence
+	refused    int // commits refused in a row over a record that still named the holding (refence)
 	commits    chan commitEnd
 	removedTo  uint64 // the last removal bound the server took
 	lastRemove time.Time

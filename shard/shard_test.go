@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
 	"github.com/fencepost/fencepost/world"
@@ -372,4 +374,56 @@ func TestShards_FailureInsideAnIDsRun(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, want, got)
+}
+
+// TestShards_CommitRefusedOverItsOwnRecordGoesOn: the shard's record
+// rewritten as it was (a new revision; the same node, epoch and node
+// lease) makes the broker refuse the holder's next commit, as a
+// replicated stream's leader refuses one while another write to the record
+// is in process. The record still names the holding, so it commits at the
+// record's revision and goes on: each message delivered once, under the
+// same epoch, and committed. Before, every refusal ended the holding, and
+// the shard stayed held by its live node and served by nobody (seen on
+// `bench --cluster 3 --shards 8`, which waited out two minutes for a
+// shard's holder).
+func TestShards_CommitRefusedOverItsOwnRecordGoesOn(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	w := env.World(t, world.Config{Shards: 1})
+	ctx := testutil.Ctx(t, time.Minute)
+	l := newLedger()
+	pool(t, w, 1, 2*time.Second, l.handle)
+	p1, err := w.Send(ctx, "a", []byte("1"))
+	require.NoError(t, err)
+	committed := func() bool {
+		st, err := w.Mailboxes.Stat(ctx, "a")
+		require.NoError(t, err)
+		return st.Depth == 0
+	}
+	testutil.WaitFor(t, 10*time.Second, "the first message committed", committed)
+	epoch := l.of("a")[0].Fence.Epoch
+
+	kv := handles.Of(w.World).KV
+	key := wire.RecordKey(wire.ShardUnit(0))
+	rec, err := kv.Get(ctx, key)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, key, rec.Value())
+	require.NoError(t, err)
+
+	p2, err := w.Send(ctx, "a", []byte("2"))
+	require.NoError(t, err)
+	testutil.WaitFor(t, 10*time.Second, "the second message committed", committed)
+	p3, err := w.Send(ctx, "a", []byte("3"))
+	require.NoError(t, err)
+	testutil.WaitFor(t, 10*time.Second, "the third message committed", committed)
+	l.onceInOrder(t, map[string][]uint64{"a": {p1.Seq, p2.Seq, p3.Seq}})
+	for _, m := range l.of("a") {
+		require.Equal(t, epoch, m.Fence.Epoch, "message %d: the same holding", m.Seq)
+	}
+}
+
+// of is the calls for id so far.
+func (l *ledger) of(id string) []drain.Message {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.calls[id])
 }
