@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -174,33 +173,13 @@ func (c *cluster) waitCurrent(wait time.Duration) error {
 func (c *cluster) current() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var leader *server.Server
-	running := 0
-	for i, s := range c.nodes {
-		if s == nil {
-			continue
-		}
-		running++
-		if !s.JetStreamIsCurrent() {
-			return fmt.Errorf("%s: JetStream not current", c.cfgs[i].Name)
-		}
-		if s.JetStreamIsLeader() {
-			if leader != nil {
-				return errors.New("two JetStream meta leaders")
-			}
-			leader = s
+	var running []*server.Server
+	for _, s := range c.nodes {
+		if s != nil {
+			running = append(running, s)
 		}
 	}
-	if leader == nil {
-		return errors.New("no JetStream meta leader")
-	}
-	// The meta leader places a new stream only on the members it has heard
-	// are up: until then a world's creation fails with "no suitable peers
-	// for placement, peer offline".
-	if online := len(leader.JetStreamClusterPeers()); online != running {
-		return fmt.Errorf("the meta leader sees %d of %d members up", online, running)
-	}
-	return nil
+	return server.ClusterReady(running)
 }
 
 // stop shuts every running member down.

@@ -206,3 +206,30 @@ func firstNonEmpty(s ...string) string {
 	}
 	return ""
 }
+
+// ClusterReady says why the running members of a cluster are not ready
+// for JetStream yet, or nil: every member current, one meta leader, and
+// that leader has heard that every member is up. It places a new stream
+// only on members it has heard from: until then a creation fails with
+// "no suitable peers for placement, peer offline".
+func ClusterReady(running []*Server) error {
+	var leader *Server
+	for _, s := range running {
+		if !s.JetStreamIsCurrent() {
+			return fmt.Errorf("%s: JetStream not current", s.Name())
+		}
+		if s.JetStreamIsLeader() {
+			if leader != nil {
+				return errors.New("two JetStream meta leaders")
+			}
+			leader = s
+		}
+	}
+	if leader == nil {
+		return errors.New("no JetStream meta leader")
+	}
+	if online := len(leader.JetStreamClusterPeers()); online != len(running) {
+		return fmt.Errorf("the meta leader sees %d of %d members up", online, len(running))
+	}
+	return nil
+}

@@ -128,28 +128,11 @@ func NewCluster(t testing.TB, n int) *Cluster {
 		t.Logf("servertest: cluster start failed (%v); again on new ports", err)
 	}
 	CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
-		var leader *Node
-		for _, node := range c.Nodes {
-			if !node.JetStreamIsCurrent() {
-				return fmt.Errorf("%s: JetStream not current yet", node.Name())
-			}
-			if node.JetStreamIsLeader() {
-				if leader != nil {
-					return errors.New("two JetStream meta leaders")
-				}
-				leader = node
-			}
+		running := make([]*server.Server, len(c.Nodes))
+		for i, node := range c.Nodes {
+			running[i] = node.Server
 		}
-		if leader == nil {
-			return errors.New("no JetStream meta leader")
-		}
-		// The meta leader places a stream only on the members it has
-		// heard are up: until then a creation fails with "no suitable
-		// peers for placement, peer offline".
-		if online := len(leader.JetStreamClusterPeers()); online != len(c.Nodes) {
-			return fmt.Errorf("the meta leader sees %d of %d members up", online, len(c.Nodes))
-		}
-		return nil
+		return server.ClusterReady(running)
 	})
 	return c
 }
