@@ -97,8 +97,9 @@ type Drainer struct {
 	noRenew bool
 	// onCommit, when set, observes every stored commit.
 	onCommit func(Commit)
-	// states: the state holdings' commits, in shared batches (statebatch.go).
-	states stateCommits
+	// states: the state holdings' commits, in shared batches (state.go,
+	// publishCommitAsync).
+	states *jsapi.BatchQueue
 	// cursors: the drains' cursor reads on a single replica, in shared
 	// batches (cursors.go).
 	cursors *jsapi.LastReads
@@ -117,6 +118,7 @@ func New(w *world.World, own *ownership.Store, opts ...Option) (*Drainer, error)
 		skew: ownership.DefaultMaxSkew, log: slog.Default(), metrics: nopObserver{},
 	}
 	d.cursors = jsapi.NewLastReads(d.nc, wire.BucketStream(d.world))
+	d.states = jsapi.NewBatchQueue(d.js, holdingCommitWait)
 	d.maxAnswer = maxAnswer(d.nc)
 	for _, o := range opts {
 		if err := o(d); err != nil {

@@ -70,18 +70,12 @@ var RestAfter = restAfter
 // SharedBatch sends parts (each one id's commit: StateCommitMsgs) as the
 // shared batches do when they meet behind a batch in flight: in one batch.
 func SharedBatch(d *Drainer, parts [][]*nats.Msg) []jetstream.PubAckFuture {
-	c := &d.states
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.inflight = true // hold the queue while the parts join it
+	release := d.states.Hold()
+	defer release()
 	var fs []jetstream.PubAckFuture
 	for _, msgs := range parts {
-		p := &statePart{msgs: msgs, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
-		c.queue = append(c.queue, p)
-		fs = append(fs, p)
+		fs = append(fs, d.states.Send(msgs))
 	}
-	c.inflight = false
-	c.flushLocked(d)
 	return fs
 }
 
@@ -108,28 +102,13 @@ func Unshared(t interface{ Cleanup(func()) }) {
 
 // HoldQueue keeps the shared state batches' queue from sending (as a batch
 // in flight does) until release is called.
-func HoldQueue(d *Drainer) (release func()) {
-	c := &d.states
-	c.mu.Lock()
-	c.inflight = true
-	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.inflight = false
-		c.flushLocked(d)
-	}
-}
+func HoldQueue(d *Drainer) (release func()) { return d.states.Hold() }
 
 // QueueLen is how many commits wait in the shared queue.
-func QueueLen(d *Drainer) int {
-	d.states.mu.Lock()
-	defer d.states.mu.Unlock()
-	return len(d.states.queue)
-}
+func QueueLen(d *Drainer) int { return d.states.Len() }
 
 // SendPart puts one id's commit (StateCommitMsgs) in the shared queue.
-func SendPart(d *Drainer, msgs []*nats.Msg) jetstream.PubAckFuture { return d.states.send(d, msgs) }
+func SendPart(d *Drainer, msgs []*nats.Msg) jetstream.PubAckFuture { return d.states.Send(msgs) }
 
 // ConsumerRead is a consumer read (follow.go) for the tests.
 type ConsumerRead struct{ c consumerRead }

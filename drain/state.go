@@ -342,12 +342,16 @@ func (b *stateBook) setView(key string, value []byte) {
 	}
 }
 
+// unshared (tests only: the bench that compares) sends each commit as a
+// batch of its own.
+var unshared bool
+
 // publishCommitAsync is store.PublishCommit without waiting for the answer;
-// shared: through the shared batches (statebatch.go), behind the
+// shared: through the shared batches (jsapi.BatchQueue), behind the
 // holding's other commits in the queue.
 func (d *Drainer) publishCommitAsync(f fencing.Fence, cursorSubj string, cursor []byte, w []store.StateWrite, shared bool) (jetstream.PubAckFuture, error) {
 	if shared && !unshared {
-		return d.states.send(d, store.StateMsgs(d.world, f, cursorSubj, cursor, w)), nil
+		return d.states.Send(store.StateMsgs(d.world, f, cursorSubj, cursor, w)), nil
 	}
 	if len(w) > 0 {
 		return jsapi.PublishBatchAsync(d.js, store.StateMsgs(d.world, f, cursorSubj, cursor, w))
@@ -364,7 +368,7 @@ func (r *run) publish(ctx context.Context, cursor []byte, w []store.StateWrite, 
 	// A drain on the lock path (no holding: nothing of its id is ever
 	// queued) sends a commit without writes as a plain fenced write.
 	if r.st != nil && r.resend == nil && attempt == 1 && !unshared && (len(w) > 0 || r.bg != nil) {
-		p := &sentCommit{ack: r.d.states.send(r.d, store.StateMsgs(r.d.world, r.a.fence, r.cursorSubj, cursor, w))}
+		p := &sentCommit{ack: r.d.states.Send(store.StateMsgs(r.d.world, r.a.fence, r.cursorSubj, cursor, w))}
 		p.wait(r.commitWait, r.d.nc)
 		return p.pa, p.err
 	}

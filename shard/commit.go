@@ -51,9 +51,9 @@ func (h *holder) commitDue() {
 		return
 	}
 	h.committing = true
-	fence := h.fence
+	fence, shared := h.fence, h.refused == 0
 	go func() {
-		err := h.write(c, writes, fence)
+		err := h.write(c, writes, fence, shared)
 		select {
 		case h.commits <- commitEnd{c: c, err: err}:
 		case <-h.ended:
@@ -153,7 +153,7 @@ func (h *holder) commit(c wire.ShardCursor) error {
 	if c.Seq == h.committed.Seq && maps.Equal(c.Pending, h.committed.Pending) {
 		return nil
 	}
-	return h.commitEnded(commitEnd{c: c, err: h.write(c, writes, h.fence)})
+	return h.commitEnded(commitEnd{c: c, err: h.write(c, writes, h.fence, false)})
 }
 
 // commitTimeout bounds one commit: one to a bucket stream leader that
@@ -163,8 +163,14 @@ const commitTimeout = time.Second
 
 // write stores c, with the state's writes, fenced by the shard's record
 // at fence's revision. It touches no loop state: a commit in flight runs
-// it in a goroutine.
-func (h *holder) write(c wire.ShardCursor, writes []store.IDStateWrite, fence fencing.Fence) error {
+// it in a goroutine. With writes, the commit is an atomic batch: shared,
+// one part of the worker's shared batches (Worker.states), which carry
+// the commits of all its shards that meet behind a batch in flight;
+// else a batch of its own. A commit goes on its own after a refusal
+// (refused > 0, until one is accepted): a shared batch is refused whole
+// when one part's fence moved, and the holding whose fence did not move
+// must not be refused with it again.
+func (h *holder) write(c wire.ShardCursor, writes []store.IDStateWrite, fence fencing.Fence, shared bool) error {
 	data, err := wire.EncodeShardCursor(c)
 	if err != nil {
 		return fmt.Errorf("shard %d: encode cursor: %w", h.q, err)
@@ -173,7 +179,12 @@ func (h *holder) write(c wire.ShardCursor, writes []store.IDStateWrite, fence fe
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), commitTimeout)
 	defer cancel()
 	if len(writes) > 0 {
-		_, err = jsapi.PublishBatch(ctx, handles.Of(h.wk.w).JS, store.ShardStateMsgs(h.wk.w.Name, fence, subj, data, writes))
+		msgs := store.ShardStateMsgs(h.wk.w.Name, fence, subj, data, writes)
+		if shared {
+			_, err = jsapi.Await(ctx, h.wk.states.Send(msgs))
+		} else {
+			_, err = jsapi.PublishBatch(ctx, handles.Of(h.wk.w).JS, msgs)
+		}
 		return err
 	}
 	m := &nats.Msg{Subject: subj, Data: data}

@@ -4,15 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencepost/fencepost/client"
 	"github.com/fencepost/fencepost/drain"
+	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
+	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/testkit/testutil"
 	"github.com/fencepost/fencepost/worker"
@@ -187,4 +193,185 @@ func TestShards_StateBatchFailsMidway(t *testing.T) {
 		}
 	}
 	require.Equal(t, strings.SplitAfter(want, ",")[:n], order, "no message handled before its predecessor's retry succeeded")
+}
+
+// TestShards_StateCommitsShareBatches: the state commits of a worker's
+// shards go out in shared atomic batches (jsapi.BatchQueue): some batch
+// carries the cursors of two shards or more, and every id's state is
+// still exact. Each commit in a batch of its own would cost the server a
+// synced store per shard commit on one file-backed replica.
+func TestShards_StateCommitsShareBatches(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	const shards, ids, per = 8, 64, 20
+	w := env.World(t, world.Config{Shards: shards})
+	nc, err := nats.Connect(env.URL)
+	require.NoError(t, err)
+	defer nc.Close()
+	sub, err := nc.SubscribeSync(wire.KeySubject(w.Name, ">"))
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
+	c := startCounting(t, w, testLog())
+	for r := range per {
+		c.post(t, ids, r)
+	}
+	c.waitCounted(t, ids, per)
+	c.stop()
+
+	cursors := map[string]bool{}
+	for q := range shards {
+		cursors[wire.KeySubject(w.Name, wire.CursorKey(wire.ShardUnit(q)))] = true
+	}
+	batches := map[string]map[string]bool{} // batch id: the shard cursors it carried
+	commits := 0
+	for {
+		m, err := sub.NextMsg(0)
+		if errors.Is(err, nats.ErrTimeout) {
+			break
+		}
+		require.NoError(t, err)
+		id := m.Header.Get(jsapi.HeaderBatchID)
+		if id == "" || !cursors[m.Subject] {
+			continue
+		}
+		commits++
+		if batches[id] == nil {
+			batches[id] = map[string]bool{}
+		}
+		batches[id][m.Subject] = true
+	}
+	widest := 0
+	for _, cs := range batches {
+		widest = max(widest, len(cs))
+	}
+	t.Logf("%d state commits in %d batches; the widest carried %d shards' cursors", commits, len(batches), widest)
+	require.Greater(t, widest, 1, "no batch carried the commits of two shards")
+	for i := range ids {
+		require.Equal(t, strconv.Itoa(per), testutil.StoredState(t, w, fmt.Sprint("id-", i))["count"], "id-%d: each message counted once", i)
+	}
+}
+
+// TestShards_SharedBatchRefusedForOneShard: a shared batch of state
+// commits is refused whole when one part's fence is stale. Shard 0's
+// record is written again as it was (a new revision, the same holding),
+// so its next commit is refused, and the other shards' parts of the same
+// batch with it. Each holding reads its record, finds it still its own
+// and commits again (holder.refence; the others' records did not move:
+// moved=false), so the worker keeps all four shards and every id's count
+// ends exact.
+func TestShards_SharedBatchRefusedForOneShard(t *testing.T) {
+	env := testutil.Start(t, testutil.Targets()[0])
+	const shards, ids, per = 4, 32, 30
+	w := env.World(t, world.Config{Shards: shards})
+	events := &eventLog{}
+	c := startCounting(t, w, slog.New(events))
+	defer c.stop()
+	testutil.WaitFor(t, 20*time.Second, "the worker holds every shard", func() bool {
+		return len(c.wk.Shards().Held()) == shards
+	})
+	kv := handles.Of(w.World).KV
+	key := wire.RecordKey(wire.ShardUnit(0))
+	for r := range per {
+		c.post(t, ids, r)
+		if r%5 == 4 {
+			rec, err := kv.Get(c.ctx, key)
+			require.NoError(t, err)
+			_, err = kv.Put(c.ctx, key, rec.Value())
+			require.NoError(t, err)
+		}
+	}
+	c.waitCounted(t, ids, per)
+	require.Equal(t, []int{0, 1, 2, 3}, c.wk.Shards().Held(), "no shard lost")
+	for i := range ids {
+		require.Equal(t, strconv.Itoa(per), testutil.StoredState(t, w, fmt.Sprint("id-", i))["count"], "id-%d: each message counted once", i)
+	}
+	moved, unmoved := events.refenced()
+	t.Logf("refenced: %d over a moved record, %d refused with another shard's part", moved, unmoved)
+	require.Positive(t, moved, "shard 0's commits were refused")
+	require.Positive(t, unmoved, "no batch refused with another shard's part in it")
+}
+
+// counting is a state worker n1 of w that counts each id's messages
+// (testutil.Counter), and posts to ids id-0, id-1, ...
+type counting struct {
+	w    *client.World
+	wk   *worker.Worker
+	ctx  context.Context
+	stop func() // stops the worker and waits for it
+}
+
+func startCounting(t *testing.T, w *client.World, log *slog.Logger) *counting {
+	ctx := testutil.Ctx(t, time.Minute)
+	counter := &testutil.Counter{}
+	wk, err := w.NewStateWorker(worker.Config{Node: "n1", TTL: 5 * time.Second, Log: log}, counter.Handle)
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(rctx) }()
+	var once sync.Once
+	return &counting{w: w, wk: wk, ctx: ctx, stop: func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}}
+}
+
+// post posts round r's body to each of ids ids.
+func (c *counting) post(t *testing.T, ids, r int) {
+	for i := range ids {
+		_, err := c.w.Send(c.ctx, fmt.Sprint("id-", i), []byte(fmt.Sprintf("%02d,", r)))
+		require.NoError(t, err)
+	}
+}
+
+// waitCounted waits until each of ids ids has counted per messages.
+func (c *counting) waitCounted(t *testing.T, ids, per int) {
+	testutil.WaitFor(t, 30*time.Second, "every message counted", func() bool {
+		for i := range ids {
+			if testutil.StoredState(t, c.w, fmt.Sprint("id-", i))["count"] != strconv.Itoa(per) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// eventLog is a slog.Handler that keeps the holders' refenced events.
+type eventLog struct {
+	mu             sync.Mutex
+	moved, unmoved int
+}
+
+func (e *eventLog) Enabled(context.Context, slog.Level) bool { return true }
+func (e *eventLog) WithAttrs([]slog.Attr) slog.Handler       { return e }
+func (e *eventLog) WithGroup(string) slog.Handler            { return e }
+func (e *eventLog) Handle(_ context.Context, r slog.Record) error {
+	var event string
+	var moved bool
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "event":
+			event = a.Value.String()
+		case "moved":
+			moved = a.Value.Bool()
+		}
+		return true
+	})
+	if event == "refenced" {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if moved {
+			e.moved++
+		} else {
+			e.unmoved++
+		}
+	}
+	return nil
+}
+
+func (e *eventLog) refenced() (moved, unmoved int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.moved, e.unmoved
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/fencepost/fencepost/drain"
 	"github.com/fencepost/fencepost/fencing"
+	"github.com/fencepost/fencepost/internal/handles"
+	"github.com/fencepost/fencepost/internal/jsapi"
 	"github.com/fencepost/fencepost/internal/wire"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
@@ -67,6 +69,10 @@ type Worker struct {
 	crash  atomic.Bool
 	cancel context.CancelCauseFunc
 
+	// states carries the state commits of the worker's shards in shared
+	// atomic batches (holder.write).
+	states *jsapi.BatchQueue
+
 	mu      sync.Mutex
 	held    map[int]*holder
 	session *ownership.Session
@@ -110,6 +116,7 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 		purges: make(chan struct{}, maxPurges),
 		calls:  make(chan func()),
 		held:   map[int]*holder{},
+		states: jsapi.NewBatchQueue(handles.Of(w).JS, commitTimeout),
 	}, nil
 }
 

@@ -102,6 +102,13 @@ func PublishBatch(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg)
 	if err != nil {
 		return nil, fmt.Errorf("jsapi: batch commit not sent (nothing stored): %w", err)
 	}
+	return Await(ctx, f)
+}
+
+// Await waits for the answer to a batch's commit (PublishBatchAsync, or
+// a part of a BatchQueue's batch), or for ctx's end: PublishBatch's
+// outcomes.
+func Await(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
 	select {
 	case a := <-f.Ok():
 		return a, nil
