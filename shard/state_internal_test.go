@@ -59,3 +59,36 @@ func TestStateFor_LastValueOfEachKey(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{"a": "249", "b": "250"}, got)
 }
+
+// TestStateCommitted_KeepsWhatTheCursorDoesNotCover: a commit drops only
+// the writes of the messages its cursor covers. The cursor was made while
+// b's message 10 had failed (b pending from 10, mark 20); b's retry then
+// succeeded, 10 to 20 handled, before the commit's answer came. Those
+// messages are at or below the mark and not covered, so their writes stay
+// for the next commit, which covers them and carries them. Dropping every
+// write at or below the mark lost them while the next cursor went on to
+// cover their messages (found when state commits went to every 200 ms:
+// TestShards_StateBatchFailsMidway ended with a count short for ever).
+func TestStateCommitted_KeepsWhatTheCursorDoesNotCover(t *testing.T) {
+	h := stateHolder(20, func(uint64) string { return "count" })
+	b := wire.EncodeID("b")
+	sent := wire.ShardCursor{Seq: 20, Pending: map[string]wire.PendingID{b: {Seq: 10, Failures: 1}}}
+	_, writes := h.stateFor(sent)
+	require.ElementsMatch(t, []store.IDStateWrite{
+		{ID: "a", StateWrite: store.StateWrite{Key: "count", Value: []byte("19")}},
+		{ID: "b", StateWrite: store.StateWrite{Key: "count", Value: []byte("8")}},
+	}, writes, "the batch carries b's writes below its pending message only")
+
+	h.stateCommitted(sent)
+	require.Empty(t, h.unc[wire.EncodeID("a")], "a's writes were all committed")
+	var kept []uint64
+	for _, x := range h.unc[b] {
+		kept = append(kept, x.seq)
+	}
+	require.Equal(t, []uint64{10, 12, 14, 16, 18, 20}, kept, "b's writes from its pending message on are kept")
+
+	next, writes := h.stateFor(wire.ShardCursor{Seq: 20})
+	require.Empty(t, next.Pending)
+	require.Equal(t, []store.IDStateWrite{{ID: "b", StateWrite: store.StateWrite{Key: "count", Value: []byte("20")}}}, writes,
+		"the next commit carries them")
+}
