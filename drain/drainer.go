@@ -118,7 +118,7 @@ func New(w *world.World, own *ownership.Store, opts ...Option) (*Drainer, error)
 		skew: ownership.DefaultMaxSkew, log: slog.Default(), metrics: nopObserver{},
 	}
 	d.cursors = jsapi.NewLastReads(d.nc, wire.BucketStream(d.world))
-	d.states = jsapi.NewBatchQueue(d.js, holdingCommitWait)
+	d.states = jsapi.NewBatchQueue(d.js, holdingCommitWait, 0)
 	d.maxAnswer = maxAnswer(d.nc)
 	for _, o := range opts {
 		if err := o(d); err != nil {

@@ -163,7 +163,7 @@ func (h *holder) serve() error {
 	defer stopRead()
 	h.log.Info("serving shard", "event", "shard_served", "from", h.b.from(), "mark", cur.Seq, "pending", len(cur.Pending))
 
-	commitTick := time.NewTicker(h.wk.cfg.CommitEvery)
+	commitTick := time.NewTimer(untilTick(h.wk.cfg.CommitEvery))
 	defer commitTick.Stop()
 	draining, drainReq := false, h.drainReq
 	var drainTimeout <-chan time.Time
@@ -207,6 +207,7 @@ func (h *holder) serve() error {
 			h.b.retry(eid)
 		case <-commitTick.C:
 			h.commitDue()
+			commitTick.Reset(untilTick(h.wk.cfg.CommitEvery))
 		case <-drainReq:
 			draining, drainReq = true, nil
 			drainTimeout = time.After(drainWait(h.wk.cfg.TTL))
@@ -217,6 +218,15 @@ func (h *holder) serve() error {
 			return context.Cause(h.ctx)
 		}
 	}
+}
+
+// untilTick is the time to the next multiple of d on the wall clock, the
+// next commit tick: the holders of a worker tick together, so the state
+// commits they make at a tick meet in the worker's shared batches
+// (Worker.states) instead of each going out alone.
+func untilTick(d time.Duration) time.Duration {
+	now := time.Now()
+	return now.Truncate(d).Add(d).Sub(now)
 }
 
 // addReady takes the messages the reader has ready, up to the read-ahead,

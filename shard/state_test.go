@@ -254,8 +254,9 @@ func TestShards_StateCommitsShareBatches(t *testing.T) {
 // TestShards_SharedBatchRefusedForOneShard: a shared batch of state
 // commits is refused whole when one part's fence is stale. Shard 0's
 // record is written again as it was (a new revision, the same holding),
-// so its next commit is refused, and the other shards' parts of the same
-// batch with it. Each holding reads its record, finds it still its own
+// ten times, so its next commit is refused, and the other shards' parts
+// of the same batch with it (the holders tick together, so shard 0's
+// commit shares a batch unless it is the first of its tick). Each holding reads its record, finds it still its own
 // and commits again (holder.refence; the others' records did not move:
 // moved=false), so the worker keeps all four shards and every id's count
 // ends exact.
@@ -271,13 +272,26 @@ func TestShards_SharedBatchRefusedForOneShard(t *testing.T) {
 	})
 	kv := handles.Of(w.World).KV
 	key := wire.RecordKey(wire.ShardUnit(0))
+	rewrites := 0
 	for r := range per {
-		c.post(t, ids, r)
-		if r%5 == 4 {
+		rewrite := r%3 == 2
+		if rewrite {
 			rec, err := kv.Get(c.ctx, key)
 			require.NoError(t, err)
 			_, err = kv.Put(c.ctx, key, rec.Value())
 			require.NoError(t, err)
+			rewrites++
+		}
+		c.post(t, ids, r)
+		if rewrite {
+			// Once shard 0's holding took the rewrite in, so that each
+			// rewrite meets a commit of its own.
+			testutil.WaitFor(t, 10*time.Second, "shard 0's commit refused", func() bool {
+				moved, _ := events.refenced()
+				return moved >= rewrites
+			})
+			c.waitCounted(t, ids, r+1) // and made again: a refusal in a row is not another
+
 		}
 	}
 	c.waitCounted(t, ids, per)

@@ -26,20 +26,24 @@ import (
 // leave the queue in the order they came: a sender with at most one part
 // in flight keeps its order.
 type BatchQueue struct {
-	js   jetstream.JetStream
-	wait time.Duration
+	js     jetstream.JetStream
+	wait   time.Duration
+	linger time.Duration
 
-	mu       sync.Mutex
-	queue    []*batchPart
-	inflight bool
+	mu        sync.Mutex
+	queue     []*batchPart
+	inflight  bool
+	lingering bool // the first part of a batch waits for linger to pass
 }
 
 // NewBatchQueue returns a queue of batches to js. A batch whose answer
 // does not come within wait (or whose connection closed) is an unknown
 // outcome for each of its parts: context.DeadlineExceeded, or
-// nats.ErrConnectionClosed.
-func NewBatchQueue(js jetstream.JetStream, wait time.Duration) *BatchQueue {
-	return &BatchQueue{js: js, wait: wait}
+// nats.ErrConnectionClosed. A part that finds the queue idle waits
+// linger for others to join it (0: it goes at once): senders that make
+// their parts at the same moment share one batch.
+func NewBatchQueue(js jetstream.JetStream, wait, linger time.Duration) *BatchQueue {
+	return &BatchQueue{js: js, wait: wait, linger: linger}
 }
 
 // batchPart is one part of a shared batch: its future.
@@ -60,6 +64,15 @@ func (q *BatchQueue) Send(msgs []*nats.Msg) jetstream.PubAckFuture {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.queue = append(q.queue, p)
+	if q.linger > 0 && !q.inflight && len(q.queue) == 1 {
+		q.lingering = true
+		time.AfterFunc(q.linger, func() {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			q.lingering = false
+			q.flushLocked()
+		})
+	}
 	q.flushLocked()
 	return p
 }
@@ -67,7 +80,7 @@ func (q *BatchQueue) Send(msgs []*nats.Msg) jetstream.PubAckFuture {
 // flushLocked sends the next batch of queued parts, unless one is in
 // flight.
 func (q *BatchQueue) flushLocked() {
-	for !q.inflight && len(q.queue) > 0 {
+	for !q.inflight && !q.lingering && len(q.queue) > 0 {
 		n, k := 0, 0
 		for k < len(q.queue) && (k == 0 || n+len(q.queue[k].msgs) <= MaxAtomicBatch) {
 			n += len(q.queue[k].msgs)
