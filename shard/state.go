@@ -131,7 +131,7 @@ func (h *holder) stateFor(c wire.ShardCursor) (wire.ShardCursor, []store.IDState
 // covered, and their writes go with the next commit. Dropping every write
 // at or below the mark lost them while the cursor went on to cover their
 // messages: a count short for ever
-// (TestShards_StateRetrySucceedsWhileACommitIsInFlight).
+// (TestStateCommitted_KeepsWhatTheCursorDoesNotCover).
 func (h *holder) stateCommitted(c wire.ShardCursor) {
 	if !h.wk.cfg.State {
 		return
