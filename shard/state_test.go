@@ -217,6 +217,7 @@ func TestShards_StateCommitsShareBatches(t *testing.T) {
 	}
 	c.waitCounted(t, ids, per)
 	c.stop()
+	require.NoError(t, nc.Flush()) // every write the server sent the tap is in its channel (testutil.Tap)
 
 	cursors := map[string]bool{}
 	for q := range shards {
