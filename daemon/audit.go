@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/bits"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -144,6 +145,9 @@ type epochMark struct {
 	// written to h.<eid>: a restart reads the record itself again.
 	known, held bool
 	node        string
+	// at is the revision of the key's latest write the auditor judged
+	// (delivered or missed); 0: none since fencepostd started.
+	at uint64
 }
 
 // epochMarks are the auditor's marks by record key, and the highest
@@ -278,6 +282,7 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 	}
 	d.marks.watches++
 	a := &auditor{d: d, kv: handles.Of(w).KV, js: d.js, own: own, maxTTL: w.Config.MaxTTL, shards: w.Config.Shards, marks: d.marks, count: count, watch: d.marks.watches, records: map[string]uint64{}, holders: map[string]string{}}
+	a.ensureFeed(ctx, w)
 	// An ordered consumer of the bucket, as a watch is, but with each
 	// message's headers: a state key's tell whether a fenced commit
 	// wrote it.
@@ -311,12 +316,9 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 		if err != nil {
 			continue
 		}
-		e := &entry{key: strings.TrimPrefix(m.Subject(), prefix), value: m.Data(), rev: meta.Sequence.Stream, created: meta.Timestamp, hdr: m.Headers(), op: jetstream.KeyValuePut}
-		switch m.Headers().Get(jsapi.HeaderKVOperation) {
-		case jsapi.KVOpDelete:
-			e.op = jetstream.KeyValueDelete
-		case "PURGE":
-			e.op = jetstream.KeyValuePurge
+		e := &entry{key: strings.TrimPrefix(m.Subject(), prefix), value: m.Data(), rev: meta.Sequence.Stream, created: meta.Timestamp, hdr: m.Headers(), op: kvOp(m.Headers())}
+		if miss := watchMisses.Load(); miss != nil && (*miss)(e.key, e.rev) {
+			continue
 		}
 		if err := a.check(ctx, e); err != nil {
 			return err
@@ -325,6 +327,12 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 		a.seen++
 	}
 }
+
+// watchMisses, set by tests, says the watch does not deliver a write of
+// key: as if the bucket had replaced it before the watch read it (a
+// write followed closely by another of its key; the server does this on
+// its own timing, not on demand).
+var watchMisses atomic.Pointer[func(key string, rev uint64) bool]
 
 // entry is one message of the bucket as the auditor reads it: a key's
 // entry, with its headers.
@@ -335,6 +343,17 @@ type entry struct {
 	created time.Time
 	op      jetstream.KeyValueOp
 	hdr     nats.Header
+}
+
+// kvOp is the key-value operation of a bucket message with headers h.
+func kvOp(h nats.Header) jetstream.KeyValueOp {
+	switch h.Get(jsapi.HeaderKVOperation) {
+	case jsapi.KVOpDelete:
+		return jetstream.KeyValueDelete
+	case jsapi.KVOpPurge:
+		return jetstream.KeyValuePurge
+	}
+	return jetstream.KeyValuePut
 }
 
 func (e *entry) Bucket() string                  { return "" }
@@ -358,6 +377,7 @@ func (a *auditor) check(ctx context.Context, e *entry) error {
 			return err
 		}
 		a.maxTTL, a.shards = w.Config.MaxTTL, w.Config.Shards
+		a.ensureFeed(ctx, w)
 		info, err := handles.Of(w).Bucket.Info(ctx)
 		if err != nil {
 			return err
@@ -411,11 +431,15 @@ func (a *auditor) record(ctx context.Context, e *entry) {
 			m = epochMark{}
 		}
 	}
+	if !node {
+		m = a.replayMissed(m, e)
+	}
 	v := a.judge(m, e, node, by, known)
 	if v.kind == "" {
 		if v.rec.State == wire.StateHeld && !node {
 			a.holders[e.Key()] = v.rec.Node
 		}
+		v.next.at = e.rev
 		a.remember(e.Key(), m, v.next)
 		return
 	}
@@ -427,7 +451,9 @@ func (a *auditor) record(ctx context.Context, e *entry) {
 	default:
 		derr = a.own.FreeForged(ctx, id, e.Revision(), v.rec, v.epoch, e.Created())
 	}
-	a.remember(e.Key(), m, a.freed(m, e, v, derr == nil))
+	next := a.freed(m, e, v, derr == nil)
+	next.at = e.rev
+	a.remember(e.Key(), m, next)
 	args := []any{"node", v.rec.Node, "epoch", v.rec.Epoch, "highest_epoch", m.Epoch, "highest_at", m.Rev, "expires", v.rec.Expires, "freed_at_epoch", v.epoch}
 	if v.reheld {
 		args = append(args, "ended_epoch_held_again", true)
@@ -516,6 +542,63 @@ func (a *auditor) freed(m epochMark, e *entry, v recordVerdict, ok bool) epochMa
 		m = epochMark{Epoch: v.epoch, Rev: e.Revision(), watch: a.watch, seen: a.seen + 1}
 	}
 	m.known, m.held, m.node = true, false, v.rec.Node
+	return m
+}
+
+// errWrittenOver is what undid nothing of a forged write the watch
+// missed: another write of its key had replaced it in the bucket.
+var errWrittenOver = fmt.Errorf("%w: written over before the watch delivered it", ownership.ErrContended)
+
+// replayMissed judges the writes of e's record key that the bucket
+// stored after the last one the auditor judged and that its watch did
+// not deliver (the record feed's, recordfeed.go), in order, and is the
+// key's mark after them: e is then judged as the write over the last of
+// them, not over a record older than it. A forged one cannot be undone
+// (it was written over); it is reported and counted, and the writes over
+// it are judged by overForged's mark.
+func (a *auditor) replayMissed(m epochMark, e *entry) epochMark {
+	for _, me := range a.missed(e, m.at) {
+		by, known := a.d.writers.writerOf(wire.KeySubject(a.d.cfg.World, me.key), me.hdr, me.value, me.created)
+		v := a.judge(m, me, false, by, known)
+		next := v.next
+		if v.kind != "" {
+			next = a.overForged(m, me, v)
+			args := []any{"node", v.rec.Node, "epoch", v.rec.Epoch, "highest_epoch", m.Epoch, "highest_at", m.Rev, "missed_by_watch", true}
+			if v.reheld {
+				args = append(args, "ended_epoch_held_again", true)
+			}
+			if known {
+				args = append(args, "written_by", by.String())
+			}
+			a.report(v.kind, me, errWrittenOver, args...)
+		}
+		next.at = me.rev
+		a.remember(me.key, m, next)
+		m = next
+	}
+	return m
+}
+
+// overForged is the key's mark after the forged write e (judged v) that
+// the watch missed. Nobody freed it, so the record was what e wrote
+// until the write over it: a holding at its epoch that no node holds
+// honestly (the writer's own renewal of it is an epoch given twice; a
+// seize above it, or a release, is honest), or, for a write no honest
+// owner could make at all (an epoch jumped, a delete marker, bytes that
+// do not decode), a record whose epoch alone is known.
+func (a *auditor) overForged(m epochMark, e *entry, v recordVerdict) epochMark {
+	switch v.kind {
+	case ForgedEpochJump, ForgedRecordGone, ForgedRecordBad:
+		m.known = false
+		return m
+	}
+	if v.rec.Epoch > m.Epoch {
+		m = epochMark{Epoch: v.rec.Epoch, Rev: e.rev, watch: a.watch, seen: a.seen + 1}
+	}
+	m.known, m.held, m.node = true, v.rec.State == wire.StateHeld, v.rec.Node
+	if m.held {
+		m.node = "" // no node's
+	}
 	return m
 }
 

@@ -53,6 +53,7 @@ type Daemon struct {
 	marks       *epochMarks  // with --auth: the auditor's highest epochs, kept across its watches
 	gate        *gate        // with --auth: the consumer gate
 	writers     *writers     // with --auth: who wrote the records and state keys in flight (writers.go)
+	feed        *recordFeed  // with --auth: the record writes the bucket stored (recordfeed.go)
 	verdicts    *verdicts    // with --auth: the auditor's judgements of cursor writes (cursors.go)
 }
 
@@ -95,6 +96,9 @@ func Start(cfg Config, opts ...Option) (*Daemon, error) {
 			return nil, err
 		}
 		if err := d.startWriters(); err != nil {
+			return nil, err
+		}
+		if err := d.startFeed(); err != nil {
 			return nil, err
 		}
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -13,6 +14,17 @@ import (
 func SetRetireLate(t interface{ Cleanup(func()) }, d time.Duration) {
 	retireLate = d
 	t.Cleanup(func() { retireLate = 0 })
+}
+
+// SetWatchMisses makes the auditor's watch skip the next n writes of key
+// after revision after, as if the bucket had replaced each before the
+// watch read it, until the test ends.
+func SetWatchMisses(t interface{ Cleanup(func()) }, key string, after uint64, n int) {
+	var left atomic.Int64
+	left.Store(int64(n))
+	miss := func(k string, rev uint64) bool { return k == key && rev > after && left.Add(-1) >= 0 }
+	watchMisses.Store(&miss)
+	t.Cleanup(func() { watchMisses.Store(nil) })
 }
 
 // SetBatchProbe makes fencepostd probe the bucket's batch slots every d

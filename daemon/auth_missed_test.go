@@ -1,0 +1,130 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencepost/fencepost/daemon"
+	"github.com/fencepost/fencepost/internal/wire"
+	"github.com/fencepost/fencepost/server/servertest"
+)
+
+// Writes the auditor's watch never delivers (docs/security.md, "Epochs"):
+// the bucket keeps one message a key, so a write followed closely by
+// another of the same key is gone before the watch reads it. fencepostd
+// learns them from the bucket's republished record writes (the record
+// feed) and judges them, in order, before the write the watch delivered.
+// The tests make the watch skip writes (SetWatchMisses); the server does
+// so on its own timing only.
+
+// missFrom arms the watch to miss the victim record's next n writes, from
+// its current revision on.
+func (th *theft) missFrom(t *testing.T, n int) {
+	t.Helper()
+	st, err := th.op.w.Ownership.Owner(th.ctx, th.victimID)
+	require.NoError(t, err)
+	daemon.SetWatchMisses(t, wire.RecordKey(th.victimID), st.Revision, n)
+}
+
+// heldBy is a held record of node at epoch, as a claim writes it.
+func heldBy(t *testing.T, node string, epoch uint64) []byte {
+	t.Helper()
+	now := time.Now()
+	b, err := wire.EncodeRecord(wire.Record{Node: node, Epoch: epoch, State: wire.StateHeld, TTLms: 60_000, Acquired: now, Expires: now.Add(time.Minute)})
+	require.NoError(t, err)
+	return b
+}
+
+// TestAttack_ClaimWrittenOverBeforeTheWatch: node-b claims the free victim
+// at epoch 4, and node-a writes its own record at epoch 4 over the claim
+// (a compare-and-swap at the claim's revision) before the watch delivers
+// the claim. What the watch delivers looks like node-a's own claim of
+// epoch 4, the epoch node-b was given: judged by content alone it passed,
+// and epoch 4 had two holders. With the claim known from the feed,
+// node-a's record is an ended epoch held again: freed above 4, so node-b's
+// next claim gets 5 or more. With the renewal, node-a also writes over
+// its own record at once, so that the watch misses the forgery as well:
+// the forgery is judged from the feed (counted; gone, so nothing to undo)
+// and the renewal, an epoch nobody holds honestly, is freed.
+func TestAttack_ClaimWrittenOverBeforeTheWatch(t *testing.T) {
+	for _, renew := range []bool{false, true} {
+		t.Run(fmt.Sprintf("renewed=%v", renew), func(t *testing.T) {
+			th := setupTheft(t)
+			ctx, key, own := th.ctx, wire.RecordKey(th.victimID), th.holder.w.Ownership
+			require.NoError(t, own.Release(ctx, th.victimID, "node-b"))
+			misses, forged := 1, 1.0
+			if renew {
+				misses, forged = 2, 2
+			}
+			th.missFrom(t, misses)
+
+			claim, err := own.Claim(ctx, th.victimID, "node-b", time.Minute)
+			require.NoError(t, err)
+			require.Equal(t, th.epoch+1, claim.Epoch)
+			e, err := th.malKV.Get(ctx, key)
+			require.NoError(t, err)
+			rev, err := th.malKV.Update(ctx, key, heldBy(t, "node-a", claim.Epoch), e.Revision())
+			require.NoError(t, err, "stored: the server checks the subject and the revision, not who holds")
+			if renew {
+				_, err = th.malKV.Update(ctx, key, heldBy(t, "node-a", claim.Epoch), rev)
+				require.NoError(t, err)
+			}
+
+			th.a.waitMetric(t, forgeries(daemon.ForgedEpochBack), forged)
+			th.waitFreed(t, claim.Epoch)
+			again, err := own.Claim(ctx, th.victimID, "node-b", time.Minute)
+			require.NoError(t, err)
+			require.Greater(t, again.Epoch, claim.Epoch, "epoch %d given once", claim.Epoch)
+		})
+	}
+}
+
+// TestAuth_MissedHonestWritesPass: a claim, a renewal and a release by
+// node-b that the watch never delivers, then node-a's claim, which it
+// does: judged in order from the feed, each is honest, and node-a keeps
+// the victim at epoch 5.
+func TestAuth_MissedHonestWritesPass(t *testing.T) {
+	th := setupTheft(t)
+	ctx, own := th.ctx, th.holder.w.Ownership
+	require.NoError(t, own.Release(ctx, th.victimID, "node-b"))
+	th.missFrom(t, 3)
+	claim, err := own.Claim(ctx, th.victimID, "node-b", time.Minute)
+	require.NoError(t, err)
+	_, err = own.Renew(ctx, th.victimID, "node-b", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, own.Release(ctx, th.victimID, "node-b"))
+	mine, err := th.mallory.w.Ownership.Claim(ctx, th.victimID, "node-a", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, claim.Epoch+1, mine.Epoch)
+
+	// The auditor's mark of the victim reaches epoch 5 once it judged
+	// node-a's claim.
+	mark := "h." + strings.TrimPrefix(wire.RecordKey(th.victimID), wire.RecordPrefix)
+	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		e, err := th.opKV.Get(ctx, mark)
+		if err != nil {
+			return err
+		}
+		var m struct{ Epoch uint64 }
+		if err := json.Unmarshal(e.Value(), &m); err != nil {
+			return err
+		}
+		if m.Epoch != mine.Epoch {
+			return fmt.Errorf("mark at epoch %d, want %d", m.Epoch, mine.Epoch)
+		}
+		return nil
+	})
+	for _, kind := range []string{daemon.ForgedEpochBack, daemon.ForgedEpochJump, daemon.ForgedRecordNode, daemon.ForgedRecordTerm} {
+		require.LessOrEqual(t, th.a.metric(t, forgeries(kind)), 0.0, "nothing detected: %s", kind)
+	}
+	st, err := th.op.w.Ownership.Owner(ctx, th.victimID)
+	require.NoError(t, err)
+	require.True(t, st.Held)
+	require.Equal(t, "node-a", st.Node)
+	require.Equal(t, mine.Epoch, st.Epoch)
+}
