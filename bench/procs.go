@@ -346,10 +346,14 @@ func (ps *procSet) fault(ctx context.Context) error {
 	at := time.Now()
 	switch kind {
 	case FaultKill, FaultStop, FaultTerm:
-		p.planned.Store(true)
 		sig := map[string]syscall.Signal{FaultKill: syscall.SIGKILL, FaultStop: syscall.SIGSTOP, FaultTerm: syscall.SIGTERM}[kind]
-		if err := p.cmd.Process.Signal(sig); err != nil {
+		struck, err := ps.strike(p, sig)
+		if err != nil {
 			return fmt.Errorf("bench: %s %s: %w", kind, p.node, err)
+		}
+		if !struck {
+			ps.cfg.Log.Warn("bench: the victim exited on its own before the fault; fault skipped", "kind", kind, "node", p.node)
+			return nil
 		}
 		if kind == FaultStop {
 			ps.conts.Add(1)
@@ -407,6 +411,27 @@ func (ps *procSet) fault(ctx context.Context) error {
 		ps.samples = append(ps.samples, g)
 	}
 	return nil
+}
+
+// strike marks p's end as the fault's and signals it. It is false when p
+// exited on its own after it was picked (a self-fence) and exited has
+// already replaced it: nothing to hit. A p that exits between the mark
+// and the signal is struck (the signal finds it done): exited sees the
+// mark and leaves its replacement to the fault, as for any fault.
+func (ps *procSet) strike(p *proc, sig syscall.Signal) (bool, error) {
+	ps.mu.Lock()
+	_, alive := ps.procs[p.node]
+	if alive {
+		p.planned.Store(true)
+	}
+	ps.mu.Unlock()
+	if !alive {
+		return false, nil
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return false, err
+	}
+	return true, nil
 }
 
 // stopFor is how long a stopped owner stays stopped: well past its ttl, so
