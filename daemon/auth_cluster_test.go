@@ -46,7 +46,10 @@ func copyAuth(t *testing.T, from, to string) {
 //     through fp-2 and fp-1, write nothing but their own keys;
 //   - node-a's cursor of node-b's id, written through fp-1, is put back by
 //     the members' auditors and nothing is purged below it: node-b drains
-//     every message once.
+//     every message once;
+//   - node-a's record written over node-b's claim before the members'
+//     watches deliver the claim is freed above the claim's epoch
+//     (TestAttack_ClaimWrittenOverBeforeTheWatch).
 func TestAuth_Cluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-member cluster")
@@ -167,4 +170,38 @@ func TestAuth_Cluster(t *testing.T) {
 	_, err = b.w.Drainer.DrainLease(ctx, l, handle)
 	require.NoError(t, err)
 	require.Equal(t, want, got, "every message once, in order")
+
+	// node-b's claim through fp-3, written over by node-a through fp-1
+	// before the members' watches deliver it: the bucket's leader
+	// republishes both writes, every member's auditor gets them, and the
+	// epoch given to node-b is not left held by node-a.
+	key := wire.RecordKey("twice")
+	daemon.SetWatchMisses(t, key, 0, 1)
+	claim, err := b.w.Ownership.Claim(ctx, "twice", "node-b", time.Minute)
+	require.NoError(t, err)
+	malKV := at[0].asFile(t, mallory.File).bucket(t)
+	e, err := malKV.Get(ctx, key)
+	require.NoError(t, err)
+	_, err = malKV.Update(ctx, key, heldBy(t, "node-a", claim.Epoch), e.Revision())
+	require.NoError(t, err, "stored: the server checks the subject and the revision")
+	servertest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		var detected float64
+		for _, m := range members {
+			detected += max(0, m.metric(t, forgeries(daemon.ForgedEpochBack)))
+		}
+		if detected < 1 {
+			return fmt.Errorf("no member's auditor detected the epoch held twice")
+		}
+		st, err := op.w.Ownership.Owner(ctx, "twice")
+		if err != nil {
+			return err
+		}
+		if st.Held || st.Epoch < claim.Epoch {
+			return fmt.Errorf("twice: held=%v by %s at epoch %d", st.Held, st.Node, st.Epoch)
+		}
+		return nil
+	})
+	again, err := b.w.Ownership.Claim(ctx, "twice", "node-b", time.Minute)
+	require.NoError(t, err)
+	require.Greater(t, again.Epoch, claim.Epoch, "epoch %d given once", claim.Epoch)
 }

@@ -3,7 +3,8 @@ package daemon
 import (
 	"os"
 	"path/filepath"
-	"sync/atomic"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -16,13 +17,30 @@ func SetRetireLate(t interface{ Cleanup(func()) }, d time.Duration) {
 	t.Cleanup(func() { retireLate = 0 })
 }
 
-// SetWatchMisses makes the auditor's watch skip the next n writes of key
-// after revision after, as if the bucket had replaced each before the
-// watch read it, until the test ends.
+// SetWatchMisses makes the auditors' watches skip the first n writes of
+// key after revision after, as if the bucket had replaced each before the
+// watch read it, until the test ends. Every watch (each member's, in a
+// cluster) skips the same writes.
 func SetWatchMisses(t interface{ Cleanup(func()) }, key string, after uint64, n int) {
-	var left atomic.Int64
-	left.Store(int64(n))
-	miss := func(k string, rev uint64) bool { return k == key && rev > after && left.Add(-1) >= 0 }
+	var (
+		mu      sync.Mutex
+		skipped []uint64
+	)
+	miss := func(k string, rev uint64) bool {
+		if k != key || rev <= after {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if slices.Contains(skipped, rev) {
+			return true
+		}
+		if len(skipped) < n && (len(skipped) == 0 || rev > skipped[len(skipped)-1]) {
+			skipped = append(skipped, rev)
+			return true
+		}
+		return false
+	}
 	watchMisses.Store(&miss)
 	t.Cleanup(func() { watchMisses.Store(nil) })
 }
