@@ -89,13 +89,26 @@ const (
 // 100 ms): a term within max_ttl + auditMargin is honest.
 const auditMargin = 5 * time.Second
 
-// forgeries counts what the auditor detected, on the registry /metrics
-// serves when it takes registrations.
+// forgeries counts what the auditor detected.
 func (d *Daemon) forgeries() *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+	return d.registered(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencepost_forgeries_total",
 		Help: "Writes of the bucket no honest owner makes (kind: record_term, epoch_back, epoch_jump, record_deleted, record_corrupt, record_node, state_unfenced, state_node, cursor_node, lock_term, lock_node, node_term, consumer_at_rest), detected and undone by fencepostd --auth; a WARN names each key (docs/security.md).",
-	}, []string{"world", "kind"})
+	}, []string{"world", "kind"}))
+}
+
+// missedWrites counts the record writes the auditor's watch did not
+// deliver (recordfeed.go).
+func (d *Daemon) missedWrites() *prometheus.CounterVec {
+	return d.registered(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencepost_auditor_missed_writes_total",
+		Help: "Record writes fencepostd --auth's auditor did not get from its watch of the bucket (another write of the key replaced each first): known=\"true\" judged from the bucket's republished record writes; known=\"false\" unknown to it (stored before fencepostd subscribed, dropped, or 30 s old), so the write over it was judged without it (docs/security.md, Epochs).",
+	}, []string{"world", "known"}))
+}
+
+// registered is c, registered on the registry /metrics serves when it
+// takes registrations, or the one registered before it.
+func (d *Daemon) registered(c *prometheus.CounterVec) *prometheus.CounterVec {
 	reg, ok := d.gather.(prometheus.Registerer)
 	if !ok {
 		return c
@@ -117,11 +130,12 @@ type auditor struct {
 	js     jetstream.JetStream
 	own    *ownership.Store // its record writes
 	maxTTL time.Duration
-	shards int         // the world's (0: a per-id world)
-	marks  *epochMarks // the daemon's, kept across watches
-	count  *prometheus.CounterVec
-	watch  uint64 // this watch's number among the daemon's
-	seen   uint64 // entries this watch delivered before the one judged
+	shards int                    // the world's (0: a per-id world)
+	marks  *epochMarks            // the daemon's, kept across watches
+	count  *prometheus.CounterVec // forgeries
+	missed *prometheus.CounterVec // missed writes
+	watch  uint64                 // this watch's number among the daemon's
+	seen   uint64                 // entries this watch delivered before the one judged
 	// records are the revisions of the records this watch saw last (a
 	// state key's repair is fenced on its id's), holders the node each
 	// names when held.
@@ -253,9 +267,9 @@ func (d *Daemon) auditLoop(ctx context.Context) error {
 		return nil
 	case <-d.readyCh:
 	}
-	count := d.forgeries()
+	count, missed := d.forgeries(), d.missedWrites()
 	for {
-		err := d.audit(ctx, count)
+		err := d.audit(ctx, count, missed)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -268,7 +282,7 @@ func (d *Daemon) auditLoop(ctx context.Context) error {
 	}
 }
 
-func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error {
+func (d *Daemon) audit(ctx context.Context, count, missed *prometheus.CounterVec) error {
 	w, err := world.Open(ctx, d.js, d.cfg.World)
 	if err != nil {
 		return err
@@ -281,7 +295,7 @@ func (d *Daemon) audit(ctx context.Context, count *prometheus.CounterVec) error 
 		d.marks = &epochMarks{m: map[string]epochMark{}, state: map[string]stateValue{}}
 	}
 	d.marks.watches++
-	a := &auditor{d: d, kv: handles.Of(w).KV, js: d.js, own: own, maxTTL: w.Config.MaxTTL, shards: w.Config.Shards, marks: d.marks, count: count, watch: d.marks.watches, records: map[string]uint64{}, holders: map[string]string{}}
+	a := &auditor{d: d, kv: handles.Of(w).KV, js: d.js, own: own, maxTTL: w.Config.MaxTTL, shards: w.Config.Shards, marks: d.marks, count: count, missed: missed, watch: d.marks.watches, records: map[string]uint64{}, holders: map[string]string{}}
 	a.ensureFeed(ctx, w)
 	// An ordered consumer of the bucket, as a watch is, but with each
 	// message's headers: a state key's tell whether a fenced commit
@@ -557,7 +571,14 @@ var errWrittenOver = fmt.Errorf("%w: written over before the watch delivered it"
 // (it was written over); it is reported and counted, and the writes over
 // it are judged by overForged's mark.
 func (a *auditor) replayMissed(m epochMark, e *entry) epochMark {
-	for _, me := range a.missed(e, m.at) {
+	writes, gap := a.missedWrites(e, m.at)
+	if gap {
+		a.missed.WithLabelValues(a.d.cfg.World, "false").Inc()
+	}
+	if len(writes) > 0 {
+		a.missed.WithLabelValues(a.d.cfg.World, "true").Add(float64(len(writes)))
+	}
+	for _, me := range writes {
 		by, known := a.d.writers.writerOf(wire.KeySubject(a.d.cfg.World, me.key), me.hdr, me.value, me.created)
 		v := a.judge(m, me, false, by, known)
 		next := v.next

@@ -22,6 +22,12 @@ import (
 // The tests make the watch skip writes (SetWatchMisses); the server does
 // so on its own timing only.
 
+// missedWrites is the series of the record writes the auditor's watch
+// missed, known to the feed or not.
+func missedWrites(known string) string {
+	return fmt.Sprintf(`fencepost_auditor_missed_writes_total{known=%q,world="default"}`, known)
+}
+
 // missFrom arms the watch to miss the victim record's next n writes, from
 // its current revision on.
 func (th *theft) missFrom(t *testing.T, n int) {
@@ -76,6 +82,7 @@ func TestAttack_ClaimWrittenOverBeforeTheWatch(t *testing.T) {
 			}
 
 			th.a.waitMetric(t, forgeries(daemon.ForgedEpochBack), forged)
+			require.Equal(t, float64(misses), th.a.metric(t, missedWrites("true")), "judged from the feed")
 			th.waitFreed(t, claim.Epoch)
 			again, err := own.Claim(ctx, th.victimID, "node-b", time.Minute)
 			require.NoError(t, err)
@@ -119,6 +126,8 @@ func TestAuth_MissedHonestWritesPass(t *testing.T) {
 		}
 		return nil
 	})
+	require.Equal(t, 3.0, th.a.metric(t, missedWrites("true")), "the claim, the renewal and the release, judged from the feed")
+	require.LessOrEqual(t, th.a.metric(t, missedWrites("false")), 0.0, "none unknown")
 	for _, kind := range []string{daemon.ForgedEpochBack, daemon.ForgedEpochJump, daemon.ForgedRecordNode, daemon.ForgedRecordTerm} {
 		require.LessOrEqual(t, th.a.metric(t, forgeries(kind)), 0.0, "nothing detected: %s", kind)
 	}

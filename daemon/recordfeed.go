@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -31,7 +32,7 @@ import (
 // replies of requests that cross an import). fencepostd keeps each
 // republished write for writerKeep, and the auditor judges the writes of
 // a key its watch did not deliver, in order, before the one it did
-// (auditor.missed).
+// (auditor.missedWrites).
 //
 // A republished write the subscription dropped (a slow consumer) or that
 // came before it (fencepostd not yet subscribed) is not known; the chain
@@ -55,7 +56,7 @@ const maxFeed = 1 << 16
 // feedWrite is one record write as the bucket stored it.
 type feedWrite struct {
 	key    string      // the record key, o.<eid>
-	hdr    nats.Header // as stored (the republish's own headers with it)
+	hdr    nats.Header // its fingerprintHeaders, as stored
 	data   []byte
 	prev   uint64    // the revision of the key's write before it; 0: none
 	stored time.Time // when the bucket stored it
@@ -127,7 +128,13 @@ func (f *recordFeed) add(m *nats.Msg) {
 	if err != nil {
 		stored = now
 	}
-	w := feedWrite{key: m.Subject[len(feedSubject(f.w, "")):], hdr: m.Header, data: m.Data, prev: prev, stored: stored, at: now}
+	hdr := nats.Header{} // what the auditor reads of it, not the republish's own
+	for _, k := range fingerprintHeaders {
+		if v := m.Header.Get(k); v != "" {
+			hdr.Set(k, v)
+		}
+	}
+	w := feedWrite{key: m.Subject[len(feedSubject(f.w, "")):], hdr: hdr, data: m.Data, prev: prev, stored: stored, at: now}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	cut := now.Add(-writerKeep)
@@ -183,30 +190,27 @@ func (a *auditor) ensureFeed(ctx context.Context, w *world.World) {
 	}
 }
 
-// maxMissed bounds the missed writes of one key the auditor judges before
-// the one its watch delivered.
-const maxMissed = 64
-
-// missed are the writes of e's record key the bucket stored after last
-// (the latest the auditor judged; 0: none) and before e, oldest first, as
-// far as the record feed knows them: the writes the watch did not deliver.
-func (a *auditor) missed(e *entry, last uint64) []*entry {
+// missedWrites are the writes of e's record key the bucket stored after
+// last (the latest the auditor judged; 0: none) and before e, oldest
+// first, as far as the record feed knows them: the writes the watch did
+// not deliver. The feed bounds them (maxFeed, writerKeep). gap says that
+// one more came between last and them, which the feed does not know.
+func (a *auditor) missedWrites(e *entry, last uint64) (out []*entry, gap bool) {
 	f := a.d.feed
 	w, ok := f.at(e.rev, e.created)
 	if !ok {
-		return nil
+		return nil, false
 	}
-	var out []*entry
-	for rev := w.prev; rev > last && len(out) < maxMissed; {
+	rev := w.prev
+	for rev > last {
 		w, ok := f.at(rev, time.Time{})
-		if !ok || w.key != e.key {
+		if !ok || w.key != e.key || w.prev >= rev {
 			break
 		}
 		out = append(out, &entry{key: w.key, value: w.data, rev: rev, created: w.stored, op: kvOp(w.hdr), hdr: w.hdr})
 		rev = w.prev
 	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	return out
+	gap = last > 0 && rev > last
+	slices.Reverse(out)
+	return out, gap
 }

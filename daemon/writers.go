@@ -96,12 +96,17 @@ type writers struct {
 // oldest are forgotten (their writes are judged by content only).
 const maxPendingWriters = 1 << 16
 
-// fingerprint identifies a write by its key subject, value and the
-// headers the stream keeps of it (its operation, batch and fence).
+// fingerprintHeaders are the headers of a write its fingerprint takes:
+// those the stream keeps of it that say what it is (its operation, batch
+// and fence).
+var fingerprintHeaders = []string{jsapi.HeaderKVOperation, jsapi.HeaderBatchID, fencing.HeaderExpectedSeq, fencing.HeaderExpectedSubject}
+
+// fingerprint identifies a write by its key subject, value and
+// fingerprintHeaders.
 func fingerprint(subject string, hdr nats.Header, data []byte) [32]byte {
 	h := sha256.New()
 	h.Write([]byte(subject))
-	for _, k := range []string{jsapi.HeaderKVOperation, jsapi.HeaderBatchID, fencing.HeaderExpectedSeq, fencing.HeaderExpectedSubject} {
+	for _, k := range fingerprintHeaders {
 		h.Write([]byte{0})
 		if hdr != nil {
 			h.Write([]byte(hdr.Get(k)))
