@@ -71,8 +71,8 @@ func (s *replaySim) store(rec wire.Record) {
 	}
 }
 
-// deliver hands the watch's pending write to the auditor, as record does
-// (without fencepostd's free of a forged one: the history ends there).
+// deliver hands the watch's pending write to the auditor, as record does;
+// fencepostd's free of a forged one is the key's next write.
 func (s *replaySim) deliver() {
 	if s.pending == nil {
 		return
@@ -82,16 +82,19 @@ func (s *replaySim) deliver() {
 	m := s.a.marks.m[e.key]
 	m = s.a.replayMissed(m, e)
 	v := s.a.judge(m, e, false, writer{}, false)
+	s.a.seen++
 	if v.kind == "" {
 		v.next.at = e.rev
 		s.a.marks.m[e.key] = v.next
-	} else {
-		s.a.report(v.kind, e, nil)
-		next := s.a.freed(m, e, v, true)
-		next.at = e.rev
-		s.a.marks.m[e.key] = next
+		return
 	}
-	s.a.seen++
+	s.a.report(v.kind, e, nil)
+	next := s.a.freed(m, e, v, true)
+	next.at = e.rev
+	s.a.marks.m[e.key] = next
+	free := v.rec
+	free.State, free.Epoch, free.Expires = wire.StateFree, v.epoch, s.at
+	s.store(free)
 }
 
 // forged is how many writes the auditor found forged, missed or delivered.
@@ -133,7 +136,9 @@ func (s *replaySim) honest() {
 // record at the holder's epoch written over it, then renewed up to twice)
 // are detected, whichever of those writes the watch missed; with the feed
 // empty (the auditor before it), some are not, so the histories do reach
-// the race the feed closes.
+// the race the feed closes. After the detection and fencepostd's free,
+// the owners go on: nothing more is judged forged, and the epoch given
+// twice is not given a third time.
 func TestReplay_RandomHistories(t *testing.T) {
 	srv := servertest.New(t)
 	nc, err := nats.Connect(srv.ClientURL())
@@ -168,13 +173,26 @@ func TestReplay_RandomHistories(t *testing.T) {
 			for range s.rng.IntN(3) {
 				s.store(s.held("mallory", s.rec.Epoch))
 			}
+			given := s.rec.Epoch
 			s.deliver()
-			switch {
-			case feed:
-				require.NotZero(t, s.forged(), "seed %d: the epoch given twice was not detected", seed)
-			case s.forged() == 0:
-				undetectedWithoutFeed++
+			if !feed {
+				if s.forged() == 0 {
+					undetectedWithoutFeed++
+				}
+				continue
 			}
+			detected := s.forged()
+			require.NotZero(t, detected, "seed %d: the epoch given twice was not detected", seed)
+			// Freed; the owners go on, the watch missing what it may: no
+			// honest write is judged forged, and no epoch is given again.
+			for range 10 {
+				s.honest()
+				if s.rec.State == wire.StateHeld && s.rec.Node != "mallory" {
+					require.Greater(t, s.rec.Epoch, given, "seed %d: epoch %d given again", seed, given)
+				}
+			}
+			s.deliver()
+			require.Equal(t, detected, s.forged(), "seed %d: an honest write after the free judged forged", seed)
 		}
 	}
 	require.NotZero(t, undetectedWithoutFeed, "without the feed every attack was detected: the histories never meet the race")
