@@ -141,6 +141,9 @@ type auditor struct {
 	// names when held.
 	records map[string]uint64
 	holders map[string]string
+	// gapWarned is when the auditor last logged a missed write the
+	// record feed did not know.
+	gapWarned time.Time
 }
 
 // epochMark is the highest epoch an id's record had, and the revision of
@@ -574,6 +577,11 @@ func (a *auditor) replayMissed(m epochMark, e *entry) epochMark {
 	writes, gap := a.missedWrites(e, m.at)
 	if gap {
 		a.missed.WithLabelValues(a.d.cfg.World, "false").Inc()
+		if time.Since(a.gapWarned) > time.Minute {
+			a.gapWarned = time.Now()
+			a.d.log.Warn("auditor: a record write its watch missed is not known to the record feed; the write over it is judged without it (counted in fencepost_auditor_missed_writes_total{known=\"false\"}; at most one such WARN a minute)",
+				"world", a.d.cfg.World, "key", e.Key(), "revision", e.Revision(), "judged_up_to", m.at)
+		}
 	}
 	if len(writes) > 0 {
 		a.missed.WithLabelValues(a.d.cfg.World, "true").Add(float64(len(writes)))

@@ -41,7 +41,7 @@ type replaySim struct {
 func newReplaySim(t *testing.T, js jetstream.JetStream, seed uint64) *replaySim {
 	start := time.Now()
 	f := &recordFeed{w: "default", since: start, from: start, changed: make(chan struct{}), byRev: map[uint64]feedWrite{}}
-	d := &Daemon{feed: f, cfg: Config{World: "default"}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	d := &Daemon{feed: f, cfg: Config{World: "default"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), stopCtx: t.Context()}
 	counter := func(name string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name}, labels)
 	}
