@@ -111,6 +111,9 @@ func New(w *world.World, own *ownership.Store, cfg Config, h drain.Handler) (*Wo
 	if cfg.State && !w.AllowsState() {
 		return nil, fmt.Errorf("shard: world %q: %w", w.Name, drain.ErrNoState)
 	}
+	if cfg.CommitEvery < 0 || cfg.RemoveEvery < 0 {
+		return nil, fmt.Errorf("%w: shard: a commit or removal period below 0 (commit every %v, remove every %v): give a positive period, or 0 for the default", fencing.ErrInvalidOption, cfg.CommitEvery, cfg.RemoveEvery)
+	}
 	ttl, err := w.Config.TTL(cfg.TTL)
 	if err != nil {
 		return nil, err
