@@ -334,7 +334,7 @@ func (d *Daemon) audit(ctx context.Context, count, missed *prometheus.CounterVec
 			continue
 		}
 		e := &entry{key: strings.TrimPrefix(m.Subject(), prefix), value: m.Data(), rev: meta.Sequence.Stream, created: meta.Timestamp, hdr: m.Headers(), op: kvOp(m.Headers())}
-		if miss := watchMisses.Load(); miss != nil && (*miss)(e.key, e.rev) {
+		if miss := watchMisses.Load(); miss != nil && (*miss)(e.key, e.value) {
 			continue
 		}
 		if err := a.check(ctx, e); err != nil {
@@ -346,10 +346,10 @@ func (d *Daemon) audit(ctx context.Context, count, missed *prometheus.CounterVec
 }
 
 // watchMisses, set by tests, says the watch does not deliver a write of
-// key: as if the bucket had replaced it before the watch read it (a
-// write followed closely by another of its key; the server does this on
-// its own timing, not on demand).
-var watchMisses atomic.Pointer[func(key string, rev uint64) bool]
+// key with value: as if the bucket had replaced it before the watch read
+// it (a write followed closely by another of its key; the server does
+// this on its own timing, not on demand).
+var watchMisses atomic.Pointer[func(key string, value []byte) bool]
 
 // entry is one message of the bucket as the auditor reads it: a key's
 // entry, with its headers.

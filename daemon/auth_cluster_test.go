@@ -176,7 +176,7 @@ func TestAuth_Cluster(t *testing.T) {
 	// republishes both writes, every member's auditor gets them, and the
 	// epoch given to node-b is not left held by node-a.
 	key := wire.RecordKey("twice")
-	daemon.SetWatchMisses(t, key, 0, 1)
+	missWrites(t, "twice", func(r wire.Record, _ []byte) bool { return r.Node == "node-b" && r.Epoch == 1 })
 	claim, err := b.w.Ownership.Claim(ctx, "twice", "node-b", time.Minute)
 	require.NoError(t, err)
 	malKV := at[0].asFile(t, mallory.File).bucket(t)

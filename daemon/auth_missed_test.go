@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -28,13 +29,18 @@ func missedWrites(known string) string {
 	return fmt.Sprintf(`fencepost_auditor_missed_writes_total{known=%q,world="default"}`, known)
 }
 
-// missFrom arms the watch to miss the victim record's next n writes, from
-// its current revision on.
-func (th *theft) missFrom(t *testing.T, n int) {
+// missWrites makes the watches skip the writes of id's record that pick
+// chooses by the record written (and its bytes).
+func missWrites(t *testing.T, id string, pick func(r wire.Record, value []byte) bool) {
 	t.Helper()
-	st, err := th.op.w.Ownership.Owner(th.ctx, th.victimID)
-	require.NoError(t, err)
-	daemon.SetWatchMisses(t, wire.RecordKey(th.victimID), st.Revision, n)
+	key := wire.RecordKey(id)
+	daemon.SetWatchMisses(t, func(k string, v []byte) bool {
+		if k != key {
+			return false
+		}
+		r, err := wire.DecodeRecord(v)
+		return err == nil && pick(r, v)
+	})
 }
 
 // heldBy is a held record of node at epoch, as a claim writes it.
@@ -67,14 +73,19 @@ func TestAttack_ClaimWrittenOverBeforeTheWatch(t *testing.T) {
 			if renew {
 				misses, forged = 2, 2
 			}
-			th.missFrom(t, misses)
+			epoch := th.epoch + 1
+			forgery := heldBy(t, "node-a", epoch)
+			missWrites(t, th.victimID, func(r wire.Record, v []byte) bool {
+				claimed := r.Node == "node-b" && r.Epoch == epoch && r.State == wire.StateHeld
+				return claimed || renew && bytes.Equal(v, forgery)
+			})
 
 			claim, err := own.Claim(ctx, th.victimID, "node-b", time.Minute)
 			require.NoError(t, err)
-			require.Equal(t, th.epoch+1, claim.Epoch)
+			require.Equal(t, epoch, claim.Epoch)
 			e, err := th.malKV.Get(ctx, key)
 			require.NoError(t, err)
-			rev, err := th.malKV.Update(ctx, key, heldBy(t, "node-a", claim.Epoch), e.Revision())
+			rev, err := th.malKV.Update(ctx, key, forgery, e.Revision())
 			require.NoError(t, err, "stored: the server checks the subject and the revision, not who holds")
 			if renew {
 				_, err = th.malKV.Update(ctx, key, heldBy(t, "node-a", claim.Epoch), rev)
@@ -82,7 +93,7 @@ func TestAttack_ClaimWrittenOverBeforeTheWatch(t *testing.T) {
 			}
 
 			th.a.waitMetric(t, forgeries(daemon.ForgedEpochBack), forged)
-			require.Equal(t, float64(misses), th.a.metric(t, missedWrites("true")), "judged from the feed")
+			require.GreaterOrEqual(t, th.a.metric(t, missedWrites("true")), float64(misses), "judged from the feed")
 			th.waitFreed(t, claim.Epoch)
 			again, err := own.Claim(ctx, th.victimID, "node-b", time.Minute)
 			require.NoError(t, err)
@@ -99,7 +110,7 @@ func TestAuth_MissedHonestWritesPass(t *testing.T) {
 	th := setupTheft(t)
 	ctx, own := th.ctx, th.holder.w.Ownership
 	require.NoError(t, own.Release(ctx, th.victimID, "node-b"))
-	th.missFrom(t, 3)
+	missWrites(t, th.victimID, func(r wire.Record, _ []byte) bool { return r.Node == "node-b" && r.Epoch == th.epoch+1 })
 	claim, err := own.Claim(ctx, th.victimID, "node-b", time.Minute)
 	require.NoError(t, err)
 	_, err = own.Renew(ctx, th.victimID, "node-b", time.Minute)
@@ -126,7 +137,7 @@ func TestAuth_MissedHonestWritesPass(t *testing.T) {
 		}
 		return nil
 	})
-	require.Equal(t, 3.0, th.a.metric(t, missedWrites("true")), "the claim, the renewal and the release, judged from the feed")
+	require.GreaterOrEqual(t, th.a.metric(t, missedWrites("true")), 3.0, "the claim, the renewal and the release, judged from the feed")
 	require.LessOrEqual(t, th.a.metric(t, missedWrites("false")), 0.0, "none unknown")
 	for _, kind := range []string{daemon.ForgedEpochBack, daemon.ForgedEpochJump, daemon.ForgedRecordNode, daemon.ForgedRecordTerm} {
 		require.LessOrEqual(t, th.a.metric(t, forgeries(kind)), 0.0, "nothing detected: %s", kind)
