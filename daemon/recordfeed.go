@@ -73,6 +73,7 @@ type recordFeed struct {
 	changed chan struct{} // closed and replaced at every write
 	byRev   map[uint64]feedWrite
 	order   []uint64 // revisions in arrival order, for pruning
+	high    uint64   // the highest revision that came (they come in order)
 }
 
 // startFeed subscribes, in the store account, to world w's republished
@@ -145,13 +146,16 @@ func (f *recordFeed) add(m *nats.Msg) {
 	}
 	f.order = append(f.order[i:], rev)
 	f.byRev[rev] = w
+	f.high = max(f.high, rev)
 	close(f.changed)
 	f.changed = make(chan struct{})
 }
 
 // at is the write stored at revision rev, waited for up to writerWait
 // when it was stored (created) after the republish was known to be on
-// and has not come yet; false when not known.
+// and nothing after it has come yet (the bucket republishes in order: a
+// later write come first says this one was dropped); false when not
+// known.
 func (f *recordFeed) at(rev uint64, created time.Time) (feedWrite, bool) {
 	if f == nil {
 		return feedWrite{}, false
@@ -160,9 +164,9 @@ func (f *recordFeed) at(rev uint64, created time.Time) (feedWrite, bool) {
 	for {
 		f.mu.Lock()
 		w, ok := f.byRev[rev]
-		changed, from := f.changed, f.from
+		changed, from, passed := f.changed, f.from, f.high > rev
 		f.mu.Unlock()
-		if ok || from.IsZero() || created.Before(from) || time.Since(created) > writerKeep {
+		if ok || passed || from.IsZero() || created.Before(from) || time.Since(created) > writerKeep {
 			return w, ok
 		}
 		if deadline == nil {

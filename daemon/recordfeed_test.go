@@ -46,6 +46,9 @@ func TestRecordFeed_KeepsWritesByRevision(t *testing.T) {
 	_, ok = f.at(7, start.Add(-time.Second))
 	require.False(t, ok)
 	require.Less(t, time.Since(began), writerWait/2, "stored before the subscription: not waited for")
+	_, ok = f.at(4, time.Now())
+	require.False(t, ok)
+	require.Less(t, time.Since(began), writerWait/2, "5 and 6 came, so 4 was dropped: not waited for")
 	_, ok = f.at(7, time.Now())
 	require.False(t, ok, "never came: given up after writerWait")
 
