@@ -150,11 +150,7 @@ func TestAuth_Cluster(t *testing.T) {
 	_, err = at[0].asFile(t, mallory.File).bucket(t).Put(ctx, wire.CursorKey("victim"), c)
 	require.NoError(t, err, "admitted by the server")
 	servertest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
-		var detected float64
-		for _, m := range members {
-			detected += max(0, m.metric(t, forgeries(daemon.ForgedCursorNode)))
-		}
-		if detected < 1 {
+		if detected(t, members, daemon.ForgedCursorNode) < 1 {
 			return fmt.Errorf("no member's auditor detected the cursor")
 		}
 		e, err := op.bucket(t).Get(ctx, wire.CursorKey("victim"))
@@ -185,11 +181,7 @@ func TestAuth_Cluster(t *testing.T) {
 	_, err = malKV.Update(ctx, key, heldBy(t, "node-a", claim.Epoch), e.Revision())
 	require.NoError(t, err, "stored: the server checks the subject and the revision")
 	servertest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
-		var detected float64
-		for _, m := range members {
-			detected += max(0, m.metric(t, forgeries(daemon.ForgedEpochBack)))
-		}
-		if detected < 1 {
+		if detected(t, members, daemon.ForgedEpochBack) < 1 {
 			return fmt.Errorf("no member's auditor detected the epoch held twice")
 		}
 		st, err := op.w.Ownership.Owner(ctx, "twice")
@@ -204,4 +196,14 @@ func TestAuth_Cluster(t *testing.T) {
 	again, err := b.w.Ownership.Claim(ctx, "twice", "node-b", time.Minute)
 	require.NoError(t, err)
 	require.Greater(t, again.Epoch, claim.Epoch, "epoch %d given once", claim.Epoch)
+}
+
+// detected sums the members' counts of forgeries of kind.
+func detected(t *testing.T, members []*started, kind string) float64 {
+	t.Helper()
+	var n float64
+	for _, m := range members {
+		n += max(0, m.metric(t, forgeries(kind)))
+	}
+	return n
 }
