@@ -164,18 +164,36 @@ func TestDirectGet_IncompleteAnswer(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			stream := fmt.Sprintf("F%d", i)
+			answered := make(chan error, 1)
 			sub, err := nc.Subscribe(jsapi.APIDirectGet+stream, func(req *nats.Msg) {
+				var err error
 				for _, m := range c.answer {
 					m.Subject = req.Reply
-					if err := nc.PublishMsg(m); err != nil {
-						t.Error(err)
+					if e := nc.PublishMsg(m); e != nil && err == nil {
+						err = e
 					}
 				}
+				answered <- err
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer sub.Unsubscribe()
+			// The reader may return before the answer's last message is
+			// sent (an incomplete answer shows at its first); the test
+			// ends after the sends (a t.Error from the responder after the
+			// test ended panicked in CI, when the last case's sends met
+			// the connection closed by the test's cleanup).
+			defer func() {
+				select {
+				case err := <-answered:
+					if err != nil {
+						t.Error(err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Error("the responder did not finish its answer")
+				}
+			}()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			b, err := jsapi.DirectGet(ctx, nc, stream, c.req)
