@@ -181,6 +181,8 @@ type epochMarks struct {
 	// attributed is the highest revision whose writer was asked for
 	// (writers.go).
 	attributed uint64
+	// bucket is the creation time of the bucket stream the marks are of.
+	bucket time.Time
 }
 
 // stateValue is a state key's value as its last fenced commit wrote it.
@@ -297,6 +299,13 @@ func (d *Daemon) audit(ctx context.Context, count, missed *prometheus.CounterVec
 	if d.marks == nil {
 		d.marks = &epochMarks{m: map[string]epochMark{}, state: map[string]stateValue{}}
 	}
+	if created := handles.Of(w).Bucket.CachedInfo().Created; !created.Equal(d.marks.bucket) {
+		// A bucket created again (world rm and add, a restore) starts
+		// its epochs and revisions again, as a reset does: what the
+		// marks say of the old one is not of it.
+		watches := d.marks.watches
+		*d.marks = epochMarks{m: map[string]epochMark{}, state: map[string]stateValue{}, watches: watches, bucket: created}
+	}
 	d.marks.watches++
 	a := &auditor{d: d, kv: handles.Of(w).KV, js: d.js, own: own, maxTTL: w.Config.MaxTTL, shards: w.Config.Shards, marks: d.marks, count: count, missed: missed, watch: d.marks.watches, records: map[string]uint64{}, holders: map[string]string{}}
 	a.ensureFeed(ctx, w)
@@ -316,8 +325,14 @@ func (d *Daemon) audit(ctx context.Context, count, missed *prometheus.CounterVec
 		return err
 	}
 	defer msgs.Stop()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	replaced := d.bucketReplaced(wctx, w)
 	go func() {
-		<-ctx.Done()
+		select {
+		case <-wctx.Done():
+		case <-replaced:
+		}
 		msgs.Stop()
 	}()
 	prefix := wire.KeySubject(d.cfg.World, "")
@@ -326,6 +341,11 @@ func (d *Daemon) audit(ctx context.Context, count, missed *prometheus.CounterVec
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			select {
+			case <-replaced:
+				return errBucketReplaced
+			default:
 			}
 			return fmt.Errorf("the watch of the bucket ended: %w", err)
 		}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencepost/fencepost/internal/handles"
 	"github.com/fencepost/fencepost/metrics"
 	"github.com/fencepost/fencepost/ownership"
 	"github.com/fencepost/fencepost/world"
@@ -179,4 +182,44 @@ func (d *Daemon) inspect(ctx context.Context, name string) (world.Info, ownershi
 	}
 	rc, err := own.CountRecords(ctx)
 	return info, rc, err
+}
+
+// errBucketReplaced ends the auditor's watch of the world's bucket when
+// its stream was removed, or removed and created again (world rm and add,
+// a restore).
+var errBucketReplaced = errors.New("the world's bucket was removed or created again")
+
+// bucketCheck is how often the auditor checks that the bucket stream it
+// watches is the one it opened.
+const bucketCheck = 2 * time.Second
+
+// bucketReplaced is closed once w's bucket stream is not the one w opened:
+// gone, or created again (another creation time). The auditor's ordered
+// consumer outlives its stream: it goes on on the new one from past the
+// old one's last sequence, blind to every write below it, so the auditor
+// ends its watch on it and starts again from the new stream's beginning.
+// (The retirer's key-value watch starts again on the new stream by itself:
+// TestAuth_WorldRemovedAndAddedAgain.) It checks every bucketCheck until
+// ctx ends.
+func (d *Daemon) bucketReplaced(ctx context.Context, w *world.World) <-chan struct{} {
+	ch := make(chan struct{})
+	bucket := handles.Of(w).Bucket
+	created := bucket.CachedInfo().Created
+	go func() {
+		t := time.NewTicker(bucketCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			info, err := bucket.Info(ctx)
+			if errors.Is(err, jetstream.ErrStreamNotFound) || err == nil && !info.Created.Equal(created) {
+				close(ch)
+				return
+			}
+		}
+	}()
+	return ch
 }

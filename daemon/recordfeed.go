@@ -69,6 +69,7 @@ type recordFeed struct {
 	since time.Time // the subscription's start: writes stored before it are not known
 
 	mu      sync.Mutex
+	bucket  time.Time     // the creation time of the bucket stream the writes are of
 	from    time.Time     // every record write stored since comes (zero: not known to)
 	changed chan struct{} // closed and replaced at every write
 	byRev   map[uint64]feedWrite
@@ -110,10 +111,19 @@ func (f *recordFeed) ensure(ctx context.Context, js jetstream.JetStream, w *worl
 		from = time.Now()
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !info.Created.Equal(f.bucket) {
+		if !f.bucket.IsZero() {
+			// A bucket created again: its revisions start again, and
+			// what the feed kept of the old one would answer for them.
+			clear(f.byRev)
+			f.order, f.high, f.from = nil, 0, time.Time{}
+		}
+		f.bucket = info.Created
+	}
 	if f.from.IsZero() || from.After(f.from) {
 		f.from = from
 	}
-	f.mu.Unlock()
 	return nil
 }
 
