@@ -184,13 +184,13 @@ func (d *Daemon) inspect(ctx context.Context, name string) (world.Info, ownershi
 	return info, rc, err
 }
 
-// errBucketReplaced ends the auditor's watch of the world's bucket when
-// its stream was removed, or removed and created again (world rm and add,
-// a restore).
+// errBucketReplaced ends the auditor's and the retirer's watches of the
+// world's bucket when its stream was removed, or removed and created again
+// (world rm and add, a restore).
 var errBucketReplaced = errors.New("the world's bucket was removed or created again")
 
-// bucketCheck is how often the auditor checks that the bucket stream it
-// watches is the one it opened.
+// bucketCheck is how often a watch of the bucket checks that its stream is
+// the one it opened.
 const bucketCheck = 2 * time.Second
 
 // bucketReplaced is closed once w's bucket stream is not the one w opened:
@@ -198,9 +198,10 @@ const bucketCheck = 2 * time.Second
 // consumer outlives its stream: it goes on on the new one from past the
 // old one's last sequence, blind to every write below it, so the auditor
 // ends its watch on it and starts again from the new stream's beginning.
-// (The retirer's key-value watch starts again on the new stream by itself:
-// TestAuth_WorldRemovedAndAddedAgain.) It checks every bucketCheck until
-// ctx ends.
+// The retirer's key-value watch finds the new stream by itself, after its
+// missed heartbeats (7 s in TestAuth_WorldRemovedAndAddedAgain); it ends
+// on this too, within bucketCheck. It checks every bucketCheck until ctx
+// ends.
 func (d *Daemon) bucketReplaced(ctx context.Context, w *world.World) <-chan struct{} {
 	ch := make(chan struct{})
 	bucket := handles.Of(w).Bucket

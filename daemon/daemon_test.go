@@ -58,6 +58,17 @@ func noGoroutinesLeft(total time.Duration) error {
 				strings.Contains(s, "testing.runFuzzing") || strings.TrimSpace(s) == "" {
 				continue
 			}
+			if strings.Contains(s, "jetstream.(*jetStream).resetPendingAcksOnReconnect") {
+				// nats.go's own (v1.55.0): a JetStream context that
+				// published asynchronously waits for its connection's
+				// CLOSED event, which nats.go drops when the listener's
+				// buffer of 10 is full (notifyStatusListener), as after a
+				// storm of reconnects (the tests whose credentials
+				// expire). Seen once in CI, alone: a connection left
+				// open would leave its read loop and flusher too, which
+				// this check still reports.
+				continue
+			}
 			if strings.Contains(s, "nats-server/v2/server.(*stream).trySetupSourceConsumer") {
 				// nats-server's own: the mailbox stream sources a world's
 				// timer stream, and a source consumer's creation sent as

@@ -74,6 +74,9 @@ func (d *Daemon) retireNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	replaced := d.bucketReplaced(wctx, wd)
 	w, err := handles.Of(wd).KV.Watch(ctx, wire.NodePrefix+"*")
 	if err != nil {
 		return err
@@ -87,6 +90,8 @@ func (d *Daemon) retireNodes(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-replaced:
+			return errBucketReplaced
 		case e, ok := <-w.Updates():
 			if !ok {
 				return errors.New("the watch of the node leases ended")
