@@ -43,6 +43,27 @@ func missWrites(t *testing.T, id string, pick func(r wire.Record, value []byte) 
 	})
 }
 
+// waitMark waits until the auditor's mark of the victim (h.<eid>, which
+// it writes when the epoch it judged rises) is at epoch.
+func (th *theft) waitMark(t *testing.T, epoch uint64) {
+	t.Helper()
+	mark := "h." + strings.TrimPrefix(wire.RecordKey(th.victimID), wire.RecordPrefix)
+	servertest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+		e, err := th.opKV.Get(th.ctx, mark)
+		if err != nil {
+			return err
+		}
+		var m struct{ Epoch uint64 }
+		if err := json.Unmarshal(e.Value(), &m); err != nil {
+			return err
+		}
+		if m.Epoch != epoch {
+			return fmt.Errorf("mark at epoch %d, want %d", m.Epoch, epoch)
+		}
+		return nil
+	})
+}
+
 // heldBy is a held record of node at epoch, as a claim writes it.
 func heldBy(t *testing.T, node string, epoch uint64) []byte {
 	t.Helper()
@@ -122,21 +143,7 @@ func TestAuth_MissedHonestWritesPass(t *testing.T) {
 
 	// The auditor's mark of the victim reaches epoch 5 once it judged
 	// node-a's claim.
-	mark := "h." + strings.TrimPrefix(wire.RecordKey(th.victimID), wire.RecordPrefix)
-	servertest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		e, err := th.opKV.Get(ctx, mark)
-		if err != nil {
-			return err
-		}
-		var m struct{ Epoch uint64 }
-		if err := json.Unmarshal(e.Value(), &m); err != nil {
-			return err
-		}
-		if m.Epoch != mine.Epoch {
-			return fmt.Errorf("mark at epoch %d, want %d", m.Epoch, mine.Epoch)
-		}
-		return nil
-	})
+	th.waitMark(t, mine.Epoch)
 	require.GreaterOrEqual(t, th.a.metric(t, missedWrites("true")), 3.0, "the claim, the renewal and the release, judged from the feed")
 	require.LessOrEqual(t, th.a.metric(t, missedWrites("false")), 0.0, "none unknown")
 	for _, kind := range []string{daemon.ForgedEpochBack, daemon.ForgedEpochJump, daemon.ForgedRecordNode, daemon.ForgedRecordTerm} {

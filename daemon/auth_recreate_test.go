@@ -1,9 +1,7 @@
 package daemon_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +9,6 @@ import (
 
 	"github.com/fencepost/fencepost/daemon"
 	"github.com/fencepost/fencepost/internal/wire"
-	"github.com/fencepost/fencepost/server/servertest"
 	"github.com/fencepost/fencepost/world"
 )
 
@@ -28,25 +25,7 @@ import (
 func TestAuth_WorldRemovedAndAddedAgain(t *testing.T) {
 	th := setupTheft(t)
 	ctx := th.ctx
-	mark := "h." + strings.TrimPrefix(wire.RecordKey(th.victimID), wire.RecordPrefix)
-	waitMark := func(epoch uint64) {
-		t.Helper()
-		servertest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
-			e, err := th.opKV.Get(ctx, mark)
-			if err != nil {
-				return err
-			}
-			var m struct{ Epoch uint64 }
-			if err := json.Unmarshal(e.Value(), &m); err != nil {
-				return err
-			}
-			if m.Epoch != epoch {
-				return fmt.Errorf("mark at epoch %d, want %d", m.Epoch, epoch)
-			}
-			return nil
-		})
-	}
-	waitMark(th.epoch)
+	th.waitMark(t, th.epoch)
 	// The old bucket's sequence well past what the new one reaches in
 	// this test: a watch that went on past it would see nothing.
 	for i := range 300 {
@@ -61,7 +40,7 @@ func TestAuth_WorldRemovedAndAddedAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), l.Epoch, "a new world's epochs start at 1")
 
-	waitMark(1)
+	th.waitMark(t, 1)
 	require.LessOrEqual(t, th.a.metric(t, forgeries(daemon.ForgedEpochBack)), 0.0, "the new world's first claim judged against the old world's epochs")
 	st, err := th.op.w.Ownership.Owner(ctx, th.victimID)
 	require.NoError(t, err)
