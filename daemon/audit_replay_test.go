@@ -4,7 +4,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
 	"testing"
 	"time"
 
@@ -58,12 +57,7 @@ func (s *replaySim) store(rec wire.Record) {
 	s.rev += 1 + uint64(s.rng.IntN(3))
 	b, err := wire.EncodeRecord(rec)
 	require.NoError(s.t, err)
-	m := nats.NewMsg(feedSubject("default", s.key))
-	m.Data = b
-	m.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(s.rev, 10))
-	m.Header.Set(jetstream.LastSequenceHeader, strconv.FormatUint(s.last, 10))
-	m.Header.Set(jetstream.TimeStampHeaer, s.at.UTC().Format(time.RFC3339Nano))
-	s.f.add(m)
+	s.f.add(republished(s.key, s.rev, s.last, s.at, b))
 	s.last, s.rec = s.rev, rec
 	s.pending = &entry{key: s.key, value: b, rev: s.rev, created: s.at, op: jetstream.KeyValuePut, hdr: nats.Header{}}
 	if s.rng.IntN(2) == 0 {

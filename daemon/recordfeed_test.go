@@ -10,6 +10,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// republished is world default's record key key written at revision rev
+// over prev, stored at stored, as the bucket republishes it.
+func republished(key string, rev, prev uint64, stored time.Time, data []byte) *nats.Msg {
+	m := nats.NewMsg(feedSubject("default", key))
+	m.Data = data
+	m.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(rev, 10))
+	m.Header.Set(jetstream.LastSequenceHeader, strconv.FormatUint(prev, 10))
+	m.Header.Set(jetstream.TimeStampHeaer, stored.UTC().Format(time.RFC3339Nano))
+	return m
+}
+
 // TestRecordFeed_KeepsWritesByRevision: a republished record write is
 // kept by its revision with its key and the revision of the key's write
 // before it; a lookup of a write stored after the subscription began
@@ -19,12 +30,7 @@ func TestRecordFeed_KeepsWritesByRevision(t *testing.T) {
 	start := time.Now()
 	f := &recordFeed{w: "default", since: start, from: start, changed: make(chan struct{}), byRev: map[uint64]feedWrite{}}
 	write := func(rev, prev uint64) {
-		m := nats.NewMsg(feedSubject("default", "o.eA"))
-		m.Data = []byte("rec")
-		m.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(rev, 10))
-		m.Header.Set(jetstream.LastSequenceHeader, strconv.FormatUint(prev, 10))
-		m.Header.Set(jetstream.TimeStampHeaer, start.UTC().Format(time.RFC3339Nano))
-		f.add(m)
+		f.add(republished("o.eA", rev, prev, start, []byte("rec")))
 	}
 	write(5, 3)
 	w, ok := f.at(5, time.Now())
@@ -72,12 +78,8 @@ func TestRecordFeed_MissedWritesFollowTheChain(t *testing.T) {
 	start := time.Now()
 	f := &recordFeed{w: "default", since: start, from: start, changed: make(chan struct{}), byRev: map[uint64]feedWrite{}}
 	write := func(key string, rev, prev uint64) {
-		m := nats.NewMsg(feedSubject("default", key))
-		m.Data = []byte(strconv.FormatUint(rev, 10))
-		m.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(rev, 10))
-		m.Header.Set(jetstream.LastSequenceHeader, strconv.FormatUint(prev, 10))
+		m := republished(key, rev, prev, start, []byte(strconv.FormatUint(rev, 10)))
 		m.Header.Set("Nats-Expected-Last-Subject-Sequence", strconv.FormatUint(prev, 10))
-		m.Header.Set("Nats-Time-Stamp", start.UTC().Format(time.RFC3339Nano))
 		f.add(m)
 	}
 	a := &auditor{d: &Daemon{feed: f}}
